@@ -1,0 +1,504 @@
+//! Persisted records: tasks, sub-tasks, plans and sessions.
+
+use std::collections::BTreeMap;
+
+use schemars::JsonSchema;
+use serde::{Deserialize, Serialize};
+use serde_json::{Map, Value};
+
+use crate::Topic;
+
+/// Where a task stands.
+///
+/// ```
+/// use soorma_common::TaskStatus;
+/// assert!(TaskStatus::Completed.is_terminal());
+/// assert!(!TaskStatus::Running.is_terminal());
+/// ```
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "snake_case")]
+#[non_exhaustive]
+pub enum TaskStatus {
+    /// Received, handler running.
+    #[default]
+    Running,
+    /// Waiting for delegated sub-tasks.
+    Waiting,
+    /// Completed; the reply was published.
+    Completed,
+    /// Failed; the error reply was published.
+    Failed,
+}
+
+impl TaskStatus {
+    /// Whether the task has ended.
+    ///
+    /// ```
+    /// assert!(soorma_common::TaskStatus::Failed.is_terminal());
+    /// ```
+    pub fn is_terminal(self) -> bool {
+        matches!(self, TaskStatus::Completed | TaskStatus::Failed)
+    }
+}
+
+/// Where a delegated sub-task stands.
+///
+/// ```
+/// use soorma_common::SubTaskStatus;
+/// assert_eq!(serde_json::to_string(&SubTaskStatus::Pending).unwrap(), "\"pending\"");
+/// ```
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "snake_case")]
+#[non_exhaustive]
+pub enum SubTaskStatus {
+    /// Published, no result yet.
+    #[default]
+    Pending,
+    /// Replied with success.
+    Completed,
+    /// Replied with an error.
+    Failed,
+}
+
+/// A sub-task delegated by a task, with its result once it arrives.
+///
+/// ```
+/// use soorma_common::SubTaskInfo;
+/// let s = SubTaskInfo::new("sub-1", "sentiment.analyze", "sentiment.completed", 0);
+/// assert!(s.group_id.is_none());
+/// ```
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[non_exhaustive]
+pub struct SubTaskInfo {
+    /// Sub-task id; the correlation id of its request and reply.
+    pub sub_task_id: String,
+    /// The event type of the request.
+    pub event_type: String,
+    /// The reply event the sub-task answers with.
+    pub response_event: String,
+    /// Where it stands.
+    #[serde(default)]
+    pub status: SubTaskStatus,
+    /// The fan-out group it belongs to, if any.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub group_id: Option<String>,
+    /// Delegation order within the task.
+    #[serde(default)]
+    pub seq: u32,
+    /// The result, once completed.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub result: Option<Value>,
+    /// The error, once failed.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub error: Option<String>,
+}
+
+impl SubTaskInfo {
+    /// A pending sub-task.
+    ///
+    /// ```
+    /// # use soorma_common::{SubTaskInfo, SubTaskStatus};
+    /// assert_eq!(SubTaskInfo::new("a", "b", "c", 1).status, SubTaskStatus::Pending);
+    /// ```
+    pub fn new(
+        sub_task_id: impl Into<String>,
+        event_type: impl Into<String>,
+        response_event: impl Into<String>,
+        seq: u32,
+    ) -> Self {
+        Self {
+            sub_task_id: sub_task_id.into(),
+            event_type: event_type.into(),
+            response_event: response_event.into(),
+            status: SubTaskStatus::Pending,
+            group_id: None,
+            seq,
+            result: None,
+            error: None,
+        }
+    }
+
+    /// Sets the fan-out group.
+    ///
+    /// ```
+    /// # use soorma_common::SubTaskInfo;
+    /// assert!(SubTaskInfo::new("a", "b", "c", 0).with_group_id("g").group_id.is_some());
+    /// ```
+    #[must_use]
+    pub fn with_group_id(mut self, group_id: impl Into<String>) -> Self {
+        self.group_id = Some(group_id.into());
+        self
+    }
+
+    /// Whether a result (success or failure) has arrived.
+    ///
+    /// ```
+    /// # use soorma_common::SubTaskInfo;
+    /// assert!(!SubTaskInfo::new("a", "b", "c", 0).is_finished());
+    /// ```
+    pub fn is_finished(&self) -> bool {
+        self.status != SubTaskStatus::Pending
+    }
+}
+
+/// A worker's task, persisted so its completion can happen in a later handler.
+///
+/// ```
+/// use soorma_common::TaskRecord;
+/// let t = TaskRecord::new("task-1", "researcher", "research.requested");
+/// assert!(t.sub_tasks.is_empty());
+/// ```
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[non_exhaustive]
+pub struct TaskRecord {
+    /// Task id (the id of the request event that started it).
+    pub task_id: String,
+    /// The agent handling the task.
+    pub agent: String,
+    /// The request's event type.
+    pub event_type: String,
+    /// The request's payload.
+    #[serde(default)]
+    pub data: Value,
+    /// Correlation id to reply with.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub correlation_id: Option<String>,
+    /// Event type to reply with.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub response_event: Option<String>,
+    /// Topic to reply on.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub response_topic: Option<Topic>,
+    /// Tenant of the request.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tenant_id: Option<String>,
+    /// User of the request.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub user_id: Option<String>,
+    /// Session of the request.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub session_id: Option<String>,
+    /// Plan of the request.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub plan_id: Option<String>,
+    /// Goal of the request.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub goal_id: Option<String>,
+    /// Trace id of the request.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub trace_id: Option<String>,
+    /// Where the task stands.
+    #[serde(default)]
+    pub status: TaskStatus,
+    /// Delegated sub-tasks by id.
+    #[serde(default)]
+    pub sub_tasks: BTreeMap<String, SubTaskInfo>,
+    /// Handler-owned state.
+    #[serde(default)]
+    pub state: Map<String, Value>,
+    /// The final result, once completed.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub result: Option<Value>,
+    /// The error, once failed.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub error: Option<String>,
+    /// Next delegation sequence number.
+    #[serde(default)]
+    pub next_seq: u32,
+    /// Creation time (RFC 3339).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub created_at: Option<String>,
+    /// Last update time (RFC 3339).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub updated_at: Option<String>,
+}
+
+impl TaskRecord {
+    /// A running task with no sub-tasks.
+    ///
+    /// ```
+    /// # use soorma_common::{TaskRecord, TaskStatus};
+    /// assert_eq!(TaskRecord::new("t", "a", "e").status, TaskStatus::Running);
+    /// ```
+    pub fn new(
+        task_id: impl Into<String>,
+        agent: impl Into<String>,
+        event_type: impl Into<String>,
+    ) -> Self {
+        Self {
+            task_id: task_id.into(),
+            agent: agent.into(),
+            event_type: event_type.into(),
+            data: Value::Null,
+            correlation_id: None,
+            response_event: None,
+            response_topic: None,
+            tenant_id: None,
+            user_id: None,
+            session_id: None,
+            plan_id: None,
+            goal_id: None,
+            trace_id: None,
+            status: TaskStatus::Running,
+            sub_tasks: BTreeMap::new(),
+            state: Map::new(),
+            result: None,
+            error: None,
+            next_seq: 0,
+            created_at: None,
+            updated_at: None,
+        }
+    }
+
+    /// The sub-tasks of `group_id`, in delegation order.
+    ///
+    /// ```
+    /// # use soorma_common::{TaskRecord, SubTaskInfo};
+    /// let mut t = TaskRecord::new("t", "a", "e");
+    /// t.sub_tasks.insert("s".into(), SubTaskInfo::new("s", "x", "y", 0).with_group_id("g"));
+    /// assert_eq!(t.group("g").len(), 1);
+    /// ```
+    pub fn group(&self, group_id: &str) -> Vec<&SubTaskInfo> {
+        let mut members: Vec<&SubTaskInfo> = self
+            .sub_tasks
+            .values()
+            .filter(|s| s.group_id.as_deref() == Some(group_id))
+            .collect();
+        members.sort_by_key(|s| s.seq);
+        members
+    }
+}
+
+/// Maps a sub-task (by its correlation id) to the task that delegated it.
+///
+/// ```
+/// use soorma_common::SubTaskIndex;
+/// let idx = SubTaskIndex { sub_task_id: "s".into(), parent_task_id: "t".into(), group_id: None };
+/// assert_eq!(idx.parent_task_id, "t");
+/// ```
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+pub struct SubTaskIndex {
+    /// The sub-task id.
+    pub sub_task_id: String,
+    /// The delegating task.
+    pub parent_task_id: String,
+    /// The fan-out group, if any.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub group_id: Option<String>,
+}
+
+/// Where a plan stands.
+///
+/// ```
+/// use soorma_common::PlanStatus;
+/// assert_eq!(serde_json::to_string(&PlanStatus::Paused).unwrap(), "\"paused\"");
+/// ```
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "snake_case")]
+#[non_exhaustive]
+pub enum PlanStatus {
+    /// Created, not started.
+    #[default]
+    Pending,
+    /// Executing.
+    Running,
+    /// Paused, waiting for resume or human input.
+    Paused,
+    /// Finished successfully.
+    Completed,
+    /// Finished with failure.
+    Failed,
+}
+
+/// A running plan instance.
+///
+/// ```
+/// use soorma_common::PlanRecord;
+/// let p = PlanRecord::new("plan-1", "research.plan", "start");
+/// assert_eq!(p.current_state, "start");
+/// ```
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[non_exhaustive]
+pub struct PlanRecord {
+    /// Plan id.
+    pub plan_id: String,
+    /// Plan type (names its definition).
+    pub plan_type: String,
+    /// Current state.
+    pub current_state: String,
+    /// Where it stands.
+    #[serde(default)]
+    pub status: PlanStatus,
+    /// Goal payload.
+    #[serde(default)]
+    pub goal_data: Value,
+    /// Results by state name.
+    #[serde(default)]
+    pub results: Map<String, Value>,
+    /// Correlation id of the goal request.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub correlation_id: Option<String>,
+    /// Event type to reply to the goal with.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub response_event: Option<String>,
+    /// Topic to reply on.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub response_topic: Option<Topic>,
+    /// Session the plan belongs to.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub session_id: Option<String>,
+    /// Parent plan for nested plans.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub parent_plan_id: Option<String>,
+    /// Tenant.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tenant_id: Option<String>,
+    /// User.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub user_id: Option<String>,
+    /// Creation time (RFC 3339).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub created_at: Option<String>,
+    /// Last update time (RFC 3339).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub updated_at: Option<String>,
+}
+
+impl PlanRecord {
+    /// A pending plan in `initial_state`.
+    ///
+    /// ```
+    /// # use soorma_common::{PlanRecord, PlanStatus};
+    /// assert_eq!(PlanRecord::new("p", "t", "s").status, PlanStatus::Pending);
+    /// ```
+    pub fn new(
+        plan_id: impl Into<String>,
+        plan_type: impl Into<String>,
+        initial_state: impl Into<String>,
+    ) -> Self {
+        Self {
+            plan_id: plan_id.into(),
+            plan_type: plan_type.into(),
+            current_state: initial_state.into(),
+            status: PlanStatus::Pending,
+            goal_data: Value::Null,
+            results: Map::new(),
+            correlation_id: None,
+            response_event: None,
+            response_topic: None,
+            session_id: None,
+            parent_plan_id: None,
+            tenant_id: None,
+            user_id: None,
+            created_at: None,
+            updated_at: None,
+        }
+    }
+}
+
+/// A conversation / session that groups plans.
+///
+/// ```
+/// use soorma_common::SessionRecord;
+/// let s = SessionRecord::new("sess-1");
+/// assert!(s.plan_ids.is_empty());
+/// ```
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[non_exhaustive]
+pub struct SessionRecord {
+    /// Session id.
+    pub session_id: String,
+    /// Tenant.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tenant_id: Option<String>,
+    /// User.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub user_id: Option<String>,
+    /// Display name.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub name: Option<String>,
+    /// Plans started in the session.
+    #[serde(default)]
+    pub plan_ids: Vec<String>,
+    /// Free-form metadata.
+    #[serde(default)]
+    pub metadata: Map<String, Value>,
+    /// Creation time (RFC 3339).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub created_at: Option<String>,
+}
+
+impl SessionRecord {
+    /// An empty session.
+    ///
+    /// ```
+    /// # use soorma_common::SessionRecord;
+    /// assert_eq!(SessionRecord::new("s").session_id, "s");
+    /// ```
+    pub fn new(session_id: impl Into<String>) -> Self {
+        Self {
+            session_id: session_id.into(),
+            tenant_id: None,
+            user_id: None,
+            name: None,
+            plan_ids: Vec::new(),
+            metadata: Map::new(),
+            created_at: None,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    #[test]
+    fn task_record_round_trips_and_orders_groups() {
+        let mut t = TaskRecord::new("t1", "researcher", "research.requested");
+        t.data = json!({"topic": "x"});
+        t.response_event = Some("research.completed".into());
+        t.response_topic = Some(Topic::ActionResults);
+        for (i, id) in ["z", "a", "m"].into_iter().enumerate() {
+            t.sub_tasks.insert(
+                id.into(),
+                SubTaskInfo::new(id, "analyze", "analyzed", i as u32).with_group_id("g"),
+            );
+        }
+        let v = serde_json::to_value(&t).unwrap();
+        let back: TaskRecord = serde_json::from_value(v).unwrap();
+        assert_eq!(back, t);
+        let order: Vec<&str> = back.group("g").iter().map(|s| s.sub_task_id.as_str()).collect();
+        assert_eq!(order, ["z", "a", "m"]);
+    }
+
+    #[test]
+    fn records_tolerate_unknown_fields() {
+        let t: TaskRecord = serde_json::from_value(
+            json!({"task_id": "t", "agent": "a", "event_type": "e", "new_field": 1}),
+        )
+        .unwrap();
+        assert_eq!(t.status, TaskStatus::Running);
+        let p: PlanRecord = serde_json::from_value(
+            json!({"plan_id": "p", "plan_type": "t", "current_state": "s", "zzz": []}),
+        )
+        .unwrap();
+        assert_eq!(p.status, PlanStatus::Pending);
+        let s: SessionRecord =
+            serde_json::from_value(json!({"session_id": "s", "extra": {}})).unwrap();
+        assert_eq!(s.session_id, "s");
+    }
+
+    #[test]
+    fn plan_and_session_round_trip() {
+        let mut p = PlanRecord::new("p1", "research.plan", "start");
+        p.status = PlanStatus::Paused;
+        p.results.insert("search".into(), json!({"items": [1, 2]}));
+        let v = serde_json::to_value(&p).unwrap();
+        assert_eq!(serde_json::from_value::<PlanRecord>(v).unwrap(), p);
+        let mut s = SessionRecord::new("s1");
+        s.plan_ids.push("p1".into());
+        let v = serde_json::to_value(&s).unwrap();
+        assert_eq!(serde_json::from_value::<SessionRecord>(v).unwrap(), s);
+    }
+}
