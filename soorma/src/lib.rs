@@ -1,1 +1,99 @@
+//! # soorma — an agent SDK for Rust
+//!
+//! Write event-driven agents as typed async fns; soorma moves their events, persists their
+//! state and lets them find each other.
+//!
+//! Four layers, each an attribute on an `async fn`:
+//! - **Agent** — [`#[on_event(topic = .., event = ..)]`](on_event): raw events on a topic.
+//! - **Tool** — [`#[on_invoke(event)]`](on_invoke): request → return value; the SDK replies on the
+//!   caller's `response_event`.
+//! - **Worker** — [`#[on_task(event)]`](on_task) and [`#[on_result(event)]`](on_result):
+//!   asynchronous tasks with [`TaskContext`] (save, delegate, fan-out, fan-in, complete).
+//! - **Planner** — goal-driven state machines (coming with the planner layer).
+//!
+//! ```
+//! use soorma::prelude::*;
+//!
+//! #[derive(serde::Deserialize, schemars::JsonSchema)]
+//! struct Calculate { a: f64, b: f64 }
+//!
+//! #[derive(serde::Serialize, schemars::JsonSchema)]
+//! struct Calculated { result: f64 }
+//!
+//! /// Adds two numbers.
+//! #[on_invoke("add.requested", agent = "adder")]
+//! async fn add(req: Invocation<Calculate>) -> Result<Calculated, ToolError> {
+//!     Ok(Calculated { result: req.data.a + req.data.b })
+//! }
+//!
+//! # #[tokio::main(flavor = "current_thread")]
+//! # async fn main() -> soorma::Result<()> {
+//! let platform = Platform::embedded();
+//! let tool = Tool::new("adder").start(&platform).await?;
+//! let sum: serde_json::Value = platform
+//!     .client("docs")
+//!     .invoke("add.requested", serde_json::json!({"a": 1, "b": 2}), "add.completed")
+//!     .await?;
+//! assert_eq!(sum["result"], 3.0);
+//! tool.shutdown().await?;
+//! # Ok(()) }
+//! ```
+//!
+//! Platforms: [`Platform::embedded`] runs everything in process;
+//! [`Platform::from_env`] picks NATS when `SOORMA_NATS_URL` is set.
+#![warn(missing_docs)]
 
+mod agent;
+pub mod bus;
+mod client;
+mod context;
+pub mod embedded;
+mod error;
+pub mod extract;
+mod handler;
+mod platform;
+pub mod registry;
+pub mod state;
+mod task;
+pub mod testing;
+mod util;
+
+pub use agent::{Agent, AgentBuilder, AgentHandle, Tool, Worker};
+pub use bus::{BusClient, Publish};
+pub use client::{Call, Client, Reply};
+pub use context::{Event, Invocation, ToolError};
+pub use error::{Error, Result};
+pub use extract::State;
+pub use handler::{Handler, HandlerFn, HandlerKind, HandlerOutput, ToolOutput};
+pub use platform::{NATS_URL_ENV, Platform};
+pub use task::{Delegation, ResultContext, SUBTASKS_BUCKET, TASKS_BUCKET, TaskContext};
+pub use util::BoxFuture;
+
+pub use soorma_common::{
+    ActionReply, AgentCapability, AgentDefinition, AgentKind, EventDefinition, EventEnvelope,
+    SubTaskInfo, SubTaskStatus, TaskProgress, TaskRecord, TaskStatus, Topic,
+};
+/// The shared DTO crate.
+pub use soorma_common as common;
+
+pub use soorma_macros::{on_event, on_invoke, on_result, on_task};
+
+/// Everything a handler module needs: `use soorma::prelude::*;`.
+pub mod prelude {
+    pub use crate::{
+        Agent, AgentBuilder, BusClient, Client, Delegation, Error, Event, Handler, Invocation,
+        Platform, ResultContext, State, TaskContext, Tool, ToolError, Topic, Worker,
+    };
+    pub use soorma_macros::{on_event, on_invoke, on_result, on_task};
+}
+
+/// Items used by code the macros generate. Not public API.
+#[doc(hidden)]
+pub mod __private {
+    pub use crate::handler::{Handler, HandlerRegistration};
+    pub use inventory;
+    pub use schemars;
+    pub use serde;
+    pub use serde_json;
+    pub use soorma_common::Topic;
+}

@@ -1,0 +1,179 @@
+//! Code generation: [`HandlerModel`] → tokens.
+//!
+//! The output is the user's function, unchanged, followed by an anonymous
+//! `const` block that builds the `Handler` and submits a
+//! `HandlerRegistration` to `inventory`. Everything is referenced through
+//! `::soorma::__private` with fully qualified paths, so users need no extra
+//! dependencies or imports.
+
+use proc_macro2::{Span, TokenStream};
+use quote::{format_ident, quote, quote_spanned};
+use syn::LitStr;
+use syn::ext::IdentExt;
+
+use crate::model::HandlerModel;
+
+/// Generates the original function plus its handler registration.
+pub(crate) fn generate(model: &HandlerModel) -> TokenStream {
+    let HandlerModel {
+        kind,
+        topic,
+        event,
+        event_lit,
+        agent,
+        description,
+        name,
+        fn_ident,
+        item_fn,
+    } = model;
+
+    // Spanned on the user's function so that trait-bound failures (wrong
+    // payload type, non-`Send` future, bad return type, ...) point at it.
+    let span = fn_ident.span();
+    let constructor = format_ident!("{}", kind.attr_name(), span = span);
+    let event = LitStr::new(event, event_lit.span());
+    let topic_arg = topic.as_ref().map(|topic| {
+        // Spanned on the topic literal: a mismatch with the runtime's
+        // `Topic` enum points there.
+        let variant = &topic.variant;
+        quote_spanned!(topic.lit.span()=> ::soorma::__private::Topic::#variant,)
+    });
+    let handler = quote_spanned! {span=>
+        ::soorma::__private::Handler::#constructor(#topic_arg #event, #fn_ident)
+    };
+
+    let with_description = (!description.is_empty()).then(|| {
+        let description = LitStr::new(description, Span::call_site());
+        quote!(.with_description(#description))
+    });
+    let with_name = name.as_ref().map(|name| quote!(.with_name(#name)));
+
+    let agent = match agent {
+        Some(agent) => quote!(::core::option::Option::Some(#agent)),
+        None => quote!(::core::option::Option::None),
+    };
+    let fn_name = LitStr::new(&fn_ident.unraw().to_string(), span);
+
+    quote! {
+        #item_fn
+
+        #[doc(hidden)]
+        const _: () = {
+            fn __soorma_handler() -> ::soorma::__private::Handler {
+                #handler
+                    #with_description
+                    #with_name
+            }
+            ::soorma::__private::inventory::submit! {
+                ::soorma::__private::HandlerRegistration::new(
+                    #agent,
+                    #fn_name,
+                    __soorma_handler,
+                )
+            }
+        };
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::model::HandlerKind;
+    use crate::parse::parse_handler;
+
+    fn expand(kind: HandlerKind, args: TokenStream, item: TokenStream) -> String {
+        let model = parse_handler(kind, args, item).expect("valid handler");
+        generate(&model).to_string()
+    }
+
+    #[test]
+    fn invoke() {
+        let out = expand(
+            HandlerKind::Invoke,
+            quote!(
+                "calculate.requested",
+                agent = "calculator",
+                name = "calculate"
+            ),
+            quote! {
+                /// Evaluates an arithmetic expression.
+                async fn calculate(req: Invocation<Calculate>) -> Result<Calculated, ToolError> { todo!() }
+            },
+        );
+        assert!(out.contains("inventory :: submit"), "{out}");
+        assert!(out.contains("Handler :: on_invoke"), "{out}");
+        assert!(
+            out.contains(
+                ":: soorma :: __private :: Handler :: on_invoke (\"calculate.requested\" , calculate) \
+                 . with_description (\"Evaluates an arithmetic expression.\") \
+                 . with_name (\"calculate\")"
+            ),
+            "{out}"
+        );
+        assert!(
+            out.contains(
+                ":: soorma :: __private :: HandlerRegistration :: new (:: core :: option :: Option :: Some (\"calculator\") , \"calculate\" , __soorma_handler ,)"
+            ),
+            "{out}"
+        );
+        // The function itself is re-emitted, doc comment included.
+        assert!(
+            out.starts_with("# [doc =")
+                && out.contains(" Evaluates an arithmetic expression.\"] async fn calculate (req"),
+            "{out}"
+        );
+        assert!(out.contains("# [doc (hidden)] const _ : () ="), "{out}");
+    }
+
+    #[test]
+    fn event_without_description_or_agent() {
+        let out = expand(
+            HandlerKind::Event,
+            quote!("business-facts", "order.placed"),
+            quote!(
+                async fn r#on_order(e: Event<OrderPlaced>) {}
+            ),
+        );
+        assert!(
+            out.contains(
+                ":: soorma :: __private :: Handler :: on_event (:: soorma :: __private :: Topic :: BusinessFacts , \"order.placed\" , r#on_order)"
+            ),
+            "{out}"
+        );
+        assert!(!out.contains("with_description"), "{out}");
+        assert!(!out.contains("with_name"), "{out}");
+        assert!(
+            out.contains("new (:: core :: option :: Option :: None , \"on_order\" ,"),
+            "{out}"
+        );
+    }
+
+    #[test]
+    fn task_and_result_constructors() {
+        let out = expand(
+            HandlerKind::Task,
+            quote!("t"),
+            quote!(
+                async fn t(t: TaskContext<A>) {}
+            ),
+        );
+        assert!(out.contains("Handler :: on_task (\"t\" , t)"), "{out}");
+        let out = expand(
+            HandlerKind::Result,
+            quote!("a"),
+            quote! {
+                #[on_result("b")]
+                async fn collect(r: ResultContext<A>) {}
+            },
+        );
+        assert!(
+            out.contains("Handler :: on_result (\"a\" , collect)"),
+            "{out}"
+        );
+        // The other (stacked) attribute is kept for its own expansion.
+        assert!(
+            out.starts_with("# [on_result (\"b\")] async fn collect"),
+            "{out}"
+        );
+    }
+}

@@ -1,0 +1,352 @@
+//! A client for code outside agents: publish events and await replies to requests.
+
+use std::collections::{HashMap, HashSet};
+use std::future::IntoFuture;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use serde::Serialize;
+use serde::de::DeserializeOwned;
+use soorma_common::{ActionReply, EventEnvelope, Topic};
+use tokio::sync::{oneshot, watch};
+
+use crate::bus::{BusClient, EventFilter, Settlement, SubscriptionSpec};
+use crate::context::decode_payload;
+use crate::error::{Error, Result};
+use crate::platform::Platform;
+use crate::task::split_reply;
+use crate::util::{BoxFuture, new_id};
+
+type Pending = Arc<Mutex<HashMap<String, oneshot::Sender<Arc<EventEnvelope>>>>>;
+
+struct Inner {
+    platform: Platform,
+    bus: BusClient,
+    group: String,
+    tenant: Option<String>,
+    user: Option<String>,
+    session: Option<String>,
+    timeout: Duration,
+    pending: Pending,
+    listening: tokio::sync::Mutex<HashSet<(Topic, String)>>,
+    stop: watch::Sender<bool>,
+}
+
+impl Drop for Inner {
+    fn drop(&mut self) {
+        let _ = self.stop.send(true);
+    }
+}
+
+/// Publishes events and awaits replies, from code that is not an agent (a CLI, a test, a
+/// web handler). Cheap to clone.
+///
+/// ```
+/// # #[tokio::main(flavor = "current_thread")] async fn main() -> soorma::Result<()> {
+/// use soorma::prelude::*;
+///
+/// async fn double(req: Invocation<i64>) -> Result<i64, ToolError> { Ok(req.data * 2) }
+///
+/// let platform = Platform::embedded();
+/// let tool = Tool::new("doubler")
+///     .use_registered_handlers(false)
+///     .handler(Handler::on_invoke("double.requested", double))
+///     .start(&platform)
+///     .await?;
+/// let client = platform.client("example");
+/// let four: i64 = client.invoke("double.requested", 2, "double.completed").await?;
+/// assert_eq!(four, 4);
+/// tool.shutdown().await?;
+/// # Ok(()) }
+/// ```
+#[derive(Clone)]
+pub struct Client {
+    inner: Arc<Inner>,
+}
+
+impl std::fmt::Debug for Client {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Client")
+            .field("source", &self.inner.bus.source())
+            .field("tenant", &self.inner.tenant)
+            .finish_non_exhaustive()
+    }
+}
+
+impl Client {
+    pub(crate) fn new(platform: Platform, name: impl Into<String>) -> Self {
+        Self::build(platform, name.into(), None, None, None, Duration::from_secs(30))
+    }
+
+    fn build(
+        platform: Platform,
+        name: String,
+        tenant: Option<String>,
+        user: Option<String>,
+        session: Option<String>,
+        timeout: Duration,
+    ) -> Self {
+        let bus = BusClient::new(platform.bus().clone(), name.as_str());
+        Self {
+            inner: Arc::new(Inner {
+                platform,
+                bus,
+                group: format!("{name}-client-{}", new_id()),
+                tenant,
+                user,
+                session,
+                timeout,
+                pending: Arc::default(),
+                listening: tokio::sync::Mutex::default(),
+                stop: watch::channel(false).0,
+            }),
+        }
+    }
+
+    fn rebuild(&self, f: impl FnOnce(&mut (Option<String>, Option<String>, Option<String>, Duration))) -> Self {
+        let i = &self.inner;
+        let mut parts = (i.tenant.clone(), i.user.clone(), i.session.clone(), i.timeout);
+        f(&mut parts);
+        Self::build(i.platform.clone(), i.bus.source().to_owned(), parts.0, parts.1, parts.2, parts.3)
+    }
+
+    /// A client acting for `tenant` (its requests carry it; it only sees that tenant's replies).
+    #[must_use]
+    pub fn with_tenant(&self, tenant: impl Into<String>) -> Self {
+        let t = tenant.into();
+        self.rebuild(|p| p.0 = Some(t))
+    }
+
+    /// A client acting for `user`.
+    #[must_use]
+    pub fn with_user(&self, user: impl Into<String>) -> Self {
+        let u = user.into();
+        self.rebuild(|p| p.1 = Some(u))
+    }
+
+    /// A client acting in `session`.
+    #[must_use]
+    pub fn with_session(&self, session: impl Into<String>) -> Self {
+        let s = session.into();
+        self.rebuild(|p| p.2 = Some(s))
+    }
+
+    /// A client whose requests time out after `timeout` (default 30 s).
+    #[must_use]
+    pub fn with_timeout(&self, timeout: Duration) -> Self {
+        self.rebuild(|p| p.3 = timeout)
+    }
+
+    /// A bus client publishing as this client (no reply handling).
+    pub fn bus(&self) -> BusClient {
+        self.inner.bus.clone()
+    }
+
+    /// Publishes `data` as `event_type` on `topic` with this client's tenant, user and session.
+    pub async fn publish(&self, topic: Topic, event_type: impl Into<String>, data: impl Serialize) -> Result<String> {
+        let mut p = self.inner.bus.publish(topic, event_type, data);
+        p = self.scope(p);
+        p.await
+    }
+
+    fn scope(&self, mut p: crate::bus::Publish) -> crate::bus::Publish {
+        if let Some(t) = &self.inner.tenant {
+            p = p.tenant_id(t.clone());
+        }
+        if let Some(u) = &self.inner.user {
+            p = p.user_id(u.clone());
+        }
+        if let Some(s) = &self.inner.session {
+            p = p.session_id(s.clone());
+        }
+        p
+    }
+
+    /// Sends a request and resolves to its reply.
+    ///
+    /// ```no_run
+    /// # async fn demo(client: soorma::Client) -> soorma::Result<()> {
+    /// let reply = client
+    ///     .request("research.requested", serde_json::json!({"topic": "rust"}), "research.completed")
+    ///     .timeout(std::time::Duration::from_secs(5))
+    ///     .await?;
+    /// let report: serde_json::Value = reply.into_result()?;
+    /// # let _ = report; Ok(()) }
+    /// ```
+    pub fn request(
+        &self,
+        event_type: impl Into<String>,
+        data: impl Serialize,
+        response_event: impl Into<String>,
+    ) -> Call {
+        let publish = self.scope(self.inner.bus.request(event_type, data, response_event));
+        Call {
+            client: self.clone(),
+            publish,
+            timeout: self.inner.timeout,
+        }
+    }
+
+    /// Sends a request and decodes the successful reply's `result` as `R`; an error reply
+    /// becomes [`Error::Remote`].
+    pub async fn invoke<R: DeserializeOwned>(
+        &self,
+        event_type: impl Into<String>,
+        data: impl Serialize,
+        response_event: impl Into<String>,
+    ) -> Result<R> {
+        self.request(event_type, data, response_event).await?.into_result()
+    }
+
+    async fn listen(&self, topic: Topic, event: &str) -> Result<()> {
+        let mut listening = self.inner.listening.lock().await;
+        if listening.contains(&(topic, event.to_owned())) {
+            return Ok(());
+        }
+        let mut spec = SubscriptionSpec::new(self.inner.group.clone(), topic, EventFilter::only([event]));
+        if let Some(t) = &self.inner.tenant {
+            spec = spec.with_tenant(t.clone());
+        }
+        let mut sub = self.inner.platform.bus().subscribe(spec).await?;
+        let pending = self.inner.pending.clone();
+        let mut stop = self.inner.stop.subscribe();
+        tokio::spawn(async move {
+            loop {
+                let delivery = tokio::select! {
+                    _ = stop.changed() => break,
+                    d = sub.next() => match d { Some(d) => d, None => break },
+                };
+                let waiter = delivery
+                    .envelope
+                    .correlation_id
+                    .as_ref()
+                    .and_then(|c| pending.lock().expect("pending lock").remove(c));
+                if let Some(tx) = waiter {
+                    let _ = tx.send(delivery.envelope.clone());
+                }
+                let _ = delivery.settle(Settlement::Ack).await;
+            }
+        });
+        listening.insert((topic, event.to_owned()));
+        Ok(())
+    }
+}
+
+/// A pending request; `.await` it for the [`Reply`].
+#[must_use = "a request does nothing until awaited"]
+pub struct Call {
+    client: Client,
+    publish: crate::bus::Publish,
+    timeout: Duration,
+}
+
+impl Call {
+    /// Sets how long to wait for the reply.
+    pub fn timeout(mut self, timeout: Duration) -> Self {
+        self.timeout = timeout;
+        self
+    }
+
+    /// Sets the request's correlation id (default: the request's event id).
+    pub fn correlation_id(mut self, id: impl Into<String>) -> Self {
+        self.publish = self.publish.correlation_id(id);
+        self
+    }
+
+    /// Sets the session of the request.
+    pub fn session_id(mut self, id: impl Into<String>) -> Self {
+        self.publish = self.publish.session_id(id);
+        self
+    }
+
+    /// Sets the reply topic (default `action-results`).
+    pub fn response_topic(mut self, topic: Topic) -> Self {
+        self.publish = self.publish.response_topic(topic);
+        self
+    }
+
+    async fn run(self) -> Result<Reply> {
+        let env = self.publish.envelope()?;
+        let response_event = env
+            .response_event
+            .clone()
+            .filter(|r| !r.trim().is_empty())
+            .ok_or_else(|| Error::InvalidArgument("a request needs a response_event".into()))?;
+        let topic = env.reply_topic();
+        let correlation = env.correlation_id.clone().unwrap_or_else(|| env.id.clone());
+        let event_type = env.event_type.clone();
+        self.client.listen(topic, &response_event).await?;
+        let (tx, rx) = oneshot::channel();
+        let pending = self.client.inner.pending.clone();
+        pending.lock().expect("pending lock").insert(correlation.clone(), tx);
+        if let Err(e) = self.publish.await {
+            pending.lock().expect("pending lock").remove(&correlation);
+            return Err(e);
+        }
+        match tokio::time::timeout(self.timeout, rx).await {
+            Ok(Ok(envelope)) => Ok(Reply::new(envelope)),
+            Ok(Err(_)) => Err(Error::Closed),
+            Err(_) => {
+                pending.lock().expect("pending lock").remove(&correlation);
+                Err(Error::Timeout {
+                    after: self.timeout,
+                    what: format!("`{response_event}` replying to `{event_type}`"),
+                })
+            }
+        }
+    }
+}
+
+impl IntoFuture for Call {
+    type Output = Result<Reply>;
+    type IntoFuture = BoxFuture<'static, Result<Reply>>;
+
+    fn into_future(self) -> Self::IntoFuture {
+        Box::pin(self.run())
+    }
+}
+
+/// A reply to a request.
+#[derive(Debug, Clone)]
+pub struct Reply {
+    /// The reply event.
+    pub envelope: Arc<EventEnvelope>,
+    /// The reply payload as `{request_id, success, result | error}`.
+    pub reply: ActionReply,
+}
+
+impl Reply {
+    fn new(envelope: Arc<EventEnvelope>) -> Self {
+        let (success, result, error) = split_reply(&envelope.data);
+        let request_id = envelope
+            .data
+            .get("request_id")
+            .and_then(|v| v.as_str())
+            .or(envelope.correlation_id.as_deref())
+            .unwrap_or_default()
+            .to_owned();
+        let reply = if success {
+            ActionReply::success(request_id, result.unwrap_or_default())
+        } else {
+            ActionReply::failure(request_id, error.unwrap_or_default())
+        };
+        Self { envelope, reply }
+    }
+
+    /// Whether the request succeeded.
+    pub fn is_success(&self) -> bool {
+        self.reply.success
+    }
+
+    /// The result decoded as `R`, or [`Error::Remote`] for an error reply.
+    pub fn into_result<R: DeserializeOwned>(self) -> Result<R> {
+        if self.reply.success {
+            decode_payload(&self.envelope.event_type, self.reply.result.as_ref().unwrap_or(&serde_json::Value::Null))
+        } else {
+            Err(Error::Remote {
+                event: self.envelope.event_type.clone(),
+                message: self.reply.error.unwrap_or_default(),
+            })
+        }
+    }
+}

@@ -1,0 +1,140 @@
+//! The SDK's error type.
+
+use std::time::Duration;
+
+/// Errors returned by soorma.
+///
+/// ```
+/// let err = soorma::Error::InvalidArgument("response_event must not be empty".into());
+/// assert!(err.to_string().contains("response_event"));
+/// ```
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum Error {
+    /// An event's payload did not match the handler's payload type.
+    #[error("invalid payload for event `{event}`: expected `{type_name}`; at `{path}`: {message}")]
+    InvalidPayload {
+        /// The event type.
+        event: String,
+        /// The Rust type the handler expects.
+        type_name: &'static str,
+        /// The serde path of the problem (`.` for the root).
+        path: String,
+        /// What serde reported.
+        message: String,
+    },
+    /// A call was made with an argument the SDK cannot accept.
+    #[error("invalid argument: {0}")]
+    InvalidArgument(String),
+    /// A value could not be serialized to JSON.
+    #[error("could not serialize {what}: {source}")]
+    Serialize {
+        /// What was being serialized.
+        what: &'static str,
+        /// The serde error.
+        #[source]
+        source: serde_json::Error,
+    },
+    /// A stored record could not be decoded.
+    #[error("could not decode stored {what} `{key}`: {source}")]
+    CorruptState {
+        /// The record kind.
+        what: &'static str,
+        /// The key.
+        key: String,
+        /// The serde error.
+        #[source]
+        source: serde_json::Error,
+    },
+    /// A revision-checked update lost to a concurrent writer (after retries).
+    #[error("revision conflict on `{key}`")]
+    Conflict {
+        /// The contended key.
+        key: String,
+    },
+    /// The state store failed.
+    #[error("state store error: {0}")]
+    State(String),
+    /// The bus failed.
+    #[error("bus error: {0}")]
+    Bus(String),
+    /// The registry failed.
+    #[error("registry error: {0}")]
+    Registry(String),
+    /// An agent was started with no handlers.
+    #[error(
+        "agent `{agent}` has no handlers: annotate async fns with #[on_invoke]/#[on_task]/#[on_result]/#[on_event] \
+         (with `agent = \"{agent}\"` when several agents share a binary) or register them with the builder"
+    )]
+    NoHandlers {
+        /// The agent's name.
+        agent: String,
+    },
+    /// An agent's handlers or configuration are inconsistent.
+    #[error("agent `{agent}` is misconfigured:\n  - {}", problems.join("\n  - "))]
+    Misconfigured {
+        /// The agent's name.
+        agent: String,
+        /// Every problem found.
+        problems: Vec<String>,
+    },
+    /// The platform configuration (environment) is invalid.
+    #[error("configuration error: {0}")]
+    Config(String),
+    /// Waiting for something took too long.
+    #[error("timed out after {after:?} waiting for {what}")]
+    Timeout {
+        /// How long we waited.
+        after: Duration,
+        /// What we waited for.
+        what: String,
+    },
+    /// No task with that id is stored.
+    #[error("task `{0}` not found")]
+    TaskNotFound(String),
+    /// A result arrived for a sub-task no stored task delegated.
+    #[error("no parent task is recorded for sub-task `{0}`")]
+    UnknownSubTask(String),
+    /// A request was answered with an error reply.
+    #[error("`{event}` failed: {message}")]
+    Remote {
+        /// The reply event.
+        event: String,
+        /// The error in the reply.
+        message: String,
+    },
+    /// A handler reported an error.
+    #[error("{0}")]
+    Handler(String),
+    /// The platform or client has shut down.
+    #[error("the platform is shut down")]
+    Closed,
+}
+
+impl Error {
+    /// Whether retrying the same operation later may succeed.
+    ///
+    /// ```
+    /// use soorma::Error;
+    /// assert!(Error::Conflict { key: "k".into() }.is_retryable());
+    /// assert!(!Error::InvalidArgument("x".into()).is_retryable());
+    /// ```
+    pub fn is_retryable(&self) -> bool {
+        matches!(
+            self,
+            Error::Conflict { .. } | Error::State(_) | Error::Bus(_) | Error::Registry(_) | Error::Timeout { .. }
+        )
+    }
+
+    pub(crate) fn serialize(what: &'static str, source: serde_json::Error) -> Self {
+        Error::Serialize { what, source }
+    }
+}
+
+/// `Result` with soorma's [`Error`] as the default error.
+///
+/// ```
+/// fn f() -> soorma::Result<u8> { Ok(1) }
+/// assert_eq!(f().unwrap(), 1);
+/// ```
+pub type Result<T, E = Error> = std::result::Result<T, E>;

@@ -1,0 +1,133 @@
+//! The platform: a bus, a state store and a registry behind one handle.
+
+use std::sync::Arc;
+
+use crate::bus::EventBus;
+use crate::client::Client;
+use crate::embedded::{EmbeddedBus, MemoryRegistry, MemoryStore};
+use crate::error::{Error, Result};
+use crate::registry::{Discovery, Registry};
+use crate::state::StateStore;
+
+/// The environment variable that selects the NATS platform.
+pub const NATS_URL_ENV: &str = "SOORMA_NATS_URL";
+
+struct Inner {
+    kind: &'static str,
+    bus: Arc<dyn EventBus>,
+    state: Arc<dyn StateStore>,
+    registry: Arc<dyn Registry>,
+    embedded_bus: Option<EmbeddedBus>,
+}
+
+/// Where agents run: a bus, a state store and a registry. Cheap to clone.
+///
+/// ```
+/// let platform = soorma::Platform::embedded();
+/// assert_eq!(platform.kind(), "embedded");
+/// ```
+#[derive(Clone)]
+pub struct Platform {
+    inner: Arc<Inner>,
+}
+
+impl std::fmt::Debug for Platform {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Platform").field("kind", &self.inner.kind).finish()
+    }
+}
+
+impl Platform {
+    /// The in-process platform: zero setup.
+    pub fn embedded() -> Self {
+        let bus = EmbeddedBus::new();
+        Self {
+            inner: Arc::new(Inner {
+                kind: "embedded",
+                bus: Arc::new(bus.clone()),
+                state: Arc::new(MemoryStore::new()),
+                registry: Arc::new(MemoryRegistry::new()),
+                embedded_bus: Some(bus),
+            }),
+        }
+    }
+
+    /// The platform the environment selects: embedded unless `SOORMA_NATS_URL` is set.
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")] async fn main() -> soorma::Result<()> {
+    /// // With SOORMA_NATS_URL unset:
+    /// # unsafe { std::env::remove_var("SOORMA_NATS_URL"); }
+    /// let platform = soorma::Platform::from_env().await?;
+    /// assert_eq!(platform.kind(), "embedded");
+    /// # Ok(()) }
+    /// ```
+    pub async fn from_env() -> Result<Self> {
+        match std::env::var(NATS_URL_ENV) {
+            Ok(url) if !url.trim().is_empty() => Err(Error::Config(format!(
+                "{NATS_URL_ENV}={url} selects the NATS platform, which this build of soorma does not include; \
+                 unset {NATS_URL_ENV} to run on the embedded platform"
+            ))),
+            _ => Ok(Self::embedded()),
+        }
+    }
+
+    /// A platform from custom parts.
+    pub fn from_parts(
+        kind: &'static str,
+        bus: Arc<dyn EventBus>,
+        state: Arc<dyn StateStore>,
+        registry: Arc<dyn Registry>,
+    ) -> Self {
+        Self {
+            inner: Arc::new(Inner {
+                kind,
+                bus,
+                state,
+                registry,
+                embedded_bus: None,
+            }),
+        }
+    }
+
+    /// `"embedded"`, `"nats"`, or the name given to [`from_parts`](Self::from_parts).
+    pub fn kind(&self) -> &'static str {
+        self.inner.kind
+    }
+
+    /// The bus.
+    pub fn bus(&self) -> &Arc<dyn EventBus> {
+        &self.inner.bus
+    }
+
+    /// The state store.
+    pub fn state(&self) -> &Arc<dyn StateStore> {
+        &self.inner.state
+    }
+
+    /// The registry.
+    pub fn registry(&self) -> &Arc<dyn Registry> {
+        &self.inner.registry
+    }
+
+    /// Discovery queries over the registry.
+    pub fn discovery(&self) -> Discovery {
+        Discovery::new(self.inner.registry.clone())
+    }
+
+    /// The embedded bus, when this is the embedded platform (for taps).
+    pub fn embedded_bus(&self) -> Option<&EmbeddedBus> {
+        self.inner.embedded_bus.as_ref()
+    }
+
+    /// A client for code outside agents: publish, and request with awaited replies.
+    ///
+    /// ```
+    /// let platform = soorma::Platform::embedded();
+    /// let client = platform.client("cli");
+    /// # let _ = client;
+    /// ```
+    pub fn client(&self, name: impl Into<String>) -> Client {
+        Client::new(self.clone(), name)
+    }
+}

@@ -1,0 +1,174 @@
+//! The state store: revision-checked key/value records, scoped by tenant.
+
+use std::fmt;
+use std::time::Duration;
+
+use serde::Serialize;
+use serde::de::DeserializeOwned;
+
+use crate::error::{Error, Result};
+use crate::util::BoxFuture;
+
+/// A record's revision; every write yields a new, larger one.
+pub type Revision = u64;
+
+/// Where a record lives: bucket, tenant and key. Tenants never see each other's records.
+///
+/// ```
+/// use soorma::state::StateKey;
+/// let key = StateKey::new("tasks", "acme", "task-1");
+/// assert_eq!(key.to_string(), "tasks/acme/task-1");
+/// ```
+#[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
+#[non_exhaustive]
+pub struct StateKey {
+    /// The bucket (`tasks`, `subtasks`, `plans`, ...).
+    pub bucket: &'static str,
+    /// The tenant.
+    pub tenant: String,
+    /// The record key within the bucket and tenant.
+    pub key: String,
+}
+
+impl StateKey {
+    /// A key.
+    ///
+    /// ```
+    /// # use soorma::state::StateKey;
+    /// assert_eq!(StateKey::new("b", "t", "k").bucket, "b");
+    /// ```
+    pub fn new(bucket: &'static str, tenant: impl Into<String>, key: impl Into<String>) -> Self {
+        Self {
+            bucket,
+            tenant: tenant.into(),
+            key: key.into(),
+        }
+    }
+}
+
+impl fmt::Display for StateKey {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}/{}/{}", self.bucket, self.tenant, self.key)
+    }
+}
+
+/// A stored value with its revision.
+///
+/// ```
+/// use soorma::state::Versioned;
+/// let v = Versioned { value: 5, revision: 1 };
+/// assert_eq!(v.revision, 1);
+/// ```
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Versioned<T> {
+    /// The value.
+    pub value: T,
+    /// Its revision.
+    pub revision: Revision,
+}
+
+/// A platform's key/value store with revision-checked writes.
+///
+/// `create` fails with [`Error::Conflict`] when the key exists; `update` fails with
+/// [`Error::Conflict`] when the stored revision is not `expected`.
+pub trait StateStore: Send + Sync + 'static {
+    /// Reads a record.
+    fn get<'a>(&'a self, key: &'a StateKey) -> BoxFuture<'a, Result<Option<Versioned<Vec<u8>>>>>;
+    /// Creates a record that must not exist yet.
+    fn create<'a>(&'a self, key: &'a StateKey, value: Vec<u8>) -> BoxFuture<'a, Result<Revision>>;
+    /// Replaces a record if its revision is still `expected`.
+    fn update<'a>(
+        &'a self,
+        key: &'a StateKey,
+        value: Vec<u8>,
+        expected: Revision,
+    ) -> BoxFuture<'a, Result<Revision>>;
+    /// Writes a record unconditionally.
+    fn put<'a>(&'a self, key: &'a StateKey, value: Vec<u8>) -> BoxFuture<'a, Result<Revision>>;
+    /// Deletes a record (no error if absent).
+    fn delete<'a>(&'a self, key: &'a StateKey) -> BoxFuture<'a, Result<()>>;
+    /// Lists the keys of a bucket for one tenant.
+    fn keys<'a>(&'a self, bucket: &'static str, tenant: &'a str) -> BoxFuture<'a, Result<Vec<String>>>;
+}
+
+/// What an update closure decided.
+#[derive(Debug)]
+pub(crate) enum Change<R> {
+    /// Write the modified value.
+    Write(R),
+    /// Leave the record as it is.
+    Keep(R),
+}
+
+const MAX_ATTEMPTS: u32 = 10_000;
+
+pub(crate) fn encode<T: Serialize>(what: &'static str, value: &T) -> Result<Vec<u8>> {
+    serde_json::to_vec(value).map_err(|e| Error::serialize(what, e))
+}
+
+pub(crate) fn decode<T: DeserializeOwned>(what: &'static str, key: &StateKey, bytes: &[u8]) -> Result<T> {
+    serde_json::from_slice(bytes).map_err(|source| Error::CorruptState {
+        what,
+        key: key.to_string(),
+        source,
+    })
+}
+
+/// Reads a typed record.
+pub(crate) async fn load<T: DeserializeOwned>(
+    store: &dyn StateStore,
+    what: &'static str,
+    key: &StateKey,
+) -> Result<Option<Versioned<T>>> {
+    match store.get(key).await? {
+        Some(v) => Ok(Some(Versioned {
+            value: decode(what, key, &v.value)?,
+            revision: v.revision,
+        })),
+        None => Ok(None),
+    }
+}
+
+/// Read-modify-write with revision check, retried on conflict until it applies.
+///
+/// Returns the closure's answer and the record as stored afterwards.
+pub(crate) async fn update_with<T, R>(
+    store: &dyn StateStore,
+    what: &'static str,
+    key: &StateKey,
+    mut f: impl FnMut(&mut T) -> Result<Change<R>>,
+) -> Result<(R, Versioned<T>)>
+where
+    T: Serialize + DeserializeOwned,
+{
+    for attempt in 0..MAX_ATTEMPTS {
+        let Some(mut current) = load::<T>(store, what, key).await? else {
+            return Err(Error::State(format!("{what} `{key}` does not exist")));
+        };
+        match f(&mut current.value)? {
+            Change::Keep(r) => return Ok((r, current)),
+            Change::Write(r) => {
+                let bytes = encode(what, &current.value)?;
+                match store.update(key, bytes, current.revision).await {
+                    Ok(revision) => {
+                        current.revision = revision;
+                        return Ok((r, current));
+                    }
+                    Err(Error::Conflict { .. }) => backoff(attempt).await,
+                    Err(e) => return Err(e),
+                }
+            }
+        }
+    }
+    Err(Error::Conflict { key: key.to_string() })
+}
+
+async fn backoff(attempt: u32) {
+    if attempt < 8 {
+        tokio::task::yield_now().await;
+    } else {
+        // Spread contenders out: 50µs .. 5ms, varied per attempt.
+        let micros = 50 + u64::from(attempt.wrapping_mul(2_654_435_761) % 50) * (u64::from(attempt.min(100)));
+        tokio::time::sleep(Duration::from_micros(micros.min(5_000))).await;
+    }
+}

@@ -1,0 +1,693 @@
+//! Worker tasks: `TaskContext` (save, delegate, fan-out, complete) and `ResultContext` (fan-in).
+
+use std::fmt;
+use std::sync::{Arc, OnceLock};
+
+use serde::Serialize;
+use serde::de::DeserializeOwned;
+use serde_json::{Map, Value};
+use soorma_common::{
+    ActionReply, EventEnvelope, SubTaskIndex, SubTaskInfo, SubTaskStatus, TaskProgress, TaskRecord,
+    TaskStatus, Topic,
+};
+
+use crate::context::{context_accessors, decode_payload};
+use crate::error::{Error, Result};
+use crate::extract::{AgentRuntime, HandlerInput};
+use crate::state::{self, Change, Revision, StateKey};
+use crate::util::now_rfc3339;
+
+/// State bucket holding task records.
+pub const TASKS_BUCKET: &str = "tasks";
+/// State bucket mapping sub-task ids to their parent task.
+pub const SUBTASKS_BUCKET: &str = "subtasks";
+
+fn task_key(tenant: &str, task_id: &str) -> StateKey {
+    StateKey::new(TASKS_BUCKET, tenant, task_id)
+}
+
+fn subtask_key(tenant: &str, sub_task_id: &str) -> StateKey {
+    StateKey::new(SUBTASKS_BUCKET, tenant, sub_task_id)
+}
+
+/// One sub-task to delegate in a fan-out.
+///
+/// Two delegations with the same event type stay distinct sub-tasks.
+///
+/// ```
+/// use soorma::Delegation;
+/// let d = Delegation::new("sentiment.analyze", &serde_json::json!({"text": "hi"}), "sentiment.completed");
+/// assert_eq!(d.event_type(), "sentiment.analyze");
+/// ```
+#[derive(Debug, Clone)]
+pub struct Delegation {
+    event_type: String,
+    data: std::result::Result<Value, String>,
+    response_event: String,
+}
+
+impl Delegation {
+    /// A delegation of `data` as `event_type`, answered with `response_event`.
+    pub fn new(
+        event_type: impl Into<String>,
+        data: &impl Serialize,
+        response_event: impl Into<String>,
+    ) -> Self {
+        Self {
+            event_type: event_type.into(),
+            data: serde_json::to_value(data).map_err(|e| e.to_string()),
+            response_event: response_event.into(),
+        }
+    }
+
+    /// The request's event type.
+    pub fn event_type(&self) -> &str {
+        &self.event_type
+    }
+
+    /// The reply event.
+    pub fn response_event(&self) -> &str {
+        &self.response_event
+    }
+}
+
+/// A worker's task, for `#[on_task]` handlers: persisted state, delegation and completion.
+///
+/// The task's id is the id of the request that started it. `delegate` and `delegate_parallel`
+/// save the task before publishing, so results can be recorded by any instance of the worker.
+/// Sub-task ids are derived from the task and the handled event, so a redelivered event
+/// re-delegates the same sub-tasks rather than new ones. `complete` and `fail` are
+/// revision-checked: a task completes exactly once however many handlers try.
+///
+/// ```
+/// use soorma::prelude::*;
+///
+/// #[derive(serde::Deserialize, serde::Serialize, schemars::JsonSchema)]
+/// struct Text { text: String }
+///
+/// #[on_task("analyze.requested", agent = "analyzer")]
+/// async fn analyze(mut task: TaskContext<Text>) -> soorma::Result<()> {
+///     let text = serde_json::json!({"text": task.data.text});
+///     task.delegate_parallel([
+///         Delegation::new("sentiment.analyze", &text, "sentiment.completed"),
+///         Delegation::new("entity.extract", &text, "entity.completed"),
+///     ])
+///     .await?;
+///     Ok(())
+/// }
+/// ```
+pub struct TaskContext<T = Value> {
+    /// The task's request payload.
+    pub data: T,
+    record: TaskRecord,
+    revision: Option<Revision>,
+    /// Delegations made through this context (part of sub-task ids).
+    delegated: u32,
+    envelope: Arc<EventEnvelope>,
+    runtime: Arc<AgentRuntime>,
+}
+
+context_accessors!(TaskContext);
+
+impl<T: fmt::Debug> fmt::Debug for TaskContext<T> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("TaskContext")
+            .field("task_id", &self.record.task_id)
+            .field("status", &self.record.status)
+            .field("data", &self.data)
+            .field("sub_tasks", &self.record.sub_tasks.len())
+            .finish_non_exhaustive()
+    }
+}
+
+impl<T> TaskContext<T> {
+    /// A new task for the request being handled.
+    pub(crate) fn from_request(data: T, input: &HandlerInput) -> Self {
+        let env = &input.envelope;
+        let mut record = TaskRecord::new(&env.id, &*input.runtime.name, &env.event_type);
+        record.data = env.data.clone();
+        record.correlation_id = Some(env.correlation_id.clone().unwrap_or_else(|| env.id.clone()));
+        record.response_event.clone_from(&env.response_event);
+        record.response_topic = env.response_event.as_ref().map(|_| env.reply_topic());
+        record.tenant_id.clone_from(&env.tenant_id);
+        record.user_id.clone_from(&env.user_id);
+        record.session_id.clone_from(&env.session_id);
+        record.plan_id.clone_from(&env.plan_id);
+        record.goal_id.clone_from(&env.goal_id);
+        record.trace_id = Some(env.trace_id.clone().unwrap_or_else(|| env.id.clone()));
+        Self {
+            data,
+            record,
+            revision: None,
+            delegated: 0,
+            envelope: env.clone(),
+            runtime: input.runtime.clone(),
+        }
+    }
+
+    fn store(&self) -> &dyn crate::state::StateStore {
+        &**self.runtime.platform.state()
+    }
+
+    fn key(&self) -> StateKey {
+        task_key(self.record.tenant_id.as_deref().unwrap_or(soorma_common::DEFAULT_TENANT), &self.record.task_id)
+    }
+
+    /// The task id (the id of the request that started the task).
+    pub fn task_id(&self) -> &str {
+        &self.record.task_id
+    }
+
+    /// The task as persisted (or as it will be on the next save).
+    pub fn record(&self) -> &TaskRecord {
+        &self.record
+    }
+
+    /// Where the task stands.
+    pub fn status(&self) -> TaskStatus {
+        self.record.status
+    }
+
+    /// The handler-owned state saved with the task.
+    pub fn state(&self) -> &Map<String, Value> {
+        &self.record.state
+    }
+
+    /// Reads a typed value from the task state.
+    ///
+    /// Returns `Ok(None)` when the key is absent and an error when it does not decode.
+    pub fn state_value<V: DeserializeOwned>(&self, key: &str) -> Result<Option<V>> {
+        self.record
+            .state
+            .get(key)
+            .map(|v| decode_payload(&format!("task state `{key}`"), v))
+            .transpose()
+    }
+
+    /// Sets a state value (persisted by the next `save`, `delegate` or completion).
+    pub fn set_state(&mut self, key: impl Into<String>, value: impl Serialize) -> Result<()> {
+        let value = serde_json::to_value(value).map_err(|e| Error::serialize("task state", e))?;
+        self.record.state.insert(key.into(), value);
+        Ok(())
+    }
+
+    /// Every sub-task, in delegation order.
+    pub fn sub_tasks(&self) -> Vec<&SubTaskInfo> {
+        let mut all: Vec<&SubTaskInfo> = self.record.sub_tasks.values().collect();
+        all.sort_by_key(|s| s.seq);
+        all
+    }
+
+    /// A sub-task by id.
+    pub fn sub_task(&self, sub_task_id: &str) -> Option<&SubTaskInfo> {
+        self.record.sub_tasks.get(sub_task_id)
+    }
+
+    /// The sub-tasks of a fan-out group (or of the whole task for `None`), in delegation
+    /// order, once every one of them has a result; `None` while any is pending.
+    ///
+    /// ```no_run
+    /// # async fn demo(result: soorma::ResultContext) -> soorma::Result<()> {
+    /// let mut task = result.record_in_parent().await?;
+    /// if let Some(all) = task.group_results(result.group_id()) {
+    ///     let values: Vec<_> = all.iter().map(|s| s.result.clone()).collect();
+    ///     task.complete(values).await?;
+    /// }
+    /// # Ok(()) }
+    /// ```
+    pub fn group_results<'a>(&self, group_id: impl Into<Option<&'a str>>) -> Option<Vec<SubTaskInfo>> {
+        let members: Vec<&SubTaskInfo> = match group_id.into() {
+            Some(group) => self.record.group(group),
+            None => self.sub_tasks(),
+        };
+        if members.is_empty() || members.iter().any(|s| !s.is_finished()) {
+            return None;
+        }
+        Some(members.into_iter().cloned().collect())
+    }
+
+    /// Persists the task (its state; sub-task results recorded concurrently are kept).
+    pub async fn save(&mut self) -> Result<()> {
+        let state = self.record.state.clone();
+        self.persist(move |rec| rec.state.clone_from(&state)).await
+    }
+
+    /// Applies `mutate` locally and to the stored record (created on first save).
+    async fn persist(&mut self, mutate: impl Fn(&mut TaskRecord)) -> Result<()> {
+        let now = now_rfc3339();
+        mutate(&mut self.record);
+        self.record.updated_at = Some(now.clone());
+        let key = self.key();
+        if self.revision.is_none() {
+            self.record.created_at.get_or_insert(now.clone());
+            let bytes = state::encode("task", &self.record)?;
+            match self.store().create(&key, bytes).await {
+                Ok(revision) => {
+                    self.revision = Some(revision);
+                    return Ok(());
+                }
+                // Stored by an earlier delivery of the same request: merge into it.
+                Err(Error::Conflict { .. }) => {}
+                Err(e) => return Err(e),
+            }
+        }
+        let ((), stored) = state::update_with(self.store(), "task", &key, |rec: &mut TaskRecord| {
+            mutate(rec);
+            rec.updated_at = Some(now.clone());
+            Ok(Change::Write(()))
+        })
+        .await?;
+        self.record = stored.value;
+        self.revision = Some(stored.revision);
+        Ok(())
+    }
+
+    fn next_sub_task_id(&mut self) -> String {
+        let k = self.delegated;
+        self.delegated += 1;
+        if self.envelope.id == self.record.task_id {
+            format!("{}-{k}", self.record.task_id)
+        } else {
+            format!("{}-{}-{k}", self.record.task_id, self.envelope.id)
+        }
+    }
+
+    /// Delegates one sub-task (sequential chaining); returns its id. The task is saved first.
+    pub async fn delegate(
+        &mut self,
+        event_type: impl Into<String>,
+        data: impl Serialize,
+        response_event: impl Into<String>,
+    ) -> Result<String> {
+        let d = Delegation {
+            event_type: event_type.into(),
+            data: serde_json::to_value(data).map_err(|e| e.to_string()),
+            response_event: response_event.into(),
+        };
+        let mut ids = self.delegate_all(vec![d], None).await?;
+        Ok(ids.remove(0))
+    }
+
+    /// Delegates several sub-tasks at once (fan-out); returns the group id to pass to
+    /// [`group_results`](Self::group_results). The task is saved before anything is published.
+    pub async fn delegate_parallel(
+        &mut self,
+        delegations: impl IntoIterator<Item = Delegation>,
+    ) -> Result<String> {
+        let group_id = format!("{}-g{}", self.record.task_id, self.envelope_tag());
+        let delegations: Vec<Delegation> = delegations.into_iter().collect();
+        if delegations.is_empty() {
+            return Err(Error::InvalidArgument("delegate_parallel needs at least one delegation".into()));
+        }
+        self.delegate_all(delegations, Some(group_id.clone())).await?;
+        Ok(group_id)
+    }
+
+    fn envelope_tag(&self) -> String {
+        if self.envelope.id == self.record.task_id {
+            self.delegated.to_string()
+        } else {
+            format!("{}-{}", self.envelope.id, self.delegated)
+        }
+    }
+
+    async fn delegate_all(&mut self, delegations: Vec<Delegation>, group: Option<String>) -> Result<Vec<String>> {
+        let mut planned = Vec::with_capacity(delegations.len());
+        for d in delegations {
+            if d.event_type.trim().is_empty() || d.response_event.trim().is_empty() {
+                return Err(Error::InvalidArgument(
+                    "a delegation needs an event type and a response event".into(),
+                ));
+            }
+            let data = d.data.map_err(|e| Error::InvalidArgument(format!("delegation data: {e}")))?;
+            planned.push((self.next_sub_task_id(), d.event_type, d.response_event, data));
+        }
+        let base_seq = self.record.next_seq;
+        let infos: Vec<SubTaskInfo> = planned
+            .iter()
+            .enumerate()
+            .map(|(i, (id, ev, resp, _))| {
+                let info = SubTaskInfo::new(id, ev, resp, base_seq + i as u32);
+                match &group {
+                    Some(g) => info.with_group_id(g),
+                    None => info,
+                }
+            })
+            .collect();
+        let state = self.record.state.clone();
+        let count = infos.len() as u32;
+        self.persist(move |rec| {
+            for info in &infos {
+                rec.sub_tasks.entry(info.sub_task_id.clone()).or_insert_with(|| info.clone());
+            }
+            rec.next_seq = rec.next_seq.max(base_seq + count);
+            rec.state.clone_from(&state);
+            if !rec.status.is_terminal() {
+                rec.status = TaskStatus::Waiting;
+            }
+        })
+        .await?;
+        let tenant = self.tenant_owned();
+        for (id, ..) in &planned {
+            let index = SubTaskIndex {
+                sub_task_id: id.clone(),
+                parent_task_id: self.record.task_id.clone(),
+                group_id: group.clone(),
+            };
+            self.store()
+                .put(&subtask_key(&tenant, id), state::encode("sub-task index", &index)?)
+                .await?;
+        }
+        let bus = self.bus();
+        let mut ids = Vec::with_capacity(planned.len());
+        for (id, event_type, response_event, data) in planned {
+            let mut env = bus.envelope(Topic::ActionRequests, event_type, data);
+            env.id.clone_from(&id);
+            env.correlation_id = Some(id.clone());
+            env.response_event = Some(response_event);
+            bus.publish_envelope(env).await?;
+            ids.push(id);
+        }
+        Ok(ids)
+    }
+
+    fn tenant_owned(&self) -> String {
+        self.record
+            .tenant_id
+            .clone()
+            .unwrap_or_else(|| soorma_common::DEFAULT_TENANT.to_owned())
+    }
+
+    /// Publishes a `task.progress` event on `system-events`.
+    pub async fn progress(&self, fraction: f64, message: impl Into<String>) -> Result<()> {
+        let mut progress = TaskProgress::new(&self.record.task_id, &*self.runtime.name, fraction.clamp(0.0, 1.0))
+            .with_message(message);
+        if let Some(plan) = &self.record.plan_id {
+            progress = progress.with_plan_id(plan);
+        }
+        self.bus()
+            .publish(Topic::SystemEvents, "task.progress", progress)
+            .await
+            .map(drop)
+    }
+
+    /// Completes the task and replies `{request_id, success: true, result}` on the caller's
+    /// `response_event`. Returns `false` (and publishes nothing) if the task had already ended.
+    pub async fn complete(&mut self, result: impl Serialize) -> Result<bool> {
+        let value = serde_json::to_value(result).map_err(|e| Error::serialize("task result", e))?;
+        self.finish(Ok(value)).await
+    }
+
+    /// Fails the task and replies `{request_id, success: false, error}`. Returns `false` if the
+    /// task had already ended.
+    pub async fn fail(&mut self, error: impl fmt::Display) -> Result<bool> {
+        self.finish(Err(error.to_string())).await
+    }
+
+    async fn finish(&mut self, outcome: std::result::Result<Value, String>) -> Result<bool> {
+        let now = now_rfc3339();
+        let apply = |rec: &mut TaskRecord| {
+            match &outcome {
+                Ok(v) => {
+                    rec.status = TaskStatus::Completed;
+                    rec.result = Some(v.clone());
+                }
+                Err(e) => {
+                    rec.status = TaskStatus::Failed;
+                    rec.error = Some(e.clone());
+                }
+            }
+            rec.updated_at = Some(now.clone());
+        };
+        let key = self.key();
+        let mut won = None;
+        if self.revision.is_none() {
+            let mut record = self.record.clone();
+            record.created_at.get_or_insert(now.clone());
+            apply(&mut record);
+            match self.store().create(&key, state::encode("task", &record)?).await {
+                Ok(revision) => {
+                    self.record = record;
+                    self.revision = Some(revision);
+                    won = Some(true);
+                }
+                Err(Error::Conflict { .. }) => {}
+                Err(e) => return Err(e),
+            }
+        }
+        let won = match won {
+            Some(w) => w,
+            None => {
+                let (won, stored) = state::update_with(self.store(), "task", &key, |rec: &mut TaskRecord| {
+                    if rec.status.is_terminal() {
+                        return Ok(Change::Keep(false));
+                    }
+                    apply(rec);
+                    Ok(Change::Write(true))
+                })
+                .await?;
+                self.record = stored.value;
+                self.revision = Some(stored.revision);
+                won
+            }
+        };
+        if !won {
+            tracing::debug!(task_id = %self.record.task_id, "task already ended; nothing published");
+            return Ok(false);
+        }
+        let reply = match outcome {
+            Ok(v) => ActionReply::success(&self.record.task_id, v),
+            Err(e) => ActionReply::failure(&self.record.task_id, e),
+        };
+        self.reply(reply).await?;
+        Ok(true)
+    }
+
+    async fn reply(&self, reply: ActionReply) -> Result<()> {
+        let Some(response_event) = self.record.response_event.clone() else {
+            tracing::warn!(task_id = %self.record.task_id, "task ended but its request named no response_event; no reply sent");
+            return Ok(());
+        };
+        let data = serde_json::to_value(reply).map_err(|e| Error::serialize("reply", e))?;
+        let bus = self.bus();
+        let topic = self.record.response_topic.unwrap_or(Topic::ActionResults);
+        let mut env = bus.envelope(topic, response_event, data);
+        env.id = format!("{}-reply", self.record.task_id);
+        env.correlation_id.clone_from(&self.record.correlation_id);
+        env.tenant_id.clone_from(&self.record.tenant_id);
+        env.user_id.clone_from(&self.record.user_id);
+        env.session_id.clone_from(&self.record.session_id);
+        bus.publish_envelope(env).await
+    }
+}
+
+impl TaskContext<Value> {
+    fn restored(record: TaskRecord, revision: Revision, envelope: Arc<EventEnvelope>, runtime: Arc<AgentRuntime>) -> Self {
+        Self {
+            data: record.data.clone(),
+            record,
+            revision: Some(revision),
+            delegated: 0,
+            envelope,
+            runtime,
+        }
+    }
+
+    /// Decodes the task's request payload as `T`.
+    pub fn into_typed<T: DeserializeOwned>(self) -> Result<TaskContext<T>> {
+        let data = decode_payload(&self.record.event_type, &self.record.data)?;
+        Ok(TaskContext {
+            data,
+            record: self.record,
+            revision: self.revision,
+            delegated: self.delegated,
+            envelope: self.envelope,
+            runtime: self.runtime,
+        })
+    }
+}
+
+/// Fails the task started by `input`'s request (handler error or panic) exactly once.
+pub(crate) async fn fail_task(input: &HandlerInput, error: String) -> Result<bool> {
+    let mut task = TaskContext::from_request((), input);
+    task.fail(error).await
+}
+
+/// A sub-task's result, for `#[on_result]` handlers.
+///
+/// `data` holds the decoded result when the sub-task succeeded; `error` its error otherwise.
+/// [`record_in_parent`](Self::record_in_parent) records it in the delegating task atomically.
+///
+/// ```
+/// use soorma::prelude::*;
+///
+/// #[on_result("sentiment.completed", agent = "analyzer")]
+/// #[on_result("entity.completed", agent = "analyzer")]
+/// async fn collect(result: ResultContext) -> soorma::Result<()> {
+///     let mut task = result.record_in_parent().await?;
+///     if let Some(all) = task.group_results(result.group_id()) {
+///         let results: Vec<_> = all.into_iter().map(|s| s.result).collect();
+///         task.complete(results).await?;
+///     }
+///     Ok(())
+/// }
+/// ```
+pub struct ResultContext<T = Value> {
+    /// The decoded result, when the sub-task succeeded.
+    pub data: Option<T>,
+    /// The error, when it failed.
+    pub error: Option<String>,
+    raw: Option<Value>,
+    group: OnceLock<Option<String>>,
+    envelope: Arc<EventEnvelope>,
+    runtime: Arc<AgentRuntime>,
+}
+
+context_accessors!(ResultContext);
+
+impl<T: fmt::Debug> fmt::Debug for ResultContext<T> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("ResultContext")
+            .field("event_type", &self.envelope.event_type)
+            .field("data", &self.data)
+            .field("error", &self.error)
+            .finish_non_exhaustive()
+    }
+}
+
+/// Splits a reply's `data` into (success, result, error). Data that is not a soorma reply
+/// (`{request_id, success, ...}`) counts as a successful raw result.
+pub(crate) fn split_reply(data: &Value) -> (bool, Option<Value>, Option<String>) {
+    if let Some(success) = data.get("success").and_then(Value::as_bool) {
+        if success {
+            (true, Some(data.get("result").cloned().unwrap_or(Value::Null)), None)
+        } else {
+            let error = match data.get("error") {
+                Some(Value::String(s)) => s.clone(),
+                Some(other) => other.to_string(),
+                None => "the responder reported failure without an error message".to_owned(),
+            };
+            (false, None, Some(error))
+        }
+    } else {
+        (true, Some(data.clone()), None)
+    }
+}
+
+impl<T: DeserializeOwned> ResultContext<T> {
+    pub(crate) fn decode(input: &HandlerInput) -> Result<Self> {
+        let (success, raw, error) = split_reply(&input.envelope.data);
+        let data = match (&raw, success) {
+            (Some(v), true) => Some(decode_payload::<T>(&input.envelope.event_type, v)?),
+            _ => None,
+        };
+        Ok(Self {
+            data,
+            error,
+            raw,
+            group: OnceLock::new(),
+            envelope: input.envelope.clone(),
+            runtime: input.runtime.clone(),
+        })
+    }
+}
+
+impl<T> ResultContext<T> {
+    /// Whether the sub-task succeeded.
+    pub fn is_success(&self) -> bool {
+        self.error.is_none()
+    }
+
+    /// The sub-task id (this result's correlation id).
+    pub fn sub_task_id(&self) -> Option<&str> {
+        self.envelope.correlation_id.as_deref()
+    }
+
+    /// The fan-out group of the sub-task, known after
+    /// [`record_in_parent`](Self::record_in_parent) (`None` for sequential delegations).
+    pub fn group_id(&self) -> Option<&str> {
+        self.group.get().and_then(|g| g.as_deref())
+    }
+
+    /// Records this result in the task that delegated it — a revision-checked update, retried
+    /// on conflict, so concurrent results are never lost — and returns that task.
+    ///
+    /// A duplicate delivery of a result changes nothing. Use
+    /// [`TaskContext::group_results`] on the returned task to see whether the fan-in is done.
+    pub async fn record_in_parent(&self) -> Result<TaskContext<Value>> {
+        let sub_task_id = self
+            .envelope
+            .correlation_id
+            .clone()
+            .ok_or_else(|| Error::UnknownSubTask("<result without correlation_id>".into()))?;
+        let store = &**self.runtime.platform.state();
+        let tenant = self.envelope.tenant();
+        let index: SubTaskIndex = state::load(store, "sub-task index", &subtask_key(tenant, &sub_task_id))
+            .await?
+            .ok_or_else(|| Error::UnknownSubTask(sub_task_id.clone()))?
+            .value;
+        let _ = self.group.set(index.group_id.clone());
+        let key = task_key(tenant, &index.parent_task_id);
+        let now = now_rfc3339();
+        let ((), stored) = state::update_with(store, "task", &key, |rec: &mut TaskRecord| {
+            let terminal = rec.status.is_terminal();
+            let Some(sub) = rec.sub_tasks.get_mut(&sub_task_id) else {
+                return Err(Error::UnknownSubTask(sub_task_id.clone()));
+            };
+            if sub.is_finished() || terminal {
+                return Ok(Change::Keep(()));
+            }
+            match &self.error {
+                None => {
+                    sub.status = SubTaskStatus::Completed;
+                    sub.result = Some(self.raw.clone().unwrap_or(Value::Null));
+                }
+                Some(e) => {
+                    sub.status = SubTaskStatus::Failed;
+                    sub.error = Some(e.clone());
+                }
+            }
+            rec.updated_at = Some(now.clone());
+            Ok(Change::Write(()))
+        })
+        .await?;
+        Ok(TaskContext::restored(stored.value, stored.revision, self.envelope.clone(), self.runtime.clone()))
+    }
+
+    /// Loads the task that delegated this sub-task without recording anything.
+    pub async fn parent(&self) -> Result<TaskContext<Value>> {
+        let sub_task_id = self
+            .sub_task_id()
+            .ok_or_else(|| Error::UnknownSubTask("<result without correlation_id>".into()))?;
+        let store = &**self.runtime.platform.state();
+        let tenant = self.envelope.tenant();
+        let index: SubTaskIndex = state::load(store, "sub-task index", &subtask_key(tenant, sub_task_id))
+            .await?
+            .ok_or_else(|| Error::UnknownSubTask(sub_task_id.to_owned()))?
+            .value;
+        let _ = self.group.set(index.group_id.clone());
+        let stored = state::load::<TaskRecord>(store, "task", &task_key(tenant, &index.parent_task_id))
+            .await?
+            .ok_or_else(|| Error::TaskNotFound(index.parent_task_id.clone()))?;
+        Ok(TaskContext::restored(stored.value, stored.revision, self.envelope.clone(), self.runtime.clone()))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    #[test]
+    fn split_reply_shapes() {
+        assert_eq!(
+            split_reply(&json!({"request_id": "r", "success": true, "result": 3})),
+            (true, Some(json!(3)), None)
+        );
+        assert_eq!(
+            split_reply(&json!({"request_id": "r", "success": false, "error": "bad"})),
+            (false, None, Some("bad".into()))
+        );
+        assert_eq!(split_reply(&json!({"items": []})), (true, Some(json!({"items": []})), None));
+    }
+}

@@ -1,0 +1,150 @@
+//! Testing helpers for SDK users: run several agents on an embedded platform, capture every
+//! published event, await an expected event with a timeout.
+//!
+//! ```
+//! # #[tokio::main(flavor = "current_thread")] async fn main() -> soorma::Result<()> {
+//! use std::time::Duration;
+//! use soorma::prelude::*;
+//! use soorma::testing::TestPlatform;
+//!
+//! async fn double(req: Invocation<i64>) -> Result<i64, ToolError> { Ok(req.data * 2) }
+//!
+//! let mut t = TestPlatform::new();
+//! t.start(Tool::new("doubler").use_registered_handlers(false)
+//!     .handler(Handler::on_invoke("double.requested", double))).await?;
+//! t.client().bus().request("double.requested", 21, "double.completed").await?;
+//! let reply = t.expect_event("double.completed", Duration::from_secs(1)).await?;
+//! assert_eq!(reply.data["result"], 42);
+//! t.shutdown().await?;
+//! # Ok(()) }
+//! ```
+
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use soorma_common::EventEnvelope;
+use tokio::sync::Notify;
+
+use crate::agent::{AgentBuilder, AgentHandle};
+use crate::client::Client;
+use crate::error::{Error, Result};
+use crate::platform::Platform;
+
+#[derive(Default)]
+struct EventLog {
+    events: Mutex<Vec<Arc<EventEnvelope>>>,
+    notify: Notify,
+}
+
+/// An embedded platform that records every published event.
+pub struct TestPlatform {
+    platform: Platform,
+    log: Arc<EventLog>,
+    agents: Vec<AgentHandle>,
+}
+
+impl std::fmt::Debug for TestPlatform {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("TestPlatform")
+            .field("agents", &self.agents.len())
+            .field("events", &self.log.events.lock().map(|e| e.len()).unwrap_or(0))
+            .finish()
+    }
+}
+
+impl Default for TestPlatform {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl TestPlatform {
+    /// A fresh embedded platform with event capture.
+    pub fn new() -> Self {
+        let platform = Platform::embedded();
+        let log = Arc::new(EventLog::default());
+        let sink = log.clone();
+        platform
+            .embedded_bus()
+            .expect("Platform::embedded has an embedded bus")
+            .tap(move |env| {
+                sink.events.lock().expect("event log lock").push(env.clone());
+                sink.notify.notify_waiters();
+            });
+        Self {
+            platform,
+            log,
+            agents: Vec::new(),
+        }
+    }
+
+    /// The platform, to start agents or clients on directly.
+    pub fn platform(&self) -> &Platform {
+        &self.platform
+    }
+
+    /// Starts an agent; it is shut down by [`shutdown`](Self::shutdown).
+    pub async fn start(&mut self, agent: AgentBuilder) -> Result<&AgentHandle> {
+        let handle = agent.start(&self.platform).await?;
+        self.agents.push(handle);
+        Ok(self.agents.last().expect("just pushed"))
+    }
+
+    /// A client named `test-client`.
+    pub fn client(&self) -> Client {
+        self.platform.client("test-client")
+    }
+
+    /// Every event published so far, in order.
+    pub fn events(&self) -> Vec<Arc<EventEnvelope>> {
+        self.log.events.lock().expect("event log lock").clone()
+    }
+
+    /// The events of one type published so far.
+    pub fn events_of_type(&self, event_type: &str) -> Vec<Arc<EventEnvelope>> {
+        self.events().into_iter().filter(|e| e.event_type == event_type).collect()
+    }
+
+    /// Waits for an event of `event_type` (already published or still to come).
+    pub async fn expect_event(&self, event_type: &str, timeout: Duration) -> Result<Arc<EventEnvelope>> {
+        self.expect_matching(|e| e.event_type == event_type, timeout, event_type)
+            .await
+    }
+
+    /// Waits for an event matching `predicate`; `what` names it in the timeout error.
+    pub async fn expect_matching(
+        &self,
+        predicate: impl Fn(&EventEnvelope) -> bool,
+        timeout: Duration,
+        what: &str,
+    ) -> Result<Arc<EventEnvelope>> {
+        let deadline = tokio::time::Instant::now() + timeout;
+        loop {
+            let notified = self.log.notify.notified();
+            if let Some(found) = self
+                .log
+                .events
+                .lock()
+                .expect("event log lock")
+                .iter()
+                .find(|e| predicate(e))
+            {
+                return Ok(found.clone());
+            }
+            if tokio::time::timeout_at(deadline, notified).await.is_err() {
+                return Err(Error::Timeout {
+                    after: timeout,
+                    what: format!("an event matching {what}"),
+                });
+            }
+        }
+    }
+
+    /// Shuts every started agent down gracefully.
+    pub async fn shutdown(self) -> Result<()> {
+        for agent in self.agents {
+            agent.shutdown().await?;
+        }
+        Ok(())
+    }
+}

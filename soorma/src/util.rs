@@ -1,0 +1,125 @@
+//! Small runtime helpers: ids, timestamps, panic capture.
+
+use std::any::Any;
+use std::future::Future;
+use std::hash::{BuildHasher, Hasher};
+use std::panic::{AssertUnwindSafe, catch_unwind};
+use std::pin::Pin;
+use std::sync::OnceLock;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::task::{Context, Poll};
+use std::time::{SystemTime, UNIX_EPOCH};
+
+/// A boxed, sendable future.
+pub type BoxFuture<'a, T> = Pin<Box<dyn Future<Output = T> + Send + 'a>>;
+
+fn process_seed() -> u64 {
+    static SEED: OnceLock<u64> = OnceLock::new();
+    *SEED.get_or_init(|| {
+        let mut h = std::collections::hash_map::RandomState::new().build_hasher();
+        let nanos = SystemTime::now()
+            .duration_since(UNIX_EPOCH)
+            .map(|d| d.as_nanos())
+            .unwrap_or_default();
+        h.write_u128(nanos);
+        h.write_u32(std::process::id());
+        h.finish()
+    })
+}
+
+/// A new unique id: 32 lowercase hex digits (a per-process random prefix and a counter).
+pub(crate) fn new_id() -> String {
+    static COUNTER: AtomicU64 = AtomicU64::new(0);
+    let n = COUNTER.fetch_add(1, Ordering::Relaxed);
+    // Mix the counter so consecutive ids do not share long prefixes in logs.
+    let mixed = n.wrapping_mul(0x9E37_79B9_7F4A_7C15).rotate_left(17) ^ n;
+    format!("{:016x}{:016x}", process_seed(), mixed)
+}
+
+/// The current time as RFC 3339 UTC with milliseconds (`2026-11-21T10:00:00.123Z`).
+pub(crate) fn now_rfc3339() -> String {
+    let d = SystemTime::now().duration_since(UNIX_EPOCH).unwrap_or_default();
+    format_rfc3339(d.as_secs(), d.subsec_millis())
+}
+
+fn format_rfc3339(secs: u64, millis: u32) -> String {
+    let days = (secs / 86_400) as i64;
+    let rem = secs % 86_400;
+    let (y, m, d) = civil_from_days(days);
+    format!(
+        "{y:04}-{m:02}-{d:02}T{:02}:{:02}:{:02}.{millis:03}Z",
+        rem / 3600,
+        (rem % 3600) / 60,
+        rem % 60
+    )
+}
+
+/// Days since 1970-01-01 → (year, month, day), proleptic Gregorian (H. Hinnant's algorithm).
+fn civil_from_days(z: i64) -> (i64, u32, u32) {
+    let z = z + 719_468;
+    let era = z.div_euclid(146_097);
+    let doe = z.rem_euclid(146_097);
+    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
+    let y = yoe + era * 400;
+    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
+    let mp = (5 * doy + 2) / 153;
+    let d = (doy - (153 * mp + 2) / 5 + 1) as u32;
+    let m = if mp < 10 { mp + 3 } else { mp - 9 } as u32;
+    (if m <= 2 { y + 1 } else { y }, m, d)
+}
+
+/// Polls a future, turning a panic inside it into `Err(message)`.
+pub(crate) struct CatchUnwind<F>(pub(crate) F);
+
+impl<F: Future + Unpin> Future for CatchUnwind<F> {
+    type Output = Result<F::Output, String>;
+
+    fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
+        let inner = &mut self.0;
+        match catch_unwind(AssertUnwindSafe(|| Pin::new(inner).poll(cx))) {
+            Ok(Poll::Ready(v)) => Poll::Ready(Ok(v)),
+            Ok(Poll::Pending) => Poll::Pending,
+            Err(payload) => Poll::Ready(Err(panic_message(payload.as_ref()))),
+        }
+    }
+}
+
+pub(crate) fn panic_message(payload: &(dyn Any + Send)) -> String {
+    if let Some(s) = payload.downcast_ref::<&str>() {
+        (*s).to_owned()
+    } else if let Some(s) = payload.downcast_ref::<String>() {
+        s.clone()
+    } else {
+        "panic with a non-string payload".to_owned()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn formats_known_instants() {
+        assert_eq!(format_rfc3339(0, 0), "1970-01-01T00:00:00.000Z");
+        assert_eq!(format_rfc3339(951_782_400, 5), "2000-02-29T00:00:00.005Z");
+        assert_eq!(format_rfc3339(1_795_000_000, 999), "2026-11-18T11:06:40.999Z");
+        assert_eq!(format_rfc3339(4_102_444_799, 0), "2099-12-31T23:59:59.000Z");
+    }
+
+    #[test]
+    fn ids_are_unique_and_hex() {
+        let ids: std::collections::HashSet<String> = (0..10_000).map(|_| new_id()).collect();
+        assert_eq!(ids.len(), 10_000);
+        assert!(ids.iter().all(|i| i.len() == 32 && i.chars().all(|c| c.is_ascii_hexdigit())));
+    }
+
+    #[test]
+    fn catch_unwind_reports_panics() {
+        let rt = tokio::runtime::Builder::new_current_thread().build().unwrap();
+        let ok = rt.block_on(CatchUnwind(Box::pin(async { 7 })));
+        assert_eq!(ok, Ok(7));
+        let fut: BoxFuture<'static, ()> = Box::pin(async { panic!("boom {}", 1) });
+        let err = rt.block_on(CatchUnwind(fut));
+        assert_eq!(err, Err("boom 1".to_owned()));
+    }
+}
