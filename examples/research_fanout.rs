@@ -78,7 +78,7 @@ async fn research(mut task: TaskContext<Research>) -> soorma::Result<()> {
 #[on_result("summary.completed", agent = "researcher")]
 async fn collect(result: ResultContext) -> soorma::Result<()> {
     let mut task = result.record_in_parent().await?;
-    let Some(all) = task.group_results(result.group_id()) else {
+    let Some(all) = task.group_results(result.group_id()).await? else {
         return Ok(()); // more results to come
     };
     let pick = |event: &str| -> Value {

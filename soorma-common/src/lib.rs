@@ -23,7 +23,7 @@ mod topic;
 
 pub use envelope::{EventEnvelope, SPEC_VERSION};
 pub use records::{
-    PlanRecord, PlanStatus, SessionRecord, SubTaskIndex, SubTaskInfo, SubTaskStatus, TaskRecord,
+    PlanRecord, PlanStatus, SessionRecord, SubTaskGroup, SubTaskInfo, SubTaskStatus, TaskRecord,
     TaskStatus,
 };
 pub use registry::{AgentCapability, AgentDefinition, AgentKind, EventDefinition};

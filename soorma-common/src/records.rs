@@ -62,16 +62,23 @@ pub enum SubTaskStatus {
 
 /// A sub-task delegated by a task, with its result once it arrives.
 ///
+/// Stored under its own key (its id), so results of a large fan-out are recorded without
+/// contending on one big record; the parent keeps a [`SubTaskGroup`] per fan-out.
+///
 /// ```
 /// use soorma_common::SubTaskInfo;
-/// let s = SubTaskInfo::new("sub-1", "sentiment.analyze", "sentiment.completed", 0);
-/// assert!(s.group_id.is_none());
+/// let s = SubTaskInfo::new("sub-1", "sentiment.analyze", "sentiment.completed", 0)
+///     .with_parent("task-1", "group-1");
+/// assert_eq!(s.parent_task_id, "task-1");
 /// ```
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
 #[non_exhaustive]
 pub struct SubTaskInfo {
     /// Sub-task id; the correlation id of its request and reply.
     pub sub_task_id: String,
+    /// The task that delegated it.
+    #[serde(default)]
+    pub parent_task_id: String,
     /// The event type of the request.
     pub event_type: String,
     /// The reply event the sub-task answers with.
@@ -79,9 +86,9 @@ pub struct SubTaskInfo {
     /// Where it stands.
     #[serde(default)]
     pub status: SubTaskStatus,
-    /// The fan-out group it belongs to, if any.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub group_id: Option<String>,
+    /// The delegation group it belongs to (a fan-out, or a single delegation).
+    #[serde(default)]
+    pub group_id: String,
     /// Delegation order within the task.
     #[serde(default)]
     pub seq: u32,
@@ -108,25 +115,27 @@ impl SubTaskInfo {
     ) -> Self {
         Self {
             sub_task_id: sub_task_id.into(),
+            parent_task_id: String::new(),
             event_type: event_type.into(),
             response_event: response_event.into(),
             status: SubTaskStatus::Pending,
-            group_id: None,
+            group_id: String::new(),
             seq,
             result: None,
             error: None,
         }
     }
 
-    /// Sets the fan-out group.
+    /// Sets the parent task and the delegation group.
     ///
     /// ```
     /// # use soorma_common::SubTaskInfo;
-    /// assert!(SubTaskInfo::new("a", "b", "c", 0).with_group_id("g").group_id.is_some());
+    /// assert_eq!(SubTaskInfo::new("a", "b", "c", 0).with_parent("t", "g").group_id, "g");
     /// ```
     #[must_use]
-    pub fn with_group_id(mut self, group_id: impl Into<String>) -> Self {
-        self.group_id = Some(group_id.into());
+    pub fn with_parent(mut self, parent_task_id: impl Into<String>, group_id: impl Into<String>) -> Self {
+        self.parent_task_id = parent_task_id.into();
+        self.group_id = group_id.into();
         self
     }
 
@@ -141,12 +150,116 @@ impl SubTaskInfo {
     }
 }
 
+/// Progress of one delegation group (a fan-out, or a single delegation) inside its task:
+/// which of its sub-tasks have a result, as a compact bitset.
+///
+/// ```
+/// use soorma_common::SubTaskGroup;
+/// let mut g = SubTaskGroup::new("g", 10, 3);
+/// assert!(g.mark_finished(11));
+/// assert!(!g.mark_finished(11), "recording twice changes nothing");
+/// assert_eq!(g.finished, 1);
+/// assert!(!g.is_complete());
+/// ```
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[non_exhaustive]
+pub struct SubTaskGroup {
+    /// Group id.
+    pub group_id: String,
+    /// Sequence number of the group's first sub-task.
+    pub first_seq: u32,
+    /// Number of sub-tasks.
+    pub size: u32,
+    /// How many have a result.
+    #[serde(default)]
+    pub finished: u32,
+    /// Which have a result: hex bitset, bit `seq - first_seq`, least significant bit first.
+    #[serde(default)]
+    pub finished_bits: String,
+}
+
+impl SubTaskGroup {
+    /// A group of `size` sub-tasks starting at `first_seq`, none finished.
+    ///
+    /// ```
+    /// # use soorma_common::SubTaskGroup;
+    /// assert_eq!(SubTaskGroup::new("g", 0, 9).finished_bits.len(), 4);
+    /// ```
+    pub fn new(group_id: impl Into<String>, first_seq: u32, size: u32) -> Self {
+        Self {
+            group_id: group_id.into(),
+            first_seq,
+            size,
+            finished: 0,
+            finished_bits: "0".repeat((size as usize).div_ceil(8) * 2),
+        }
+    }
+
+    fn bit(&self, seq: u32) -> Option<(usize, u8)> {
+        let i = seq.checked_sub(self.first_seq)?;
+        (i < self.size).then(|| ((i / 8) as usize * 2, 1u8 << (i % 8)))
+    }
+
+    fn byte(&self, at: usize) -> u8 {
+        self.finished_bits
+            .get(at..at + 2)
+            .and_then(|h| u8::from_str_radix(h, 16).ok())
+            .unwrap_or(0)
+    }
+
+    /// Whether the sub-task with `seq` has a result.
+    ///
+    /// ```
+    /// # use soorma_common::SubTaskGroup;
+    /// let mut g = SubTaskGroup::new("g", 0, 2);
+    /// g.mark_finished(1);
+    /// assert!(g.is_finished(1) && !g.is_finished(0));
+    /// ```
+    pub fn is_finished(&self, seq: u32) -> bool {
+        self.bit(seq).is_some_and(|(at, mask)| self.byte(at) & mask != 0)
+    }
+
+    /// Marks the sub-task with `seq` finished; `false` if it already was (or is not in the group).
+    ///
+    /// ```
+    /// # use soorma_common::SubTaskGroup;
+    /// assert!(!SubTaskGroup::new("g", 0, 2).mark_finished(5));
+    /// ```
+    pub fn mark_finished(&mut self, seq: u32) -> bool {
+        let Some((at, mask)) = self.bit(seq) else {
+            return false;
+        };
+        let byte = self.byte(at);
+        if byte & mask != 0 {
+            return false;
+        }
+        if self.finished_bits.len() < at + 2 {
+            self.finished_bits = format!("{:0<width$}", self.finished_bits, width = at + 2);
+        }
+        self.finished_bits.replace_range(at..at + 2, &format!("{:02x}", byte | mask));
+        self.finished += 1;
+        true
+    }
+
+    /// Whether every sub-task of the group has a result.
+    ///
+    /// ```
+    /// # use soorma_common::SubTaskGroup;
+    /// let mut g = SubTaskGroup::new("g", 0, 1);
+    /// g.mark_finished(0);
+    /// assert!(g.is_complete());
+    /// ```
+    pub fn is_complete(&self) -> bool {
+        self.finished >= self.size
+    }
+}
+
 /// A worker's task, persisted so its completion can happen in a later handler.
 ///
 /// ```
 /// use soorma_common::TaskRecord;
 /// let t = TaskRecord::new("task-1", "researcher", "research.requested");
-/// assert!(t.sub_tasks.is_empty());
+/// assert!(t.groups.is_empty());
 /// ```
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
 #[non_exhaustive]
@@ -190,9 +303,9 @@ pub struct TaskRecord {
     /// Where the task stands.
     #[serde(default)]
     pub status: TaskStatus,
-    /// Delegated sub-tasks by id.
+    /// Delegation groups by id (the sub-tasks themselves are stored under their own keys).
     #[serde(default)]
-    pub sub_tasks: BTreeMap<String, SubTaskInfo>,
+    pub groups: BTreeMap<String, SubTaskGroup>,
     /// Handler-owned state.
     #[serde(default)]
     pub state: Map<String, Value>,
@@ -214,7 +327,7 @@ pub struct TaskRecord {
 }
 
 impl TaskRecord {
-    /// A running task with no sub-tasks.
+    /// A running task with no delegations.
     ///
     /// ```
     /// # use soorma_common::{TaskRecord, TaskStatus};
@@ -240,7 +353,7 @@ impl TaskRecord {
             goal_id: None,
             trace_id: None,
             status: TaskStatus::Running,
-            sub_tasks: BTreeMap::new(),
+            groups: BTreeMap::new(),
             state: Map::new(),
             result: None,
             error: None,
@@ -249,42 +362,6 @@ impl TaskRecord {
             updated_at: None,
         }
     }
-
-    /// The sub-tasks of `group_id`, in delegation order.
-    ///
-    /// ```
-    /// # use soorma_common::{TaskRecord, SubTaskInfo};
-    /// let mut t = TaskRecord::new("t", "a", "e");
-    /// t.sub_tasks.insert("s".into(), SubTaskInfo::new("s", "x", "y", 0).with_group_id("g"));
-    /// assert_eq!(t.group("g").len(), 1);
-    /// ```
-    pub fn group(&self, group_id: &str) -> Vec<&SubTaskInfo> {
-        let mut members: Vec<&SubTaskInfo> = self
-            .sub_tasks
-            .values()
-            .filter(|s| s.group_id.as_deref() == Some(group_id))
-            .collect();
-        members.sort_by_key(|s| s.seq);
-        members
-    }
-}
-
-/// Maps a sub-task (by its correlation id) to the task that delegated it.
-///
-/// ```
-/// use soorma_common::SubTaskIndex;
-/// let idx = SubTaskIndex { sub_task_id: "s".into(), parent_task_id: "t".into(), group_id: None };
-/// assert_eq!(idx.parent_task_id, "t");
-/// ```
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
-pub struct SubTaskIndex {
-    /// The sub-task id.
-    pub sub_task_id: String,
-    /// The delegating task.
-    pub parent_task_id: String,
-    /// The fan-out group, if any.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub group_id: Option<String>,
 }
 
 /// Where a plan stands.
@@ -454,22 +531,37 @@ mod tests {
     use serde_json::json;
 
     #[test]
-    fn task_record_round_trips_and_orders_groups() {
+    fn task_record_round_trips_with_groups() {
         let mut t = TaskRecord::new("t1", "researcher", "research.requested");
         t.data = json!({"topic": "x"});
         t.response_event = Some("research.completed".into());
         t.response_topic = Some(Topic::ActionResults);
-        for (i, id) in ["z", "a", "m"].into_iter().enumerate() {
-            t.sub_tasks.insert(
-                id.into(),
-                SubTaskInfo::new(id, "analyze", "analyzed", i as u32).with_group_id("g"),
-            );
+        let mut g = SubTaskGroup::new("g", 0, 20);
+        for seq in [0, 7, 8, 19] {
+            assert!(g.mark_finished(seq));
         }
+        t.groups.insert("g".into(), g);
         let v = serde_json::to_value(&t).unwrap();
         let back: TaskRecord = serde_json::from_value(v).unwrap();
         assert_eq!(back, t);
-        let order: Vec<&str> = back.group("g").iter().map(|s| s.sub_task_id.as_str()).collect();
-        assert_eq!(order, ["z", "a", "m"]);
+        let g = &back.groups["g"];
+        assert_eq!(g.finished, 4);
+        assert!((0..20).all(|s| g.is_finished(s) == [0, 7, 8, 19].contains(&s)));
+    }
+
+    #[test]
+    fn group_completes_exactly_when_every_member_finished() {
+        let mut g = SubTaskGroup::new("g", 5, 1000);
+        for seq in (5..1005).rev() {
+            assert!(!g.is_complete());
+            assert!(g.mark_finished(seq));
+            assert!(!g.mark_finished(seq));
+        }
+        assert!(g.is_complete());
+        assert!(!g.mark_finished(4) && !g.mark_finished(1005));
+        let sub = SubTaskInfo::new("s", "a", "b", 3).with_parent("t", "g");
+        let v = serde_json::to_value(&sub).unwrap();
+        assert_eq!(serde_json::from_value::<SubTaskInfo>(v).unwrap(), sub);
     }
 
     #[test]

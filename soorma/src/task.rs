@@ -7,7 +7,7 @@ use serde::Serialize;
 use serde::de::DeserializeOwned;
 use serde_json::{Map, Value};
 use soorma_common::{
-    ActionReply, EventEnvelope, SubTaskIndex, SubTaskInfo, SubTaskStatus, TaskProgress, TaskRecord,
+    ActionReply, EventEnvelope, SubTaskGroup, SubTaskInfo, SubTaskStatus, TaskProgress, TaskRecord,
     TaskStatus, Topic,
 };
 
@@ -19,7 +19,7 @@ use crate::util::now_rfc3339;
 
 /// State bucket holding task records.
 pub const TASKS_BUCKET: &str = "tasks";
-/// State bucket mapping sub-task ids to their parent task.
+/// State bucket holding sub-task records (keyed by sub-task id = correlation id).
 pub const SUBTASKS_BUCKET: &str = "subtasks";
 
 fn task_key(tenant: &str, task_id: &str) -> StateKey {
@@ -28,6 +28,10 @@ fn task_key(tenant: &str, task_id: &str) -> StateKey {
 
 fn subtask_key(tenant: &str, sub_task_id: &str) -> StateKey {
     StateKey::new(SUBTASKS_BUCKET, tenant, sub_task_id)
+}
+
+fn sub_task_id(group_id: &str, index: u32) -> String {
+    format!("{group_id}-{index}")
 }
 
 /// One sub-task to delegate in a fan-out.
@@ -115,7 +119,7 @@ impl<T: fmt::Debug> fmt::Debug for TaskContext<T> {
             .field("task_id", &self.record.task_id)
             .field("status", &self.record.status)
             .field("data", &self.data)
-            .field("sub_tasks", &self.record.sub_tasks.len())
+            .field("groups", &self.record.groups.len())
             .finish_non_exhaustive()
     }
 }
@@ -191,39 +195,54 @@ impl<T> TaskContext<T> {
         Ok(())
     }
 
-    /// Every sub-task, in delegation order.
-    pub fn sub_tasks(&self) -> Vec<&SubTaskInfo> {
-        let mut all: Vec<&SubTaskInfo> = self.record.sub_tasks.values().collect();
-        all.sort_by_key(|s| s.seq);
-        all
+    /// The delegation group `group_id` (counts and which sub-tasks finished).
+    pub fn group(&self, group_id: &str) -> Option<&SubTaskGroup> {
+        self.record.groups.get(group_id)
     }
 
-    /// A sub-task by id.
-    pub fn sub_task(&self, sub_task_id: &str) -> Option<&SubTaskInfo> {
-        self.record.sub_tasks.get(sub_task_id)
+    async fn load_members(&self, groups: &[&SubTaskGroup]) -> Result<Vec<SubTaskInfo>> {
+        let tenant = self.tenant_owned();
+        let mut out = Vec::new();
+        for g in groups {
+            for i in 0..g.size {
+                let id = sub_task_id(&g.group_id, i);
+                let info = state::load::<SubTaskInfo>(self.store(), "sub-task", &subtask_key(&tenant, &id))
+                    .await?
+                    .ok_or_else(|| Error::State(format!("sub-task `{id}` of task `{}` is missing", self.record.task_id)))?;
+                out.push(info.value);
+            }
+        }
+        out.sort_by_key(|s| s.seq);
+        Ok(out)
     }
 
-    /// The sub-tasks of a fan-out group (or of the whole task for `None`), in delegation
+    /// Every sub-task of the task (with results where they arrived), in delegation order.
+    pub async fn sub_tasks(&self) -> Result<Vec<SubTaskInfo>> {
+        let groups: Vec<&SubTaskGroup> = self.record.groups.values().collect();
+        self.load_members(&groups).await
+    }
+
+    /// The sub-tasks of a delegation group (or of every group for `None`), in delegation
     /// order, once every one of them has a result; `None` while any is pending.
     ///
     /// ```no_run
     /// # async fn demo(result: soorma::ResultContext) -> soorma::Result<()> {
     /// let mut task = result.record_in_parent().await?;
-    /// if let Some(all) = task.group_results(result.group_id()) {
-    ///     let values: Vec<_> = all.iter().map(|s| s.result.clone()).collect();
+    /// if let Some(all) = task.group_results(result.group_id()).await? {
+    ///     let values: Vec<_> = all.into_iter().map(|s| s.result).collect();
     ///     task.complete(values).await?;
     /// }
     /// # Ok(()) }
     /// ```
-    pub fn group_results<'a>(&self, group_id: impl Into<Option<&'a str>>) -> Option<Vec<SubTaskInfo>> {
-        let members: Vec<&SubTaskInfo> = match group_id.into() {
-            Some(group) => self.record.group(group),
-            None => self.sub_tasks(),
+    pub async fn group_results(&self, group_id: Option<&str>) -> Result<Option<Vec<SubTaskInfo>>> {
+        let groups: Vec<&SubTaskGroup> = match group_id {
+            Some(g) => self.record.groups.get(g).into_iter().collect(),
+            None => self.record.groups.values().collect(),
         };
-        if members.is_empty() || members.iter().any(|s| !s.is_finished()) {
-            return None;
+        if groups.is_empty() || groups.iter().any(|g| !g.is_complete()) {
+            return Ok(None);
         }
-        Some(members.into_iter().cloned().collect())
+        self.load_members(&groups).await.map(Some)
     }
 
     /// Persists the task (its state; sub-task results recorded concurrently are kept).
@@ -262,13 +281,15 @@ impl<T> TaskContext<T> {
         Ok(())
     }
 
-    fn next_sub_task_id(&mut self) -> String {
+    fn next_group_id(&mut self) -> String {
         let k = self.delegated;
         self.delegated += 1;
+        // Derived from the task and the handled event: a redelivered event re-creates the same
+        // sub-tasks instead of new ones.
         if self.envelope.id == self.record.task_id {
-            format!("{}-{k}", self.record.task_id)
+            format!("{}-g{k}", self.record.task_id)
         } else {
-            format!("{}-{}-{k}", self.record.task_id, self.envelope.id)
+            format!("{}-{}-g{k}", self.record.task_id, self.envelope.id)
         }
     }
 
@@ -284,34 +305,26 @@ impl<T> TaskContext<T> {
             data: serde_json::to_value(data).map_err(|e| e.to_string()),
             response_event: response_event.into(),
         };
-        let mut ids = self.delegate_all(vec![d], None).await?;
-        Ok(ids.remove(0))
+        let group_id = self.delegate_group(vec![d]).await?;
+        Ok(sub_task_id(&group_id, 0))
     }
 
     /// Delegates several sub-tasks at once (fan-out); returns the group id to pass to
-    /// [`group_results`](Self::group_results). The task is saved before anything is published.
+    /// [`group_results`](Self::group_results). Everything is saved before anything is published.
     pub async fn delegate_parallel(
         &mut self,
         delegations: impl IntoIterator<Item = Delegation>,
     ) -> Result<String> {
-        let group_id = format!("{}-g{}", self.record.task_id, self.envelope_tag());
         let delegations: Vec<Delegation> = delegations.into_iter().collect();
         if delegations.is_empty() {
             return Err(Error::InvalidArgument("delegate_parallel needs at least one delegation".into()));
         }
-        self.delegate_all(delegations, Some(group_id.clone())).await?;
-        Ok(group_id)
+        self.delegate_group(delegations).await
     }
 
-    fn envelope_tag(&self) -> String {
-        if self.envelope.id == self.record.task_id {
-            self.delegated.to_string()
-        } else {
-            format!("{}-{}", self.envelope.id, self.delegated)
-        }
-    }
-
-    async fn delegate_all(&mut self, delegations: Vec<Delegation>, group: Option<String>) -> Result<Vec<String>> {
+    async fn delegate_group(&mut self, delegations: Vec<Delegation>) -> Result<String> {
+        let size = u32::try_from(delegations.len())
+            .map_err(|_| Error::InvalidArgument("too many delegations in one group".into()))?;
         let mut planned = Vec::with_capacity(delegations.len());
         for d in delegations {
             if d.event_type.trim().is_empty() || d.response_event.trim().is_empty() {
@@ -320,55 +333,50 @@ impl<T> TaskContext<T> {
                 ));
             }
             let data = d.data.map_err(|e| Error::InvalidArgument(format!("delegation data: {e}")))?;
-            planned.push((self.next_sub_task_id(), d.event_type, d.response_event, data));
+            planned.push((d.event_type, d.response_event, data));
         }
+        let group_id = self.next_group_id();
         let base_seq = self.record.next_seq;
-        let infos: Vec<SubTaskInfo> = planned
-            .iter()
-            .enumerate()
-            .map(|(i, (id, ev, resp, _))| {
-                let info = SubTaskInfo::new(id, ev, resp, base_seq + i as u32);
-                match &group {
-                    Some(g) => info.with_group_id(g),
-                    None => info,
-                }
-            })
-            .collect();
-        let state = self.record.state.clone();
-        let count = infos.len() as u32;
-        self.persist(move |rec| {
-            for info in &infos {
-                rec.sub_tasks.entry(info.sub_task_id.clone()).or_insert_with(|| info.clone());
+        let tenant = self.tenant_owned();
+        // 1. The sub-task records (a replay finds them already there).
+        for (i, (event_type, response_event, _)) in planned.iter().enumerate() {
+            let i = i as u32;
+            let info = SubTaskInfo::new(sub_task_id(&group_id, i), event_type, response_event, base_seq + i)
+                .with_parent(&self.record.task_id, &group_id);
+            match self
+                .store()
+                .create(&subtask_key(&tenant, &info.sub_task_id), state::encode("sub-task", &info)?)
+                .await
+            {
+                Ok(_) | Err(Error::Conflict { .. }) => {}
+                Err(e) => return Err(e),
             }
-            rec.next_seq = rec.next_seq.max(base_seq + count);
+        }
+        // 2. The group in the parent task, with the task's state.
+        let group = SubTaskGroup::new(&group_id, base_seq, size);
+        let state = self.record.state.clone();
+        self.persist(move |rec| {
+            if !rec.groups.contains_key(&group.group_id) {
+                rec.groups.insert(group.group_id.clone(), group.clone());
+                rec.next_seq = rec.next_seq.max(group.first_seq + group.size);
+            }
             rec.state.clone_from(&state);
             if !rec.status.is_terminal() {
                 rec.status = TaskStatus::Waiting;
             }
         })
         .await?;
-        let tenant = self.tenant_owned();
-        for (id, ..) in &planned {
-            let index = SubTaskIndex {
-                sub_task_id: id.clone(),
-                parent_task_id: self.record.task_id.clone(),
-                group_id: group.clone(),
-            };
-            self.store()
-                .put(&subtask_key(&tenant, id), state::encode("sub-task index", &index)?)
-                .await?;
-        }
+        // 3. The requests, each correlated by its sub-task id.
         let bus = self.bus();
-        let mut ids = Vec::with_capacity(planned.len());
-        for (id, event_type, response_event, data) in planned {
+        for (i, (event_type, response_event, data)) in planned.into_iter().enumerate() {
+            let id = sub_task_id(&group_id, i as u32);
             let mut env = bus.envelope(Topic::ActionRequests, event_type, data);
             env.id.clone_from(&id);
-            env.correlation_id = Some(id.clone());
+            env.correlation_id = Some(id);
             env.response_event = Some(response_event);
             bus.publish_envelope(env).await?;
-            ids.push(id);
         }
-        Ok(ids)
+        Ok(group_id)
     }
 
     fn tenant_owned(&self) -> String {
@@ -525,7 +533,7 @@ pub(crate) async fn fail_task(input: &HandlerInput, error: String) -> Result<boo
 /// #[on_result("entity.completed", agent = "analyzer")]
 /// async fn collect(result: ResultContext) -> soorma::Result<()> {
 ///     let mut task = result.record_in_parent().await?;
-///     if let Some(all) = task.group_results(result.group_id()) {
+///     if let Some(all) = task.group_results(result.group_id()).await? {
 ///         let results: Vec<_> = all.into_iter().map(|s| s.result).collect();
 ///         task.complete(results).await?;
 ///     }
@@ -609,46 +617,59 @@ impl<T> ResultContext<T> {
         self.group.get().and_then(|g| g.as_deref())
     }
 
-    /// Records this result in the task that delegated it — a revision-checked update, retried
-    /// on conflict, so concurrent results are never lost — and returns that task.
+    async fn sub_task_record(&self) -> Result<(StateKey, SubTaskInfo)> {
+        let sub_task_id = self
+            .sub_task_id()
+            .ok_or_else(|| Error::UnknownSubTask("<result without correlation_id>".into()))?;
+        let key = subtask_key(self.envelope.tenant(), sub_task_id);
+        let info = state::load::<SubTaskInfo>(&**self.runtime.platform.state(), "sub-task", &key)
+            .await?
+            .ok_or_else(|| Error::UnknownSubTask(sub_task_id.to_owned()))?
+            .value;
+        let _ = self.group.set(Some(info.group_id.clone()));
+        Ok((key, info))
+    }
+
+    /// Records this result in the task that delegated it and returns that task.
     ///
-    /// A duplicate delivery of a result changes nothing. Use
+    /// The sub-task's own record takes the result (first result wins; a duplicate delivery
+    /// changes nothing), then the parent's group bitset is updated with a revision-checked,
+    /// retried write, so concurrent results are never lost. Use
     /// [`TaskContext::group_results`] on the returned task to see whether the fan-in is done.
     pub async fn record_in_parent(&self) -> Result<TaskContext<Value>> {
-        let sub_task_id = self
-            .envelope
-            .correlation_id
-            .clone()
-            .ok_or_else(|| Error::UnknownSubTask("<result without correlation_id>".into()))?;
         let store = &**self.runtime.platform.state();
-        let tenant = self.envelope.tenant();
-        let index: SubTaskIndex = state::load(store, "sub-task index", &subtask_key(tenant, &sub_task_id))
-            .await?
-            .ok_or_else(|| Error::UnknownSubTask(sub_task_id.clone()))?
-            .value;
-        let _ = self.group.set(index.group_id.clone());
-        let key = task_key(tenant, &index.parent_task_id);
+        let (key, info) = self.sub_task_record().await?;
         let now = now_rfc3339();
-        let ((), stored) = state::update_with(store, "task", &key, |rec: &mut TaskRecord| {
-            let terminal = rec.status.is_terminal();
-            let Some(sub) = rec.sub_tasks.get_mut(&sub_task_id) else {
-                return Err(Error::UnknownSubTask(sub_task_id.clone()));
-            };
-            if sub.is_finished() || terminal {
-                return Ok(Change::Keep(()));
-            }
-            match &self.error {
-                None => {
-                    sub.status = SubTaskStatus::Completed;
-                    sub.result = Some(self.raw.clone().unwrap_or(Value::Null));
+        if !info.is_finished() {
+            state::update_with(store, "sub-task", &key, |sub: &mut SubTaskInfo| {
+                if sub.is_finished() {
+                    return Ok(Change::Keep(()));
                 }
-                Some(e) => {
-                    sub.status = SubTaskStatus::Failed;
-                    sub.error = Some(e.clone());
+                match &self.error {
+                    None => {
+                        sub.status = SubTaskStatus::Completed;
+                        sub.result = Some(self.raw.clone().unwrap_or(Value::Null));
+                    }
+                    Some(e) => {
+                        sub.status = SubTaskStatus::Failed;
+                        sub.error = Some(e.clone());
+                    }
                 }
+                Ok(Change::Write(()))
+            })
+            .await?;
+        }
+        let parent_key = task_key(self.envelope.tenant(), &info.parent_task_id);
+        let ((), stored) = state::update_with(store, "task", &parent_key, |rec: &mut TaskRecord| {
+            let group = rec.groups.get_mut(&info.group_id).ok_or_else(|| {
+                Error::State(format!("task `{}` has no delegation group `{}`", info.parent_task_id, info.group_id))
+            })?;
+            if group.mark_finished(info.seq) {
+                rec.updated_at = Some(now.clone());
+                Ok(Change::Write(()))
+            } else {
+                Ok(Change::Keep(()))
             }
-            rec.updated_at = Some(now.clone());
-            Ok(Change::Write(()))
         })
         .await?;
         Ok(TaskContext::restored(stored.value, stored.revision, self.envelope.clone(), self.runtime.clone()))
@@ -656,19 +677,11 @@ impl<T> ResultContext<T> {
 
     /// Loads the task that delegated this sub-task without recording anything.
     pub async fn parent(&self) -> Result<TaskContext<Value>> {
-        let sub_task_id = self
-            .sub_task_id()
-            .ok_or_else(|| Error::UnknownSubTask("<result without correlation_id>".into()))?;
+        let (_, info) = self.sub_task_record().await?;
         let store = &**self.runtime.platform.state();
-        let tenant = self.envelope.tenant();
-        let index: SubTaskIndex = state::load(store, "sub-task index", &subtask_key(tenant, sub_task_id))
+        let stored = state::load::<TaskRecord>(store, "task", &task_key(self.envelope.tenant(), &info.parent_task_id))
             .await?
-            .ok_or_else(|| Error::UnknownSubTask(sub_task_id.to_owned()))?
-            .value;
-        let _ = self.group.set(index.group_id.clone());
-        let stored = state::load::<TaskRecord>(store, "task", &task_key(tenant, &index.parent_task_id))
-            .await?
-            .ok_or_else(|| Error::TaskNotFound(index.parent_task_id.clone()))?;
+            .ok_or_else(|| Error::TaskNotFound(info.parent_task_id.clone()))?;
         Ok(TaskContext::restored(stored.value, stored.revision, self.envelope.clone(), self.runtime.clone()))
     }
 }
