@@ -42,7 +42,12 @@ struct AuditLog(Arc<mpsc::UnboundedSender<String>>);
 /// Records every business fact.
 #[on_event(topic = "business-facts", event = "*", agent = "audit")]
 async fn audit(event: Event, State(log): State<AuditLog>) {
-    let line = format!("[audit] {} from {}: {}", event.event_type(), event.envelope().source, event.data);
+    let line = format!(
+        "[audit] {} from {}: {}",
+        event.event_type(),
+        event.envelope().source,
+        event.data
+    );
     let _ = log.0.send(line);
 }
 
@@ -52,17 +57,32 @@ async fn main() -> soorma::Result<()> {
     let platform = Platform::from_env().await?;
     let (tx, mut rx) = mpsc::unbounded_channel();
     let shipping = Agent::new("shipping").start(&platform).await?;
-    let audit = Agent::new("audit").with_state(AuditLog(Arc::new(tx))).start(&platform).await?;
+    let audit = Agent::new("audit")
+        .with_state(AuditLog(Arc::new(tx)))
+        .start(&platform)
+        .await?;
 
     let shop = platform.client("shop");
     for (id, items) in [("A-100", 2), ("A-101", 7)] {
-        shop.bus().announce("order.placed", OrderPlaced { order_id: id.into(), items }).await?;
+        shop.bus()
+            .announce(
+                "order.placed",
+                OrderPlaced {
+                    order_id: id.into(),
+                    items,
+                },
+            )
+            .await?;
     }
     // Two placed + two shipped facts reach the audit agent.
     for _ in 0..4 {
         match tokio::time::timeout(Duration::from_secs(5), rx.recv()).await {
             Ok(Some(line)) => println!("{line}"),
-            _ => return Err(Error::Handler("audit log did not receive every fact".into())),
+            _ => {
+                return Err(Error::Handler(
+                    "audit log did not receive every fact".into(),
+                ));
+            }
         }
     }
     shipping.shutdown().await?;

@@ -37,7 +37,10 @@ impl std::error::Error for CalcError {}
 /// assert!(soorma_examples::calc::eval("1 / 0").is_err());
 /// ```
 pub fn eval(expression: &str) -> Result<f64, CalcError> {
-    let mut p = Parser { s: expression.as_bytes(), i: 0 };
+    let mut p = Parser {
+        s: expression.as_bytes(),
+        i: 0,
+    };
     let v = p.expr()?;
     p.ws();
     if p.i < p.s.len() {
@@ -116,11 +119,14 @@ impl Parser<'_> {
             }
             Some(c) if c.is_ascii_digit() || c == b'.' => {
                 let start = self.i;
-                while self.i < self.s.len() && (self.s[self.i].is_ascii_digit() || self.s[self.i] == b'.') {
+                while self.i < self.s.len()
+                    && (self.s[self.i].is_ascii_digit() || self.s[self.i] == b'.')
+                {
                     self.i += 1;
                 }
                 let text = std::str::from_utf8(&self.s[start..self.i]).unwrap_or_default();
-                text.parse().map_err(|_| CalcError::BadNumber(text.to_owned()))
+                text.parse()
+                    .map_err(|_| CalcError::BadNumber(text.to_owned()))
             }
             _ => Err(self.unexpected()),
         }
@@ -143,7 +149,10 @@ mod tests {
     fn reports_errors() {
         assert_eq!(eval("1 / (2 - 2)"), Err(CalcError::DivisionByZero));
         assert!(matches!(eval("1 +"), Err(CalcError::Unexpected { .. })));
-        assert!(matches!(eval("2 x"), Err(CalcError::Unexpected { at: 2, .. })));
+        assert!(matches!(
+            eval("2 x"),
+            Err(CalcError::Unexpected { at: 2, .. })
+        ));
         assert!(matches!(eval("1.2.3"), Err(CalcError::BadNumber(_))));
     }
 }

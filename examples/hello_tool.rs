@@ -51,7 +51,13 @@ async fn main() -> soorma::Result<()> {
     let client = platform.client("hello-client");
     for expression in ["1 + 2 * 3", "(10 - 4) / 4", "2 / (1 - 1)"] {
         let reply = client
-            .request("calculate.requested", Calculate { expression: expression.into() }, "calculate.completed")
+            .request(
+                "calculate.requested",
+                Calculate {
+                    expression: expression.into(),
+                },
+                "calculate.completed",
+            )
             .await?;
         match reply.into_result::<Calculated>() {
             Ok(c) => println!("{} = {}", c.expression, c.result),

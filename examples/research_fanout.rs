@@ -60,7 +60,9 @@ async fn summarize(req: Invocation<Text>) -> Result<String, ToolError> {
 /// Researches a topic by fanning out to the analyzers.
 #[on_task("research.requested", agent = "researcher")]
 async fn research(mut task: TaskContext<Research>) -> soorma::Result<()> {
-    let text = Text { text: task.data.text.clone() };
+    let text = Text {
+        text: task.data.text.clone(),
+    };
     let topic = task.data.topic.clone();
     task.set_state("topic", topic)?;
     task.delegate_parallel([
@@ -91,16 +93,28 @@ async fn collect(result: ResultContext) -> soorma::Result<()> {
         topic: task.state_value("topic")?.unwrap_or_default(),
         sentiment: pick("sentiment.completed").as_f64().unwrap_or(0.0),
         entities: serde_json::from_value(pick("entities.completed")).unwrap_or_default(),
-        summary: pick("summary.completed").as_str().unwrap_or_default().to_owned(),
+        summary: pick("summary.completed")
+            .as_str()
+            .unwrap_or_default()
+            .to_owned(),
     };
     task.complete(report).await?;
     Ok(())
 }
 
 const CORPUS: &[(&str, &str)] = &[
-    ("rust", "Rust is fast and reliable. Teams at Mozilla and Amazon love it for safe systems code."),
-    ("outages", "The outage was bad. A slow database and a crash in Frankfurt made users sad."),
-    ("agents", "Agents coordinate through events. Soorma moves them between Tools and Workers."),
+    (
+        "rust",
+        "Rust is fast and reliable. Teams at Mozilla and Amazon love it for safe systems code.",
+    ),
+    (
+        "outages",
+        "The outage was bad. A slow database and a crash in Frankfurt made users sad.",
+    ),
+    (
+        "agents",
+        "Agents coordinate through events. Soorma moves them between Tools and Workers.",
+    ),
 ];
 
 #[tokio::main]
@@ -120,9 +134,16 @@ async fn main() -> soorma::Result<()> {
     let client = platform.client("research-client");
     let started = Instant::now();
     let calls = CORPUS.iter().map(|(topic, text)| {
-        let request = Research { topic: (*topic).into(), text: (*text).into() };
+        let request = Research {
+            topic: (*topic).into(),
+            text: (*text).into(),
+        };
         let client = client.clone();
-        async move { client.invoke::<Report>("research.requested", request, "research.completed").await }
+        async move {
+            client
+                .invoke::<Report>("research.requested", request, "research.completed")
+                .await
+        }
     });
     let reports = futures_join_all(calls).await;
     for report in reports {
@@ -132,7 +153,12 @@ async fn main() -> soorma::Result<()> {
             r.topic, r.sentiment, r.entities, r.summary
         );
     }
-    println!("{} research tasks fanned out and in ({} sub-tasks) in {:?}", CORPUS.len(), CORPUS.len() * 3, started.elapsed());
+    println!(
+        "{} research tasks fanned out and in ({} sub-tasks) in {:?}",
+        CORPUS.len(),
+        CORPUS.len() * 3,
+        started.elapsed()
+    );
     for agent in agents {
         agent.shutdown().await?;
     }
@@ -140,9 +166,9 @@ async fn main() -> soorma::Result<()> {
 }
 
 /// Awaits every future concurrently, keeping their order.
-async fn futures_join_all<F: std::future::Future>(futures: impl IntoIterator<Item = F>) -> Vec<F::Output>
+async fn futures_join_all<F>(futures: impl IntoIterator<Item = F>) -> Vec<F::Output>
 where
-    F: Send + 'static,
+    F: std::future::Future + Send + 'static,
     F::Output: Send + 'static,
 {
     let handles: Vec<_> = futures.into_iter().map(tokio::spawn).collect();

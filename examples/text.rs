@@ -1,7 +1,18 @@
 //! Tiny deterministic text analyses used by the research example's analyzer tools.
 
-const POSITIVE: &[&str] = &["good", "great", "fast", "safe", "reliable", "love", "excellent", "happy"];
-const NEGATIVE: &[&str] = &["bad", "slow", "unsafe", "bug", "crash", "hate", "poor", "sad"];
+const POSITIVE: &[&str] = &[
+    "good",
+    "great",
+    "fast",
+    "safe",
+    "reliable",
+    "love",
+    "excellent",
+    "happy",
+];
+const NEGATIVE: &[&str] = &[
+    "bad", "slow", "unsafe", "bug", "crash", "hate", "poor", "sad",
+];
 
 fn words(text: &str) -> impl Iterator<Item = &str> {
     text.split(|c: char| !c.is_alphanumeric() && c != '\'')
@@ -53,7 +64,11 @@ pub fn entities(text: &str) -> Vec<String> {
 /// assert_eq!(soorma_examples::text::summary("Rust is fast. It is safe.", 10), "Rust is fast.");
 /// ```
 pub fn summary(text: &str, max_words: usize) -> String {
-    let first = text.split_inclusive(['.', '!', '?']).next().unwrap_or("").trim();
+    let first = text
+        .split_inclusive(['.', '!', '?'])
+        .next()
+        .unwrap_or("")
+        .trim();
     let ws: Vec<&str> = first.split_whitespace().collect();
     if ws.len() <= max_words {
         first.to_owned()

@@ -56,16 +56,27 @@ async fn tool_replies_on_the_callers_response_event_with_success_and_error() {
     let client = t.client();
 
     let ok: Calculated = client
-        .invoke("calculate.requested", json!({"expression": "6 * 7"}), "my.answer")
+        .invoke(
+            "calculate.requested",
+            json!({"expression": "6 * 7"}),
+            "my.answer",
+        )
         .await
         .unwrap();
     assert_eq!(ok, Calculated { result: 42.0 });
 
     let err = client
-        .invoke::<Calculated>("calculate.requested", json!({"expression": "1/0"}), "my.answer")
+        .invoke::<Calculated>(
+            "calculate.requested",
+            json!({"expression": "1/0"}),
+            "my.answer",
+        )
         .await
         .unwrap_err();
-    assert!(matches!(&err, Error::Remote { message, .. } if message == "division by zero"), "{err}");
+    assert!(
+        matches!(&err, Error::Remote { message, .. } if message == "division by zero"),
+        "{err}"
+    );
 
     // The reply went out on the caller-named event, on action-results, correlated.
     let replies = t.events_of_type("my.answer");
@@ -87,7 +98,11 @@ async fn tool_replies_on_a_custom_response_topic() {
     t.start(Tool::new("calculator")).await.unwrap();
     let reply = t
         .client()
-        .request("calculate.requested", json!({"expression": "1+1"}), "calc.done")
+        .request(
+            "calculate.requested",
+            json!({"expression": "1+1"}),
+            "calc.done",
+        )
         .response_topic(Topic::NotificationEvents)
         .await
         .unwrap();
@@ -105,8 +120,15 @@ async fn panicking_tool_replies_with_an_error_and_keeps_serving() {
         .invoke::<Calculated>("calculate.requested", json!({"expression": "panic"}), "r")
         .await
         .unwrap_err();
-    assert!(err.to_string().contains("handler panicked: calculator exploded"), "{err}");
-    let ok: Calculated = client.invoke("calculate.requested", json!({"expression": "2"}), "r").await.unwrap();
+    assert!(
+        err.to_string()
+            .contains("handler panicked: calculator exploded"),
+        "{err}"
+    );
+    let ok: Calculated = client
+        .invoke("calculate.requested", json!({"expression": "2"}), "r")
+        .await
+        .unwrap();
     assert_eq!(ok.result, 2.0);
     t.shutdown().await.unwrap();
 }
@@ -121,22 +143,34 @@ async fn malformed_payload_gets_a_typed_error_reply_naming_event_type_and_path()
         .await
         .unwrap_err();
     let msg = err.to_string();
-    assert!(msg.contains("invalid payload for event `calculate.requested`"), "{msg}");
+    assert!(
+        msg.contains("invalid payload for event `calculate.requested`"),
+        "{msg}"
+    );
     assert!(msg.contains("Calculate"), "names the Rust type: {msg}");
-    assert!(msg.contains("at `expression`"), "names the serde path: {msg}");
+    assert!(
+        msg.contains("at `expression`"),
+        "names the serde path: {msg}"
+    );
 
     let missing = client
         .invoke::<Calculated>("calculate.requested", json!({"nope": true}), "r")
         .await
         .unwrap_err();
-    assert!(missing.to_string().contains("missing field `expression`"), "{missing}");
+    assert!(
+        missing.to_string().contains("missing field `expression`"),
+        "{missing}"
+    );
 
     // Dead-lettered with the reason, and the agent keeps serving.
     let dl = t.expect_event("event.dead_lettered", WAIT).await.unwrap();
     assert_eq!(dl.topic, Topic::SystemEvents);
     assert_eq!(dl.data["agent"], "calculator");
     assert!(dl.data["reason"].as_str().unwrap().contains("expression"));
-    let ok: Calculated = client.invoke("calculate.requested", json!({"expression": "3"}), "r").await.unwrap();
+    let ok: Calculated = client
+        .invoke("calculate.requested", json!({"expression": "3"}), "r")
+        .await
+        .unwrap();
     assert_eq!(ok.result, 3.0);
     t.shutdown().await.unwrap();
 }
@@ -151,12 +185,19 @@ async fn request_without_response_event_is_handled_without_reply_or_crash() {
         .with_data(json!({"expression": "1"}));
     bus.publish_envelope(env).await.unwrap();
     // The bus API refuses to build such a request.
-    let err = bus.request("calculate.requested", json!({}), "").await.unwrap_err();
+    let err = bus
+        .request("calculate.requested", json!({}), "")
+        .await
+        .unwrap_err();
     assert!(matches!(err, Error::InvalidArgument(_)));
     let err = bus.respond("x.done", json!({}), " ").await.unwrap_err();
     assert!(matches!(err, Error::InvalidArgument(_)));
     // Still serving.
-    let ok: Calculated = t.client().invoke("calculate.requested", json!({"expression": "4"}), "r").await.unwrap();
+    let ok: Calculated = t
+        .client()
+        .invoke("calculate.requested", json!({"expression": "4"}), "r")
+        .await
+        .unwrap();
     assert_eq!(ok.result, 4.0);
     t.shutdown().await.unwrap();
 }
@@ -164,7 +205,10 @@ async fn request_without_response_event_is_handled_without_reply_or_crash() {
 #[tokio::test]
 async fn agent_without_handlers_fails_loudly() {
     let platform = Platform::embedded();
-    let err = Tool::new("nobody-registered-this").start(&platform).await.unwrap_err();
+    let err = Tool::new("nobody-registered-this")
+        .start(&platform)
+        .await
+        .unwrap_err();
     assert!(matches!(err, Error::NoHandlers { .. }), "{err}");
     assert!(err.to_string().contains("has no handlers"));
 }
@@ -188,7 +232,10 @@ async fn typed_state_extractor_and_misconfiguration_errors() {
         .await
         .unwrap_err();
     let msg = err.to_string();
-    assert!(msg.contains("State<") && msg.contains("Greeting") && msg.contains(".with_state"), "{msg}");
+    assert!(
+        msg.contains("State<") && msg.contains("Greeting") && msg.contains(".with_state"),
+        "{msg}"
+    );
     assert!(msg.contains("both handle `greet.requested`"), "{msg}");
 
     let tool = Tool::new("greeter")
@@ -198,7 +245,11 @@ async fn typed_state_extractor_and_misconfiguration_errors() {
         .start(&platform)
         .await
         .unwrap();
-    let s: String = platform.client("c").invoke("greet.requested", "ada", "greeted").await.unwrap();
+    let s: String = platform
+        .client("c")
+        .invoke("greet.requested", "ada", "greeted")
+        .await
+        .unwrap();
     assert_eq!(s, "hello ada");
     tool.shutdown().await.unwrap();
 }
@@ -206,11 +257,22 @@ async fn typed_state_extractor_and_misconfiguration_errors() {
 #[tokio::test]
 async fn registry_definition_carries_capabilities_and_schemas() {
     let platform = Platform::embedded();
-    let tool = Tool::new("calculator").version("2.1.0").start(&platform).await.unwrap();
-    let found = platform.discovery().by_consumed_event("calculate.requested").await.unwrap();
+    let tool = Tool::new("calculator")
+        .version("2.1.0")
+        .start(&platform)
+        .await
+        .unwrap();
+    let found = platform
+        .discovery()
+        .by_consumed_event("calculate.requested")
+        .await
+        .unwrap();
     assert_eq!(found.len(), 1);
     let def = &found[0];
-    assert_eq!((def.name.as_str(), def.version.as_str()), ("calculator", "2.1.0"));
+    assert_eq!(
+        (def.name.as_str(), def.version.as_str()),
+        ("calculator", "2.1.0")
+    );
     let cap = &def.capabilities[0];
     assert_eq!(cap.description, "Evaluates an arithmetic expression.");
     let payload = cap.consumed_event.payload_schema.as_ref().unwrap();
@@ -219,10 +281,24 @@ async fn registry_definition_carries_capabilities_and_schemas() {
     assert_eq!(response["properties"]["result"]["type"], "number");
     let produced = &cap.produced_events[0];
     assert_eq!(produced.event_name, "calculate.completed");
-    assert_eq!(produced.payload_schema.as_ref().unwrap()["properties"]["result"]["properties"]["result"]["type"], "number");
-    assert_eq!(platform.discovery().by_capability("calculate.requested").await.unwrap().len(), 1);
+    assert_eq!(
+        produced.payload_schema.as_ref().unwrap()["properties"]["result"]["properties"]["result"]["type"],
+        "number"
+    );
+    assert_eq!(
+        platform
+            .discovery()
+            .by_capability("calculate.requested")
+            .await
+            .unwrap()
+            .len(),
+        1
+    );
     tool.shutdown().await.unwrap();
-    assert!(platform.discovery().all().await.unwrap().is_empty(), "deregistered on shutdown");
+    assert!(
+        platform.discovery().all().await.unwrap().is_empty(),
+        "deregistered on shutdown"
+    );
 }
 
 #[derive(Clone, Default)]
@@ -250,7 +326,9 @@ async fn instances_of_one_agent_share_work_and_different_agents_each_get_events(
     let calls: Vec<_> = (0..200u32)
         .map(|i| {
             let client = client.clone();
-            tokio::spawn(async move { client.invoke::<u32>("work.requested", i, "work.done").await })
+            tokio::spawn(
+                async move { client.invoke::<u32>("work.requested", i, "work.done").await },
+            )
         })
         .collect();
     for (i, c) in calls.into_iter().enumerate() {
@@ -269,18 +347,30 @@ async fn instances_of_one_agent_share_work_and_different_agents_each_get_events(
         Agent::new(name)
             .use_registered_handlers(false)
             .with_state(c.clone())
-            .handler(Handler::on_event(Topic::BusinessFacts, "thing.happened", seen))
+            .handler(Handler::on_event(
+                Topic::BusinessFacts,
+                "thing.happened",
+                seen,
+            ))
     };
     let ax = mk_agent("x", &x).start(&platform).await.unwrap();
     let ay = mk_agent("y", &y).start(&platform).await.unwrap();
     for _ in 0..10 {
-        client.bus().announce("thing.happened", json!({})).await.unwrap();
+        client
+            .bus()
+            .announce("thing.happened", json!({}))
+            .await
+            .unwrap();
     }
     wait_until(|| x.0.load(Ordering::SeqCst) == 10 && y.0.load(Ordering::SeqCst) == 10).await;
     for agent in [ia, ib, ax, ay] {
         agent.shutdown().await.unwrap();
     }
-    assert_eq!((x.0.load(Ordering::SeqCst), y.0.load(Ordering::SeqCst)), (10, 10), "and no more");
+    assert_eq!(
+        (x.0.load(Ordering::SeqCst), y.0.load(Ordering::SeqCst)),
+        (10, 10),
+        "and no more"
+    );
 }
 
 #[tokio::test]
@@ -297,13 +387,25 @@ async fn graceful_shutdown_finishes_in_flight_handlers_then_stops_taking_events(
         .await
         .unwrap();
     let bus = t.client().bus();
-    bus.request("slow.requested", 200, "slow.done").await.unwrap();
-    t.expect_matching(|_| false, Duration::from_millis(30), "nothing").await.unwrap_err(); // let it start
+    bus.request("slow.requested", 200, "slow.done")
+        .await
+        .unwrap();
+    t.expect_matching(|_| false, Duration::from_millis(30), "nothing")
+        .await
+        .unwrap_err(); // let it start
     handle.shutdown().await.unwrap();
-    assert_eq!(t.events_of_type("slow.done").len(), 1, "the in-flight handler finished and replied");
+    assert_eq!(
+        t.events_of_type("slow.done").len(),
+        1,
+        "the in-flight handler finished and replied"
+    );
     bus.request("slow.requested", 1, "slow.done").await.unwrap();
     tokio::time::sleep(Duration::from_millis(50)).await;
-    assert_eq!(t.events_of_type("slow.done").len(), 1, "no events taken after shutdown");
+    assert_eq!(
+        t.events_of_type("slow.done").len(),
+        1,
+        "no events taken after shutdown"
+    );
 }
 
 #[tokio::test]
@@ -320,8 +422,15 @@ async fn envelope_fields_propagate_from_the_handled_event() {
     )
     .await
     .unwrap();
-    let client = t.client().with_tenant("acme").with_user("u1").with_session("s1");
-    let id = client.publish(Topic::BusinessFacts, "original", json!({"n": 1})).await.unwrap();
+    let client = t
+        .client()
+        .with_tenant("acme")
+        .with_user("u1")
+        .with_session("s1");
+    let id = client
+        .publish(Topic::BusinessFacts, "original", json!({"n": 1}))
+        .await
+        .unwrap();
     let relayed = t.expect_event("relayed", WAIT).await.unwrap();
     let original = t.events_of_type("original")[0].clone();
     assert_eq!(original.id, id);
@@ -341,7 +450,11 @@ async fn retryable_event_handler_errors_are_redelivered_then_dead_lettered() {
     let mut t = TestPlatform::new();
     async fn flaky(_e: Event, State(c): State<Counter>) -> Result<(), ToolError> {
         let n = c.0.fetch_add(1, Ordering::SeqCst);
-        if n < 2 { Err(ToolError::new("busy").retryable()) } else { Ok(()) }
+        if n < 2 {
+            Err(ToolError::new("busy").retryable())
+        } else {
+            Ok(())
+        }
     }
     async fn broken(_e: Event) -> Result<(), ToolError> {
         Err(ToolError::new("cannot ever work"))
@@ -351,8 +464,16 @@ async fn retryable_event_handler_errors_are_redelivered_then_dead_lettered() {
         Agent::new("flaky")
             .use_registered_handlers(false)
             .with_state(c.clone())
-            .handler(Handler::on_event(Topic::BusinessFacts, "flaky.event", flaky))
-            .handler(Handler::on_event(Topic::BusinessFacts, "broken.event", broken)),
+            .handler(Handler::on_event(
+                Topic::BusinessFacts,
+                "flaky.event",
+                flaky,
+            ))
+            .handler(Handler::on_event(
+                Topic::BusinessFacts,
+                "broken.event",
+                broken,
+            )),
     )
     .await
     .unwrap();
@@ -361,7 +482,10 @@ async fn retryable_event_handler_errors_are_redelivered_then_dead_lettered() {
     bus.announce("broken.event", json!({})).await.unwrap();
     let dl = t.expect_event("event.dead_lettered", WAIT).await.unwrap();
     assert_eq!(dl.data["event_type"], "broken.event");
-    assert_eq!(dl.data["attempt"], 1, "non-retryable errors are not retried");
+    assert_eq!(
+        dl.data["attempt"], 1,
+        "non-retryable errors are not retried"
+    );
     wait_until(|| c.0.load(Ordering::SeqCst) == 3).await; // two retryable failures, then success
     assert_eq!(t.events_of_type("event.dead_lettered").len(), 1);
     t.shutdown().await.unwrap();
@@ -391,7 +515,10 @@ async fn batch(mut task: TaskContext<Job>) -> soorma::Result<()> {
 async fn batch_collect(result: ResultContext<String>) -> soorma::Result<()> {
     let mut task = result.record_in_parent().await?;
     if let Some(all) = task.group_results(result.group_id()).await? {
-        let out: Vec<Value> = all.into_iter().map(|s| s.result.unwrap_or_default()).collect();
+        let out: Vec<Value> = all
+            .into_iter()
+            .map(|s| s.result.unwrap_or_default())
+            .collect();
         task.complete(out).await?;
     }
     Ok(())
@@ -412,7 +539,11 @@ async fn fan_out_with_repeated_event_type_keeps_sub_tasks_distinct_and_in_order(
     t.start(Tool::new("upper")).await.unwrap();
     let out: Vec<String> = t
         .client()
-        .invoke("batch.requested", json!({"items": ["a", "b", "a", "c"]}), "batch.completed")
+        .invoke(
+            "batch.requested",
+            json!({"items": ["a", "b", "a", "c"]}),
+            "batch.completed",
+        )
         .await
         .unwrap();
     assert_eq!(out, ["A", "B", "A", "C"]);
@@ -422,7 +553,10 @@ async fn fan_out_with_repeated_event_type_keeps_sub_tasks_distinct_and_in_order(
     assert_eq!(progress.data["progress"], 0.5);
     // The sub-task requests carried distinct correlation ids.
     let reqs = t.events_of_type("upper.requested");
-    let mut ids: Vec<_> = reqs.iter().map(|r| r.correlation_id.clone().unwrap()).collect();
+    let mut ids: Vec<_> = reqs
+        .iter()
+        .map(|r| r.correlation_id.clone().unwrap())
+        .collect();
     ids.sort();
     ids.dedup();
     assert_eq!(ids.len(), 4);
@@ -436,7 +570,11 @@ async fn a_failed_sub_task_is_recorded_as_failed_in_the_group() {
     t.start(Tool::new("upper")).await.unwrap();
     let out: Vec<Value> = t
         .client()
-        .invoke("batch.requested", json!({"items": ["ok", "fail"]}), "batch.completed")
+        .invoke(
+            "batch.requested",
+            json!({"items": ["ok", "fail"]}),
+            "batch.completed",
+        )
         .await
         .unwrap();
     assert_eq!(out, [json!("OK"), Value::Null]);
@@ -448,17 +586,22 @@ async fn a_failed_sub_task_is_recorded_as_failed_in_the_group() {
 async fn chain(mut task: TaskContext<String>) -> soorma::Result<()> {
     let input = task.data.clone();
     task.set_state("step", "upper")?;
-    task.delegate("upper.requested", input, "chain.upper.done").await?;
+    task.delegate("upper.requested", input, "chain.upper.done")
+        .await?;
     Ok(())
 }
 
 #[on_result("chain.upper.done", agent = "chainer")]
 async fn chain_upper(result: ResultContext<String>) -> soorma::Result<()> {
     let mut task = result.record_in_parent().await?;
-    assert_eq!(task.state_value::<String>("step")?.as_deref(), Some("upper"));
+    assert_eq!(
+        task.state_value::<String>("step")?.as_deref(),
+        Some("upper")
+    );
     let upper = result.data.clone().unwrap_or_default();
     task.set_state("step", "reverse")?;
-    task.delegate("reverse.requested", upper, "chain.reverse.done").await?;
+    task.delegate("reverse.requested", upper, "chain.reverse.done")
+        .await?;
     Ok(())
 }
 
@@ -466,7 +609,8 @@ async fn chain_upper(result: ResultContext<String>) -> soorma::Result<()> {
 async fn chain_reverse(result: ResultContext<String>) -> soorma::Result<()> {
     let mut task = result.record_in_parent().await?;
     assert_eq!(task.sub_tasks().await?.len(), 2);
-    task.complete(json!({"final": result.data, "step": task.state_value::<String>("step")?})).await?;
+    task.complete(json!({"final": result.data, "step": task.state_value::<String>("step")?}))
+        .await?;
     Ok(())
 }
 
@@ -478,10 +622,18 @@ async fn reverse(req: Invocation<String>) -> Result<String, ToolError> {
 #[tokio::test]
 async fn sequential_delegation_chains_through_saved_task_state() {
     let mut t = TestPlatform::new();
-    for a in [Worker::new("chainer"), Tool::new("upper"), Tool::new("reverser")] {
+    for a in [
+        Worker::new("chainer"),
+        Tool::new("upper"),
+        Tool::new("reverser"),
+    ] {
         t.start(a).await.unwrap();
     }
-    let out: Value = t.client().invoke("chain.requested", "abc", "chain.completed").await.unwrap();
+    let out: Value = t
+        .client()
+        .invoke("chain.requested", "abc", "chain.completed")
+        .await
+        .unwrap();
     assert_eq!(out, json!({"final": "CBA", "step": "reverse"}));
     t.shutdown().await.unwrap();
 }
@@ -499,9 +651,15 @@ async fn task_handler_errors_and_panics_fail_the_task_with_an_error_reply() {
     let mut t = TestPlatform::new();
     t.start(Worker::new("exploder")).await.unwrap();
     let client = t.client();
-    let e1 = client.invoke::<Value>("explode.requested", 7, "explode.done").await.unwrap_err();
+    let e1 = client
+        .invoke::<Value>("explode.requested", 7, "explode.done")
+        .await
+        .unwrap_err();
     assert!(e1.to_string().contains("cannot do 7"), "{e1}");
-    let e2 = client.invoke::<Value>("explode.requested", 0, "explode.done").await.unwrap_err();
+    let e2 = client
+        .invoke::<Value>("explode.requested", 0, "explode.done")
+        .await
+        .unwrap_err();
     assert!(e2.to_string().contains("task handler exploded"), "{e2}");
     // The failed task is recorded.
     let reqs = t.events_of_type("explode.requested");
@@ -520,7 +678,9 @@ const FAN: usize = 1_000;
 /// Fans out to an event nobody serves; the test plays the sub-agents.
 #[on_task("big.requested", agent = "fan-in")]
 async fn big(mut task: TaskContext<u32>) -> soorma::Result<()> {
-    let d: Vec<Delegation> = (0..task.data).map(|i| Delegation::new("ghost.requested", &i, "ghost.completed")).collect();
+    let d: Vec<Delegation> = (0..task.data)
+        .map(|i| Delegation::new("ghost.requested", &i, "ghost.completed"))
+        .collect();
     task.delegate_parallel(d).await?;
     Ok(())
 }
@@ -529,16 +689,24 @@ async fn big(mut task: TaskContext<u32>) -> soorma::Result<()> {
 async fn ghost_done(result: ResultContext<i64>) -> soorma::Result<()> {
     let mut task = result.record_in_parent().await?;
     if let Some(all) = task.group_results(result.group_id()).await? {
-        let values: Vec<Value> = all.into_iter().map(|s| s.result.unwrap_or_default()).collect();
+        let values: Vec<Value> = all
+            .into_iter()
+            .map(|s| s.result.unwrap_or_default())
+            .collect();
         task.complete(values).await?;
     }
     Ok(())
 }
 
 fn result_for(request: &EventEnvelope, value: i64, tenant: Option<&str>) -> EventEnvelope {
-    let mut env = EventEnvelope::new(format!("res-{}-{value}", request.id), "ghost", Topic::ActionResults, "ghost.completed")
-        .with_correlation_id(request.correlation_id.clone().unwrap())
-        .with_data(serde_json::to_value(ActionReply::success(&request.id, json!(value))).unwrap());
+    let mut env = EventEnvelope::new(
+        format!("res-{}-{value}", request.id),
+        "ghost",
+        Topic::ActionResults,
+        "ghost.completed",
+    )
+    .with_correlation_id(request.correlation_id.clone().unwrap())
+    .with_data(serde_json::to_value(ActionReply::success(&request.id, json!(value))).unwrap());
     if let Some(t) = tenant {
         env = env.with_tenant_id(t);
     }
@@ -550,7 +718,11 @@ async fn concurrent_fan_in_of_1000_results_completes_exactly_once_with_all_resul
     let mut t = TestPlatform::new();
     t.start(Worker::new("fan-in")).await.unwrap();
     let client = t.client();
-    client.bus().request("big.requested", FAN as u32, "big.completed").await.unwrap();
+    client
+        .bus()
+        .request("big.requested", FAN as u32, "big.completed")
+        .await
+        .unwrap();
     wait_until(|| t.events_of_type("ghost.requested").len() == FAN).await;
     let requests = t.events_of_type("ghost.requested");
 
@@ -574,16 +746,26 @@ async fn concurrent_fan_in_of_1000_results_completes_exactly_once_with_all_resul
     let done = t.expect_event("big.completed", WAIT * 4).await.unwrap();
     // Give stragglers (duplicates) time to be handled, then check nothing else completed.
     tokio::time::sleep(Duration::from_millis(300)).await;
-    assert_eq!(t.events_of_type("big.completed").len(), 1, "exactly one completion");
+    assert_eq!(
+        t.events_of_type("big.completed").len(),
+        1,
+        "exactly one completion"
+    );
     let reply = reply_of(&done);
     let mut values: Vec<i64> = serde_json::from_value(reply.result.unwrap()).unwrap();
     assert_eq!(values.len(), FAN);
-    assert_eq!(values, (0..FAN as i64).collect::<Vec<_>>(), "results in delegation order");
+    assert_eq!(
+        values,
+        (0..FAN as i64).collect::<Vec<_>>(),
+        "results in delegation order"
+    );
     values.dedup();
     assert_eq!(values.len(), FAN);
 
     // A late duplicate with a different value changes nothing.
-    bus.publish_envelope(result_for(&requests[0], 999_999, None)).await.unwrap();
+    bus.publish_envelope(result_for(&requests[0], 999_999, None))
+        .await
+        .unwrap();
     tokio::time::sleep(Duration::from_millis(100)).await;
     assert_eq!(t.events_of_type("big.completed").len(), 1);
     let task_id = t.events_of_type("big.requested")[0].id.clone();
@@ -592,11 +774,24 @@ async fn concurrent_fan_in_of_1000_results_completes_exactly_once_with_all_resul
     let record: soorma::TaskRecord = serde_json::from_slice(&stored.value).unwrap();
     assert_eq!(record.status, TaskStatus::Completed);
     assert_eq!(record.groups.len(), 1);
-    assert!(record.groups.values().all(|g| g.size == FAN as u32 && g.finished == FAN as u32));
-    let sub_key = soorma::state::StateKey::new(soorma::SUBTASKS_BUCKET, "default", requests[0].correlation_id.clone().unwrap());
+    assert!(
+        record
+            .groups
+            .values()
+            .all(|g| g.size == FAN as u32 && g.finished == FAN as u32)
+    );
+    let sub_key = soorma::state::StateKey::new(
+        soorma::SUBTASKS_BUCKET,
+        "default",
+        requests[0].correlation_id.clone().unwrap(),
+    );
     let first = t.platform().state().get(&sub_key).await.unwrap().unwrap();
     let first: soorma::SubTaskInfo = serde_json::from_slice(&first.value).unwrap();
-    assert_eq!(first.result, Some(json!(0)), "the late duplicate did not overwrite the result");
+    assert_eq!(
+        first.result,
+        Some(json!(0)),
+        "the late duplicate did not overwrite the result"
+    );
     t.shutdown().await.unwrap();
 }
 
@@ -605,23 +800,49 @@ async fn tenants_never_see_each_others_state_or_events() {
     let mut t = TestPlatform::new();
     t.start(Worker::new("fan-in")).await.unwrap();
     let a = t.client().with_tenant("tenant-a");
-    a.bus().request("big.requested", 1u32, "big.completed").tenant_id("tenant-a").await.unwrap();
+    a.bus()
+        .request("big.requested", 1u32, "big.completed")
+        .tenant_id("tenant-a")
+        .await
+        .unwrap();
     let req = t.expect_event("ghost.requested", WAIT).await.unwrap();
-    assert_eq!(req.tenant_id.as_deref(), Some("tenant-a"), "delegations inherit the tenant");
+    assert_eq!(
+        req.tenant_id.as_deref(),
+        Some("tenant-a"),
+        "delegations inherit the tenant"
+    );
     let task_id = t.events_of_type("big.requested")[0].id.clone();
     let state = t.platform().state().clone();
     let key_a = soorma::state::StateKey::new(soorma::TASKS_BUCKET, "tenant-a", task_id.clone());
     let key_b = soorma::state::StateKey::new(soorma::TASKS_BUCKET, "tenant-b", task_id.clone());
     assert!(state.get(&key_a).await.unwrap().is_some());
-    assert!(state.get(&key_b).await.unwrap().is_none(), "tenant B cannot read tenant A's task");
+    assert!(
+        state.get(&key_b).await.unwrap().is_none(),
+        "tenant B cannot read tenant A's task"
+    );
 
     // A result claiming the sub-task from tenant B is rejected (dead-lettered), not recorded.
-    t.client().bus().publish_envelope(result_for(&req, 5, Some("tenant-b"))).await.unwrap();
+    t.client()
+        .bus()
+        .publish_envelope(result_for(&req, 5, Some("tenant-b")))
+        .await
+        .unwrap();
     let dl = t.expect_event("event.dead_lettered", WAIT).await.unwrap();
-    assert!(dl.data["reason"].as_str().unwrap().contains("no parent task"), "{}", dl.data);
+    assert!(
+        dl.data["reason"]
+            .as_str()
+            .unwrap()
+            .contains("no parent task"),
+        "{}",
+        dl.data
+    );
     assert!(t.events_of_type("big.completed").is_empty());
     // The genuine tenant-A result completes it.
-    t.client().bus().publish_envelope(result_for(&req, 5, Some("tenant-a"))).await.unwrap();
+    t.client()
+        .bus()
+        .publish_envelope(result_for(&req, 5, Some("tenant-a")))
+        .await
+        .unwrap();
     let done = t.expect_event("big.completed", WAIT).await.unwrap();
     assert_eq!(done.tenant_id.as_deref(), Some("tenant-a"));
 
@@ -639,8 +860,14 @@ async fn tenants_never_see_each_others_state_or_events() {
     )
     .await
     .unwrap();
-    a.publish(Topic::BusinessFacts, "private.fact", json!({})).await.unwrap();
-    t.client().with_tenant("tenant-b").publish(Topic::BusinessFacts, "public.fact", json!({})).await.unwrap();
+    a.publish(Topic::BusinessFacts, "private.fact", json!({}))
+        .await
+        .unwrap();
+    t.client()
+        .with_tenant("tenant-b")
+        .publish(Topic::BusinessFacts, "public.fact", json!({}))
+        .await
+        .unwrap();
     wait_until(|| seen.0.load(Ordering::SeqCst) == 1).await;
     tokio::time::sleep(Duration::from_millis(50)).await;
     assert_eq!(seen.0.load(Ordering::SeqCst), 1);

@@ -133,7 +133,11 @@ impl SubTaskInfo {
     /// assert_eq!(SubTaskInfo::new("a", "b", "c", 0).with_parent("t", "g").group_id, "g");
     /// ```
     #[must_use]
-    pub fn with_parent(mut self, parent_task_id: impl Into<String>, group_id: impl Into<String>) -> Self {
+    pub fn with_parent(
+        mut self,
+        parent_task_id: impl Into<String>,
+        group_id: impl Into<String>,
+    ) -> Self {
         self.parent_task_id = parent_task_id.into();
         self.group_id = group_id.into();
         self
@@ -216,7 +220,8 @@ impl SubTaskGroup {
     /// assert!(g.is_finished(1) && !g.is_finished(0));
     /// ```
     pub fn is_finished(&self, seq: u32) -> bool {
-        self.bit(seq).is_some_and(|(at, mask)| self.byte(at) & mask != 0)
+        self.bit(seq)
+            .is_some_and(|(at, mask)| self.byte(at) & mask != 0)
     }
 
     /// Marks the sub-task with `seq` finished; `false` if it already was (or is not in the group).
@@ -236,7 +241,8 @@ impl SubTaskGroup {
         if self.finished_bits.len() < at + 2 {
             self.finished_bits = format!("{:0<width$}", self.finished_bits, width = at + 2);
         }
-        self.finished_bits.replace_range(at..at + 2, &format!("{:02x}", byte | mask));
+        self.finished_bits
+            .replace_range(at..at + 2, &format!("{:02x}", byte | mask));
         self.finished += 1;
         true
     }

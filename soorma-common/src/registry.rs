@@ -346,7 +346,10 @@ mod tests {
                 )),
             );
         let mut v = serde_json::to_value(&def).unwrap();
-        assert_eq!(serde_json::from_value::<AgentDefinition>(v.clone()).unwrap(), def);
+        assert_eq!(
+            serde_json::from_value::<AgentDefinition>(v.clone()).unwrap(),
+            def
+        );
         v["unknown"] = json!(1);
         v["capabilities"][0]["consumed_event"]["extra"] = json!("x");
         assert_eq!(serde_json::from_value::<AgentDefinition>(v).unwrap(), def);

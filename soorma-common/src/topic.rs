@@ -16,7 +16,9 @@ use serde::{Deserialize, Serialize};
 /// assert_eq!(topic, Topic::ActionRequests);
 /// assert_eq!(topic.as_str(), "action-requests");
 /// ```
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize, JsonSchema)]
+#[derive(
+    Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize, JsonSchema,
+)]
 #[serde(rename_all = "kebab-case")]
 #[non_exhaustive]
 pub enum Topic {

@@ -202,7 +202,15 @@ impl AgentBuilder {
 
     /// The registry definition the agent publishes: capabilities with their schemas.
     pub fn definition(&self) -> AgentDefinition {
-        definition(&self.name, self.kind, &self.version, &self.description, self.tenant.as_deref(), &self.collect_handlers(), String::new())
+        definition(
+            &self.name,
+            self.kind,
+            &self.version,
+            &self.description,
+            self.tenant.as_deref(),
+            &self.collect_handlers(),
+            String::new(),
+        )
     }
 
     /// Starts the agent: subscribes, registers, and handles events until shut down.
@@ -224,7 +232,11 @@ impl AgentBuilder {
             let slot = if h.event == "*" {
                 table.wildcard.insert(h.topic, Arc::new(h.clone()))
             } else {
-                table.exact.entry(h.topic).or_default().insert(h.event.clone(), Arc::new(h.clone()))
+                table
+                    .exact
+                    .entry(h.topic)
+                    .or_default()
+                    .insert(h.event.clone(), Arc::new(h.clone()))
             };
             if let Some(previous) = slot {
                 problems.push(format!(
@@ -237,11 +249,22 @@ impl AgentBuilder {
             }
         }
         if !problems.is_empty() {
-            return Err(Error::Misconfigured { agent: self.name, problems });
+            return Err(Error::Misconfigured {
+                agent: self.name,
+                problems,
+            });
         }
 
         let agent_id = format!("{}-{}", self.name, &new_id()[16..24]);
-        let def = definition(&self.name, self.kind, &self.version, &self.description, self.tenant.as_deref(), &handlers, agent_id.clone());
+        let def = definition(
+            &self.name,
+            self.kind,
+            &self.version,
+            &self.description,
+            self.tenant.as_deref(),
+            &handlers,
+            agent_id.clone(),
+        );
         let runtime = Arc::new(AgentRuntime {
             name: Arc::from(self.name.as_str()),
             kind: self.kind,
@@ -252,7 +275,11 @@ impl AgentBuilder {
 
         let mut filters: BTreeMap<Topic, EventFilter> = BTreeMap::new();
         for h in &handlers {
-            let f = if h.event == "*" { EventFilter::All } else { EventFilter::only([h.event.clone()]) };
+            let f = if h.event == "*" {
+                EventFilter::All
+            } else {
+                EventFilter::only([h.event.clone()])
+            };
             let merged = match filters.get(&h.topic) {
                 Some(existing) => existing.union(&f),
                 None => f,
@@ -303,7 +330,9 @@ impl AgentBuilder {
 async fn shutdown_signal() {
     #[cfg(unix)]
     {
-        let mut term = match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
+        let mut term = match tokio::signal::unix::signal(
+            tokio::signal::unix::SignalKind::terminate(),
+        ) {
             Ok(s) => s,
             Err(e) => {
                 tracing::warn!(error = %e, "cannot listen for SIGTERM; waiting for Ctrl-C only");
@@ -354,7 +383,15 @@ fn reply_schema(result_schema: Value) -> Value {
     schema
 }
 
-fn definition(name: &str, kind: AgentKind, version: &str, description: &str, tenant: Option<&str>, handlers: &[Handler], agent_id: String) -> AgentDefinition {
+fn definition(
+    name: &str,
+    kind: AgentKind,
+    version: &str,
+    description: &str,
+    tenant: Option<&str>,
+    handlers: &[Handler],
+    agent_id: String,
+) -> AgentDefinition {
     let mut def = AgentDefinition::new(agent_id, name, kind)
         .with_version(version)
         .with_description(description);
@@ -369,14 +406,19 @@ fn definition(name: &str, kind: AgentKind, version: &str, description: &str, ten
         match h.kind {
             HandlerKind::Invoke | HandlerKind::Task => {
                 let mut consumed = consumed;
-                let mut cap_produced = EventDefinition::new(produced_event_name(&h.event), Topic::ActionResults)
-                    .with_description(format!("Reply to `{}` (the caller names the event; this is its schema)", h.event));
+                let mut cap_produced =
+                    EventDefinition::new(produced_event_name(&h.event), Topic::ActionResults)
+                        .with_description(format!(
+                            "Reply to `{}` (the caller names the event; this is its schema)",
+                            h.event
+                        ));
                 if let Some(response) = h.response_schema {
                     let result = response();
                     consumed = consumed.with_response_schema(result.clone());
                     cap_produced = cap_produced.with_payload_schema(reply_schema(result));
                 } else {
-                    cap_produced = cap_produced.with_payload_schema(reply_schema(Value::Bool(true)));
+                    cap_produced =
+                        cap_produced.with_payload_schema(reply_schema(Value::Bool(true)));
                 }
                 let task_name = h.name.clone().unwrap_or_else(|| h.event.clone());
                 def = def.with_capability(
@@ -437,7 +479,12 @@ async fn dispatch_loop(
     drop(sub);
 }
 
-async fn handle_delivery(runtime: Arc<AgentRuntime>, table: Arc<Table>, delivery: Delivery, max_deliver: u32) {
+async fn handle_delivery(
+    runtime: Arc<AgentRuntime>,
+    table: Arc<Table>,
+    delivery: Delivery,
+    max_deliver: u32,
+) {
     let env = delivery.envelope.clone();
     let Some(handler) = table.find(env.topic, &env.event_type).cloned() else {
         tracing::debug!(agent = %runtime.name, event_type = %env.event_type, "no handler for event; acknowledged");
@@ -505,7 +552,14 @@ async fn on_handler_error(
                 Ok(_) => Settlement::Ack,
                 Err(e) => {
                     tracing::error!(error = %e, "could not record the task failure");
-                    retry_or_dead_letter(input, e.to_string(), e.is_retryable(), attempt, max_deliver).await
+                    retry_or_dead_letter(
+                        input,
+                        e.to_string(),
+                        e.is_retryable(),
+                        attempt,
+                        max_deliver,
+                    )
+                    .await
                 }
             }
         }
@@ -516,7 +570,13 @@ async fn on_handler_error(
     }
 }
 
-async fn retry_or_dead_letter(input: &HandlerInput, reason: String, retryable: bool, attempt: u32, max_deliver: u32) -> Settlement {
+async fn retry_or_dead_letter(
+    input: &HandlerInput,
+    reason: String,
+    retryable: bool,
+    attempt: u32,
+    max_deliver: u32,
+) -> Settlement {
     if retryable && attempt < max_deliver {
         let delay = Duration::from_millis(50u64.saturating_mul(1 << attempt.min(8)));
         Settlement::Retry { delay }
@@ -536,7 +596,11 @@ async fn dead_letter(input: &HandlerInput, reason: String, attempt: u32) -> Sett
         "reason": reason,
         "attempt": attempt,
     });
-    if let Err(e) = input.bus().publish(Topic::SystemEvents, "event.dead_lettered", data).await {
+    if let Err(e) = input
+        .bus()
+        .publish(Topic::SystemEvents, "event.dead_lettered", data)
+        .await
+    {
         tracing::error!(error = %e, "could not publish the dead-letter notice");
     }
     Settlement::DeadLetter { reason }
@@ -605,7 +669,10 @@ impl AgentHandle {
             .inflight
             .acquire_many(u32::try_from(self.capacity).unwrap_or(u32::MAX))
             .await;
-        self.platform.registry().deregister(&self.definition.agent_id).await?;
+        self.platform
+            .registry()
+            .deregister(&self.definition.agent_id)
+            .await?;
         tracing::info!(agent = %self.definition.name, "agent stopped");
         Ok(())
     }

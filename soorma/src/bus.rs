@@ -327,7 +327,12 @@ impl BusClient {
         data: impl Serialize,
         response_event: impl Into<String>,
     ) -> Publish {
-        let mut p = self.start(Kind::Request, Topic::ActionRequests, event_type.into(), data);
+        let mut p = self.start(
+            Kind::Request,
+            Topic::ActionRequests,
+            event_type.into(),
+            data,
+        );
         if let Ok(env) = &mut p.envelope {
             env.response_event = Some(response_event.into());
             env.correlation_id = Some(env.id.clone());
@@ -482,21 +487,35 @@ impl Publish {
     /// assert_eq!(p.envelope().unwrap().event_type, "a.b");
     /// ```
     pub fn envelope(&self) -> Result<&EventEnvelope> {
-        self.envelope.as_ref().map_err(|e| Error::InvalidArgument(e.to_string()))
+        self.envelope
+            .as_ref()
+            .map_err(|e| Error::InvalidArgument(e.to_string()))
     }
 
     fn validate(kind: Kind, env: &EventEnvelope) -> Result<()> {
         if env.event_type.trim().is_empty() {
-            return Err(Error::InvalidArgument("event_type must not be empty".into()));
+            return Err(Error::InvalidArgument(
+                "event_type must not be empty".into(),
+            ));
         }
         match kind {
-            Kind::Request if env.response_event.as_deref().is_none_or(|r| r.trim().is_empty()) => {
+            Kind::Request
+                if env
+                    .response_event
+                    .as_deref()
+                    .is_none_or(|r| r.trim().is_empty()) =>
+            {
                 Err(Error::InvalidArgument(format!(
                     "request `{}` needs a response_event naming the reply event",
                     env.event_type
                 )))
             }
-            Kind::Respond if env.correlation_id.as_deref().is_none_or(|c| c.trim().is_empty()) => {
+            Kind::Respond
+                if env
+                    .correlation_id
+                    .as_deref()
+                    .is_none_or(|c| c.trim().is_empty()) =>
+            {
                 Err(Error::InvalidArgument(format!(
                     "response `{}` needs the correlation_id of the request it answers",
                     env.event_type

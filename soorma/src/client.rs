@@ -75,7 +75,14 @@ impl std::fmt::Debug for Client {
 
 impl Client {
     pub(crate) fn new(platform: Platform, name: impl Into<String>) -> Self {
-        Self::build(platform, name.into(), None, None, None, Duration::from_secs(30))
+        Self::build(
+            platform,
+            name.into(),
+            None,
+            None,
+            None,
+            Duration::from_secs(30),
+        )
     }
 
     fn build(
@@ -103,11 +110,26 @@ impl Client {
         }
     }
 
-    fn rebuild(&self, f: impl FnOnce(&mut (Option<String>, Option<String>, Option<String>, Duration))) -> Self {
+    fn rebuild(
+        &self,
+        f: impl FnOnce(&mut (Option<String>, Option<String>, Option<String>, Duration)),
+    ) -> Self {
         let i = &self.inner;
-        let mut parts = (i.tenant.clone(), i.user.clone(), i.session.clone(), i.timeout);
+        let mut parts = (
+            i.tenant.clone(),
+            i.user.clone(),
+            i.session.clone(),
+            i.timeout,
+        );
         f(&mut parts);
-        Self::build(i.platform.clone(), i.bus.source().to_owned(), parts.0, parts.1, parts.2, parts.3)
+        Self::build(
+            i.platform.clone(),
+            i.bus.source().to_owned(),
+            parts.0,
+            parts.1,
+            parts.2,
+            parts.3,
+        )
     }
 
     /// A client acting for `tenant` (its requests carry it; it only sees that tenant's replies).
@@ -143,7 +165,12 @@ impl Client {
     }
 
     /// Publishes `data` as `event_type` on `topic` with this client's tenant, user and session.
-    pub async fn publish(&self, topic: Topic, event_type: impl Into<String>, data: impl Serialize) -> Result<String> {
+    pub async fn publish(
+        &self,
+        topic: Topic,
+        event_type: impl Into<String>,
+        data: impl Serialize,
+    ) -> Result<String> {
         let mut p = self.inner.bus.publish(topic, event_type, data);
         p = self.scope(p);
         p.await
@@ -195,7 +222,9 @@ impl Client {
         data: impl Serialize,
         response_event: impl Into<String>,
     ) -> Result<R> {
-        self.request(event_type, data, response_event).await?.into_result()
+        self.request(event_type, data, response_event)
+            .await?
+            .into_result()
     }
 
     async fn listen(&self, topic: Topic, event: &str) -> Result<()> {
@@ -203,7 +232,8 @@ impl Client {
         if listening.contains(&(topic, event.to_owned())) {
             return Ok(());
         }
-        let mut spec = SubscriptionSpec::new(self.inner.group.clone(), topic, EventFilter::only([event]));
+        let mut spec =
+            SubscriptionSpec::new(self.inner.group.clone(), topic, EventFilter::only([event]));
         if let Some(t) = &self.inner.tenant {
             spec = spec.with_tenant(t.clone());
         }
@@ -278,7 +308,10 @@ impl Call {
         self.client.listen(topic, &response_event).await?;
         let (tx, rx) = oneshot::channel();
         let pending = self.client.inner.pending.clone();
-        pending.lock().expect("pending lock").insert(correlation.clone(), tx);
+        pending
+            .lock()
+            .expect("pending lock")
+            .insert(correlation.clone(), tx);
         if let Err(e) = self.publish.await {
             pending.lock().expect("pending lock").remove(&correlation);
             return Err(e);
@@ -341,7 +374,13 @@ impl Reply {
     /// The result decoded as `R`, or [`Error::Remote`] for an error reply.
     pub fn into_result<R: DeserializeOwned>(self) -> Result<R> {
         if self.reply.success {
-            decode_payload(&self.envelope.event_type, self.reply.result.as_ref().unwrap_or(&serde_json::Value::Null))
+            decode_payload(
+                &self.envelope.event_type,
+                self.reply
+                    .result
+                    .as_ref()
+                    .unwrap_or(&serde_json::Value::Null),
+            )
         } else {
             Err(Error::Remote {
                 event: self.envelope.event_type.clone(),

@@ -255,4 +255,3 @@ impl From<serde_json::Error> for ToolError {
         ToolError::new(err.to_string())
     }
 }
-

@@ -122,7 +122,11 @@ impl Error {
     pub fn is_retryable(&self) -> bool {
         matches!(
             self,
-            Error::Conflict { .. } | Error::State(_) | Error::Bus(_) | Error::Registry(_) | Error::Timeout { .. }
+            Error::Conflict { .. }
+                | Error::State(_)
+                | Error::Bus(_)
+                | Error::Registry(_)
+                | Error::Timeout { .. }
         )
     }
 

@@ -18,7 +18,9 @@ pub struct Extensions {
 
 impl std::fmt::Debug for Extensions {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Extensions").field("len", &self.map.len()).finish()
+        f.debug_struct("Extensions")
+            .field("len", &self.map.len())
+            .finish()
     }
 }
 
@@ -30,7 +32,9 @@ impl Extensions {
 
     /// The value of type `S`, if stored.
     pub fn get<S: Send + Sync + 'static>(&self) -> Option<&S> {
-        self.map.get(&TypeId::of::<S>()).and_then(|v| v.downcast_ref())
+        self.map
+            .get(&TypeId::of::<S>())
+            .and_then(|v| v.downcast_ref())
     }
 
     /// Whether a value of type `S` is stored.
@@ -185,7 +189,9 @@ impl<S: Clone + Send + Sync + 'static> FromHandlerInput for State<S> {
 
 fn missing_state<S>() -> String {
     let ty = std::any::type_name::<S>();
-    format!("a handler takes `State<{ty}>` but the agent has no state of that type; add `.with_state(<{ty}>)`")
+    format!(
+        "a handler takes `State<{ty}>` but the agent has no state of that type; add `.with_state(<{ty}>)`"
+    )
 }
 
 impl FromHandlerInput for BusClient {

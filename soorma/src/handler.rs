@@ -223,7 +223,14 @@ impl std::fmt::Debug for Handler {
 }
 
 impl Handler {
-    fn new(kind: HandlerKind, topic: Topic, event: String, payload_schema: SchemaFn, checks: Vec<CheckFn>, call: ErasedFn) -> Self {
+    fn new(
+        kind: HandlerKind,
+        topic: Topic,
+        event: String,
+        payload_schema: SchemaFn,
+        checks: Vec<CheckFn>,
+        call: ErasedFn,
+    ) -> Self {
         Self {
             kind,
             topic,
@@ -248,12 +255,22 @@ impl Handler {
         let call: ErasedFn = Arc::new(move |input: HandlerInput| {
             let handler = handler.clone();
             Box::pin(async move {
-                let data = decode_payload::<T>(&input.envelope.event_type, &input.envelope.data).map_err(Failure::Decode)?;
-                let fut = handler.call(Event::new(data, &input), &input).map_err(extractor_failure)?;
+                let data = decode_payload::<T>(&input.envelope.event_type, &input.envelope.data)
+                    .map_err(Failure::Decode)?;
+                let fut = handler
+                    .call(Event::new(data, &input), &input)
+                    .map_err(extractor_failure)?;
                 fut.await.into_outcome().map(|()| None)
             })
         });
-        Self::new(HandlerKind::Event, topic, event.into(), schema_of::<T>, H::checks(), call)
+        Self::new(
+            HandlerKind::Event,
+            topic,
+            event.into(),
+            schema_of::<T>,
+            H::checks(),
+            call,
+        )
     }
 
     /// A tool handler for requests of type `event` on `action-requests`.
@@ -266,16 +283,28 @@ impl Handler {
         let call: ErasedFn = Arc::new(move |input: HandlerInput| {
             let handler = handler.clone();
             Box::pin(async move {
-                let data = decode_payload::<T>(&input.envelope.event_type, &input.envelope.data).map_err(Failure::Decode)?;
-                let fut = handler.call(Invocation::new(data, &input), &input).map_err(extractor_failure)?;
+                let data = decode_payload::<T>(&input.envelope.event_type, &input.envelope.data)
+                    .map_err(Failure::Decode)?;
+                let fut = handler
+                    .call(Invocation::new(data, &input), &input)
+                    .map_err(extractor_failure)?;
                 let value = fut.await.into_outcome()?;
-                serde_json::to_value(value).map(Some).map_err(|e| Failure::Handler {
-                    message: format!("could not serialize the tool's result: {e}"),
-                    retryable: false,
-                })
+                serde_json::to_value(value)
+                    .map(Some)
+                    .map_err(|e| Failure::Handler {
+                        message: format!("could not serialize the tool's result: {e}"),
+                        retryable: false,
+                    })
             })
         });
-        let mut h = Self::new(HandlerKind::Invoke, Topic::ActionRequests, event.into(), schema_of::<T>, H::checks(), call);
+        let mut h = Self::new(
+            HandlerKind::Invoke,
+            Topic::ActionRequests,
+            event.into(),
+            schema_of::<T>,
+            H::checks(),
+            call,
+        );
         h.response_schema = Some(schema_of::<<H::Output as ToolOutput>::Ok>);
         h
     }
@@ -290,12 +319,22 @@ impl Handler {
         let call: ErasedFn = Arc::new(move |input: HandlerInput| {
             let handler = handler.clone();
             Box::pin(async move {
-                let data = decode_payload::<T>(&input.envelope.event_type, &input.envelope.data).map_err(Failure::Decode)?;
-                let fut = handler.call(TaskContext::from_request(data, &input), &input).map_err(extractor_failure)?;
+                let data = decode_payload::<T>(&input.envelope.event_type, &input.envelope.data)
+                    .map_err(Failure::Decode)?;
+                let fut = handler
+                    .call(TaskContext::from_request(data, &input), &input)
+                    .map_err(extractor_failure)?;
                 fut.await.into_outcome().map(|()| None)
             })
         });
-        Self::new(HandlerKind::Task, Topic::ActionRequests, event.into(), schema_of::<T>, H::checks(), call)
+        Self::new(
+            HandlerKind::Task,
+            Topic::ActionRequests,
+            event.into(),
+            schema_of::<T>,
+            H::checks(),
+            call,
+        )
     }
 
     /// A sub-task result handler for replies of type `event` on `action-results`.
@@ -313,7 +352,14 @@ impl Handler {
                 fut.await.into_outcome().map(|()| None)
             })
         });
-        Self::new(HandlerKind::Result, Topic::ActionResults, event.into(), schema_of::<T>, H::checks(), call)
+        Self::new(
+            HandlerKind::Result,
+            Topic::ActionResults,
+            event.into(),
+            schema_of::<T>,
+            H::checks(),
+            call,
+        )
     }
 
     /// Sets the capability description (the macros use the doc comment).
@@ -371,8 +417,16 @@ pub struct HandlerRegistration {
 
 impl HandlerRegistration {
     /// Used by the macros.
-    pub const fn new(agent: Option<&'static str>, fn_name: &'static str, build: fn() -> Handler) -> Self {
-        Self { agent, fn_name, build }
+    pub const fn new(
+        agent: Option<&'static str>,
+        fn_name: &'static str,
+        build: fn() -> Handler,
+    ) -> Self {
+        Self {
+            agent,
+            fn_name,
+            build,
+        }
     }
 
     /// Builds the handler.

@@ -69,12 +69,12 @@ pub use platform::{NATS_URL_ENV, Platform};
 pub use task::{Delegation, ResultContext, SUBTASKS_BUCKET, TASKS_BUCKET, TaskContext};
 pub use util::BoxFuture;
 
+/// The shared DTO crate.
+pub use soorma_common as common;
 pub use soorma_common::{
     ActionReply, AgentCapability, AgentDefinition, AgentKind, EventDefinition, EventEnvelope,
     SubTaskInfo, SubTaskStatus, TaskProgress, TaskRecord, TaskStatus, Topic,
 };
-/// The shared DTO crate.
-pub use soorma_common as common;
 
 pub use soorma_macros::{on_event, on_invoke, on_result, on_task};
 

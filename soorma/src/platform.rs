@@ -33,7 +33,9 @@ pub struct Platform {
 
 impl std::fmt::Debug for Platform {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Platform").field("kind", &self.inner.kind).finish()
+        f.debug_struct("Platform")
+            .field("kind", &self.inner.kind)
+            .finish()
     }
 }
 

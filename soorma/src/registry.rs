@@ -47,7 +47,8 @@ impl Discovery {
 
     /// Agents with a capability consuming `event_name`.
     pub async fn by_consumed_event(&self, event_name: &str) -> Result<Vec<AgentDefinition>> {
-        self.filter(|c| c.consumed_event.event_name == event_name).await
+        self.filter(|c| c.consumed_event.event_name == event_name)
+            .await
     }
 
     /// Every registered agent.

@@ -88,7 +88,11 @@ pub trait StateStore: Send + Sync + 'static {
     /// Deletes a record (no error if absent).
     fn delete<'a>(&'a self, key: &'a StateKey) -> BoxFuture<'a, Result<()>>;
     /// Lists the keys of a bucket for one tenant.
-    fn keys<'a>(&'a self, bucket: &'static str, tenant: &'a str) -> BoxFuture<'a, Result<Vec<String>>>;
+    fn keys<'a>(
+        &'a self,
+        bucket: &'static str,
+        tenant: &'a str,
+    ) -> BoxFuture<'a, Result<Vec<String>>>;
 }
 
 /// What an update closure decided.
@@ -106,7 +110,11 @@ pub(crate) fn encode<T: Serialize>(what: &'static str, value: &T) -> Result<Vec<
     serde_json::to_vec(value).map_err(|e| Error::serialize(what, e))
 }
 
-pub(crate) fn decode<T: DeserializeOwned>(what: &'static str, key: &StateKey, bytes: &[u8]) -> Result<T> {
+pub(crate) fn decode<T: DeserializeOwned>(
+    what: &'static str,
+    key: &StateKey,
+    bytes: &[u8],
+) -> Result<T> {
     serde_json::from_slice(bytes).map_err(|source| Error::CorruptState {
         what,
         key: key.to_string(),
@@ -160,7 +168,9 @@ where
             }
         }
     }
-    Err(Error::Conflict { key: key.to_string() })
+    Err(Error::Conflict {
+        key: key.to_string(),
+    })
 }
 
 async fn backoff(attempt: u32) {
@@ -168,7 +178,8 @@ async fn backoff(attempt: u32) {
         tokio::task::yield_now().await;
     } else {
         // Spread contenders out: 50µs .. 5ms, varied per attempt.
-        let micros = 50 + u64::from(attempt.wrapping_mul(2_654_435_761) % 50) * (u64::from(attempt.min(100)));
+        let micros = 50
+            + u64::from(attempt.wrapping_mul(2_654_435_761) % 50) * (u64::from(attempt.min(100)));
         tokio::time::sleep(Duration::from_micros(micros.min(5_000))).await;
     }
 }

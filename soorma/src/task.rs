@@ -154,7 +154,13 @@ impl<T> TaskContext<T> {
     }
 
     fn key(&self) -> StateKey {
-        task_key(self.record.tenant_id.as_deref().unwrap_or(soorma_common::DEFAULT_TENANT), &self.record.task_id)
+        task_key(
+            self.record
+                .tenant_id
+                .as_deref()
+                .unwrap_or(soorma_common::DEFAULT_TENANT),
+            &self.record.task_id,
+        )
     }
 
     /// The task id (the id of the request that started the task).
@@ -206,9 +212,18 @@ impl<T> TaskContext<T> {
         for g in groups {
             for i in 0..g.size {
                 let id = sub_task_id(&g.group_id, i);
-                let info = state::load::<SubTaskInfo>(self.store(), "sub-task", &subtask_key(&tenant, &id))
-                    .await?
-                    .ok_or_else(|| Error::State(format!("sub-task `{id}` of task `{}` is missing", self.record.task_id)))?;
+                let info = state::load::<SubTaskInfo>(
+                    self.store(),
+                    "sub-task",
+                    &subtask_key(&tenant, &id),
+                )
+                .await?
+                .ok_or_else(|| {
+                    Error::State(format!(
+                        "sub-task `{id}` of task `{}` is missing",
+                        self.record.task_id
+                    ))
+                })?;
                 out.push(info.value);
             }
         }
@@ -270,12 +285,13 @@ impl<T> TaskContext<T> {
                 Err(e) => return Err(e),
             }
         }
-        let ((), stored) = state::update_with(self.store(), "task", &key, |rec: &mut TaskRecord| {
-            mutate(rec);
-            rec.updated_at = Some(now.clone());
-            Ok(Change::Write(()))
-        })
-        .await?;
+        let ((), stored) =
+            state::update_with(self.store(), "task", &key, |rec: &mut TaskRecord| {
+                mutate(rec);
+                rec.updated_at = Some(now.clone());
+                Ok(Change::Write(()))
+            })
+            .await?;
         self.record = stored.value;
         self.revision = Some(stored.revision);
         Ok(())
@@ -317,7 +333,9 @@ impl<T> TaskContext<T> {
     ) -> Result<String> {
         let delegations: Vec<Delegation> = delegations.into_iter().collect();
         if delegations.is_empty() {
-            return Err(Error::InvalidArgument("delegate_parallel needs at least one delegation".into()));
+            return Err(Error::InvalidArgument(
+                "delegate_parallel needs at least one delegation".into(),
+            ));
         }
         self.delegate_group(delegations).await
     }
@@ -332,7 +350,9 @@ impl<T> TaskContext<T> {
                     "a delegation needs an event type and a response event".into(),
                 ));
             }
-            let data = d.data.map_err(|e| Error::InvalidArgument(format!("delegation data: {e}")))?;
+            let data = d
+                .data
+                .map_err(|e| Error::InvalidArgument(format!("delegation data: {e}")))?;
             planned.push((d.event_type, d.response_event, data));
         }
         let group_id = self.next_group_id();
@@ -341,11 +361,19 @@ impl<T> TaskContext<T> {
         // 1. The sub-task records (a replay finds them already there).
         for (i, (event_type, response_event, _)) in planned.iter().enumerate() {
             let i = i as u32;
-            let info = SubTaskInfo::new(sub_task_id(&group_id, i), event_type, response_event, base_seq + i)
-                .with_parent(&self.record.task_id, &group_id);
+            let info = SubTaskInfo::new(
+                sub_task_id(&group_id, i),
+                event_type,
+                response_event,
+                base_seq + i,
+            )
+            .with_parent(&self.record.task_id, &group_id);
             match self
                 .store()
-                .create(&subtask_key(&tenant, &info.sub_task_id), state::encode("sub-task", &info)?)
+                .create(
+                    &subtask_key(&tenant, &info.sub_task_id),
+                    state::encode("sub-task", &info)?,
+                )
                 .await
             {
                 Ok(_) | Err(Error::Conflict { .. }) => {}
@@ -388,8 +416,12 @@ impl<T> TaskContext<T> {
 
     /// Publishes a `task.progress` event on `system-events`.
     pub async fn progress(&self, fraction: f64, message: impl Into<String>) -> Result<()> {
-        let mut progress = TaskProgress::new(&self.record.task_id, &*self.runtime.name, fraction.clamp(0.0, 1.0))
-            .with_message(message);
+        let mut progress = TaskProgress::new(
+            &self.record.task_id,
+            &*self.runtime.name,
+            fraction.clamp(0.0, 1.0),
+        )
+        .with_message(message);
         if let Some(plan) = &self.record.plan_id {
             progress = progress.with_plan_id(plan);
         }
@@ -433,7 +465,11 @@ impl<T> TaskContext<T> {
             let mut record = self.record.clone();
             record.created_at.get_or_insert(now.clone());
             apply(&mut record);
-            match self.store().create(&key, state::encode("task", &record)?).await {
+            match self
+                .store()
+                .create(&key, state::encode("task", &record)?)
+                .await
+            {
                 Ok(revision) => {
                     self.record = record;
                     self.revision = Some(revision);
@@ -446,14 +482,15 @@ impl<T> TaskContext<T> {
         let won = match won {
             Some(w) => w,
             None => {
-                let (won, stored) = state::update_with(self.store(), "task", &key, |rec: &mut TaskRecord| {
-                    if rec.status.is_terminal() {
-                        return Ok(Change::Keep(false));
-                    }
-                    apply(rec);
-                    Ok(Change::Write(true))
-                })
-                .await?;
+                let (won, stored) =
+                    state::update_with(self.store(), "task", &key, |rec: &mut TaskRecord| {
+                        if rec.status.is_terminal() {
+                            return Ok(Change::Keep(false));
+                        }
+                        apply(rec);
+                        Ok(Change::Write(true))
+                    })
+                    .await?;
                 self.record = stored.value;
                 self.revision = Some(stored.revision);
                 won
@@ -490,7 +527,12 @@ impl<T> TaskContext<T> {
 }
 
 impl TaskContext<Value> {
-    fn restored(record: TaskRecord, revision: Revision, envelope: Arc<EventEnvelope>, runtime: Arc<AgentRuntime>) -> Self {
+    fn restored(
+        record: TaskRecord,
+        revision: Revision,
+        envelope: Arc<EventEnvelope>,
+        runtime: Arc<AgentRuntime>,
+    ) -> Self {
         Self {
             data: record.data.clone(),
             record,
@@ -568,7 +610,11 @@ impl<T: fmt::Debug> fmt::Debug for ResultContext<T> {
 pub(crate) fn split_reply(data: &Value) -> (bool, Option<Value>, Option<String>) {
     if let Some(success) = data.get("success").and_then(Value::as_bool) {
         if success {
-            (true, Some(data.get("result").cloned().unwrap_or(Value::Null)), None)
+            (
+                true,
+                Some(data.get("result").cloned().unwrap_or(Value::Null)),
+                None,
+            )
         } else {
             let error = match data.get("error") {
                 Some(Value::String(s)) => s.clone(),
@@ -660,29 +706,47 @@ impl<T> ResultContext<T> {
             .await?;
         }
         let parent_key = task_key(self.envelope.tenant(), &info.parent_task_id);
-        let ((), stored) = state::update_with(store, "task", &parent_key, |rec: &mut TaskRecord| {
-            let group = rec.groups.get_mut(&info.group_id).ok_or_else(|| {
-                Error::State(format!("task `{}` has no delegation group `{}`", info.parent_task_id, info.group_id))
-            })?;
-            if group.mark_finished(info.seq) {
-                rec.updated_at = Some(now.clone());
-                Ok(Change::Write(()))
-            } else {
-                Ok(Change::Keep(()))
-            }
-        })
-        .await?;
-        Ok(TaskContext::restored(stored.value, stored.revision, self.envelope.clone(), self.runtime.clone()))
+        let ((), stored) =
+            state::update_with(store, "task", &parent_key, |rec: &mut TaskRecord| {
+                let group = rec.groups.get_mut(&info.group_id).ok_or_else(|| {
+                    Error::State(format!(
+                        "task `{}` has no delegation group `{}`",
+                        info.parent_task_id, info.group_id
+                    ))
+                })?;
+                if group.mark_finished(info.seq) {
+                    rec.updated_at = Some(now.clone());
+                    Ok(Change::Write(()))
+                } else {
+                    Ok(Change::Keep(()))
+                }
+            })
+            .await?;
+        Ok(TaskContext::restored(
+            stored.value,
+            stored.revision,
+            self.envelope.clone(),
+            self.runtime.clone(),
+        ))
     }
 
     /// Loads the task that delegated this sub-task without recording anything.
     pub async fn parent(&self) -> Result<TaskContext<Value>> {
         let (_, info) = self.sub_task_record().await?;
         let store = &**self.runtime.platform.state();
-        let stored = state::load::<TaskRecord>(store, "task", &task_key(self.envelope.tenant(), &info.parent_task_id))
-            .await?
-            .ok_or_else(|| Error::TaskNotFound(info.parent_task_id.clone()))?;
-        Ok(TaskContext::restored(stored.value, stored.revision, self.envelope.clone(), self.runtime.clone()))
+        let stored = state::load::<TaskRecord>(
+            store,
+            "task",
+            &task_key(self.envelope.tenant(), &info.parent_task_id),
+        )
+        .await?
+        .ok_or_else(|| Error::TaskNotFound(info.parent_task_id.clone()))?;
+        Ok(TaskContext::restored(
+            stored.value,
+            stored.revision,
+            self.envelope.clone(),
+            self.runtime.clone(),
+        ))
     }
 }
 
@@ -701,6 +765,9 @@ mod tests {
             split_reply(&json!({"request_id": "r", "success": false, "error": "bad"})),
             (false, None, Some("bad".into()))
         );
-        assert_eq!(split_reply(&json!({"items": []})), (true, Some(json!({"items": []})), None));
+        assert_eq!(
+            split_reply(&json!({"items": []})),
+            (true, Some(json!({"items": []})), None)
+        );
     }
 }

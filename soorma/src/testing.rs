@@ -47,7 +47,10 @@ impl std::fmt::Debug for TestPlatform {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("TestPlatform")
             .field("agents", &self.agents.len())
-            .field("events", &self.log.events.lock().map(|e| e.len()).unwrap_or(0))
+            .field(
+                "events",
+                &self.log.events.lock().map(|e| e.len()).unwrap_or(0),
+            )
             .finish()
     }
 }
@@ -68,7 +71,10 @@ impl TestPlatform {
             .embedded_bus()
             .expect("Platform::embedded has an embedded bus")
             .tap(move |env| {
-                sink.events.lock().expect("event log lock").push(env.clone());
+                sink.events
+                    .lock()
+                    .expect("event log lock")
+                    .push(env.clone());
                 sink.notify.notify_waiters();
             });
         Self {
@@ -102,11 +108,18 @@ impl TestPlatform {
 
     /// The events of one type published so far.
     pub fn events_of_type(&self, event_type: &str) -> Vec<Arc<EventEnvelope>> {
-        self.events().into_iter().filter(|e| e.event_type == event_type).collect()
+        self.events()
+            .into_iter()
+            .filter(|e| e.event_type == event_type)
+            .collect()
     }
 
     /// Waits for an event of `event_type` (already published or still to come).
-    pub async fn expect_event(&self, event_type: &str, timeout: Duration) -> Result<Arc<EventEnvelope>> {
+    pub async fn expect_event(
+        &self,
+        event_type: &str,
+        timeout: Duration,
+    ) -> Result<Arc<EventEnvelope>> {
         self.expect_matching(|e| e.event_type == event_type, timeout, event_type)
             .await
     }

@@ -38,7 +38,9 @@ pub(crate) fn new_id() -> String {
 
 /// The current time as RFC 3339 UTC with milliseconds (`2026-11-21T10:00:00.123Z`).
 pub(crate) fn now_rfc3339() -> String {
-    let d = SystemTime::now().duration_since(UNIX_EPOCH).unwrap_or_default();
+    let d = SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .unwrap_or_default();
     format_rfc3339(d.as_secs(), d.subsec_millis())
 }
 
@@ -102,7 +104,10 @@ mod tests {
     fn formats_known_instants() {
         assert_eq!(format_rfc3339(0, 0), "1970-01-01T00:00:00.000Z");
         assert_eq!(format_rfc3339(951_782_400, 5), "2000-02-29T00:00:00.005Z");
-        assert_eq!(format_rfc3339(1_795_000_000, 999), "2026-11-18T11:06:40.999Z");
+        assert_eq!(
+            format_rfc3339(1_795_000_000, 999),
+            "2026-11-18T11:06:40.999Z"
+        );
         assert_eq!(format_rfc3339(4_102_444_799, 0), "2099-12-31T23:59:59.000Z");
     }
 
@@ -110,12 +115,17 @@ mod tests {
     fn ids_are_unique_and_hex() {
         let ids: std::collections::HashSet<String> = (0..10_000).map(|_| new_id()).collect();
         assert_eq!(ids.len(), 10_000);
-        assert!(ids.iter().all(|i| i.len() == 32 && i.chars().all(|c| c.is_ascii_hexdigit())));
+        assert!(
+            ids.iter()
+                .all(|i| i.len() == 32 && i.chars().all(|c| c.is_ascii_hexdigit()))
+        );
     }
 
     #[test]
     fn catch_unwind_reports_panics() {
-        let rt = tokio::runtime::Builder::new_current_thread().build().unwrap();
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .build()
+            .unwrap();
         let ok = rt.block_on(CatchUnwind(Box::pin(async { 7 })));
         assert_eq!(ok, Ok(7));
         let fut: BoxFuture<'static, ()> = Box::pin(async { panic!("boom {}", 1) });

@@ -5,7 +5,9 @@ use std::sync::{Arc, RwLock};
 use soorma_common::{EventEnvelope, Topic};
 use tokio::sync::{Mutex, mpsc};
 
-use crate::bus::{Acker, Delivery, EventBus, EventFilter, Settlement, Subscription, SubscriptionSpec};
+use crate::bus::{
+    Acker, Delivery, EventBus, EventFilter, Settlement, Subscription, SubscriptionSpec,
+};
 use crate::error::Result;
 use crate::util::BoxFuture;
 
@@ -83,7 +85,11 @@ impl EmbeddedBus {
     /// # Ok(()) }
     /// ```
     pub fn tap(&self, tap: impl Fn(&Arc<EventEnvelope>) + Send + Sync + 'static) {
-        self.routes.write().expect("bus lock").taps.push(Arc::new(tap));
+        self.routes
+            .write()
+            .expect("bus lock")
+            .taps
+            .push(Arc::new(tap));
     }
 
     fn deliver(&self, envelope: EventEnvelope) {
@@ -137,10 +143,10 @@ impl EmbeddedBus {
 
     fn leave(&self, topic: Topic, queue: &Arc<GroupQueue>) {
         let mut routes = self.routes.write().expect("bus lock");
-        if queue.members.fetch_sub(1, Ordering::SeqCst) == 1 {
-            if let Some(list) = routes.by_topic.get_mut(&topic) {
-                list.retain(|r| !Arc::ptr_eq(&r.queue, queue));
-            }
+        if queue.members.fetch_sub(1, Ordering::SeqCst) == 1
+            && let Some(list) = routes.by_topic.get_mut(&topic)
+        {
+            list.retain(|r| !Arc::ptr_eq(&r.queue, queue));
         }
     }
 }
@@ -177,7 +183,11 @@ impl Subscription for EmbeddedSubscription {
                 envelope: queued.envelope.clone(),
                 attempt: queued.attempt,
             };
-            Some(Delivery::new(queued.envelope, queued.attempt, Some(Box::new(acker))))
+            Some(Delivery::new(
+                queued.envelope,
+                queued.attempt,
+                Some(Box::new(acker)),
+            ))
         })
     }
 }
@@ -237,7 +247,9 @@ mod tests {
         let mut a2 = bus.subscribe(spec("a")).await.unwrap();
         let mut b = bus.subscribe(spec("b")).await.unwrap();
         for i in 0..10 {
-            bus.publish(env(&i.to_string(), Topic::BusinessFacts, "x")).await.unwrap();
+            bus.publish(env(&i.to_string(), Topic::BusinessFacts, "x"))
+                .await
+                .unwrap();
         }
         let mut got_b = 0;
         while next_id(&mut b).await.is_some() {
@@ -269,11 +281,21 @@ mod tests {
             )
             .await
             .unwrap();
-        bus.publish(env("1", Topic::ActionRequests, "a.b")).await.unwrap(); // default tenant
-        bus.publish(env("2", Topic::ActionRequests, "a.b").with_tenant_id("t2")).await.unwrap();
-        bus.publish(env("3", Topic::ActionRequests, "c.d").with_tenant_id("t1")).await.unwrap();
-        bus.publish(env("4", Topic::BusinessFacts, "a.b").with_tenant_id("t1")).await.unwrap();
-        bus.publish(env("5", Topic::ActionRequests, "a.b").with_tenant_id("t1")).await.unwrap();
+        bus.publish(env("1", Topic::ActionRequests, "a.b"))
+            .await
+            .unwrap(); // default tenant
+        bus.publish(env("2", Topic::ActionRequests, "a.b").with_tenant_id("t2"))
+            .await
+            .unwrap();
+        bus.publish(env("3", Topic::ActionRequests, "c.d").with_tenant_id("t1"))
+            .await
+            .unwrap();
+        bus.publish(env("4", Topic::BusinessFacts, "a.b").with_tenant_id("t1"))
+            .await
+            .unwrap();
+        bus.publish(env("5", Topic::ActionRequests, "a.b").with_tenant_id("t1"))
+            .await
+            .unwrap();
         assert_eq!(next_id(&mut only).await.as_deref(), Some("5"));
         assert_eq!(next_id(&mut only).await, None);
     }
@@ -282,13 +304,23 @@ mod tests {
     async fn retry_redelivers_with_attempt_count() {
         let bus = EmbeddedBus::new();
         let mut sub = bus
-            .subscribe(SubscriptionSpec::new("g", Topic::SystemEvents, EventFilter::All))
+            .subscribe(SubscriptionSpec::new(
+                "g",
+                Topic::SystemEvents,
+                EventFilter::All,
+            ))
             .await
             .unwrap();
-        bus.publish(env("1", Topic::SystemEvents, "x")).await.unwrap();
+        bus.publish(env("1", Topic::SystemEvents, "x"))
+            .await
+            .unwrap();
         let d = sub.next().await.unwrap();
         assert_eq!(d.attempt, 1);
-        d.settle(Settlement::Retry { delay: Duration::from_millis(5) }).await.unwrap();
+        d.settle(Settlement::Retry {
+            delay: Duration::from_millis(5),
+        })
+        .await
+        .unwrap();
         let d = sub.next().await.unwrap();
         assert_eq!((d.envelope.id.as_str(), d.attempt), ("1", 2));
     }
@@ -297,7 +329,11 @@ mod tests {
     async fn last_member_leaving_removes_the_group() {
         let bus = EmbeddedBus::new();
         let sub = bus
-            .subscribe(SubscriptionSpec::new("g", Topic::SystemEvents, EventFilter::All))
+            .subscribe(SubscriptionSpec::new(
+                "g",
+                Topic::SystemEvents,
+                EventFilter::All,
+            ))
             .await
             .unwrap();
         drop(sub);

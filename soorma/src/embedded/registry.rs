@@ -52,7 +52,13 @@ impl Registry for MemoryRegistry {
     }
 
     fn agents(&self) -> BoxFuture<'_, Result<Vec<AgentDefinition>>> {
-        let all = self.agents.lock().expect("registry lock").values().cloned().collect();
+        let all = self
+            .agents
+            .lock()
+            .expect("registry lock")
+            .values()
+            .cloned()
+            .collect();
         Box::pin(std::future::ready(Ok(all)))
     }
 }

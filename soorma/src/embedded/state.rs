@@ -5,10 +5,13 @@ use crate::error::{Error, Result};
 use crate::state::{Revision, StateKey, StateStore, Versioned};
 use crate::util::BoxFuture;
 
+/// One bucket of one tenant: key → (value, revision).
+type Space = HashMap<String, (Vec<u8>, Revision)>;
+
 #[derive(Default)]
 struct Inner {
-    /// (bucket, tenant) → key → (value, revision)
-    spaces: HashMap<(&'static str, String), HashMap<String, (Vec<u8>, Revision)>>,
+    /// (bucket, tenant) → its records.
+    spaces: HashMap<(&'static str, String), Space>,
     last_revision: Revision,
 }
 
@@ -77,7 +80,9 @@ impl StateStore for MemoryStore {
             let revision = inner.last_revision + 1;
             let entries = inner.spaces.entry(space(key)).or_default();
             if entries.contains_key(&key.key) {
-                return Err(Error::Conflict { key: key.to_string() });
+                return Err(Error::Conflict {
+                    key: key.to_string(),
+                });
             }
             entries.insert(key.key.clone(), (value, revision));
             inner.last_revision = revision;
@@ -93,13 +98,19 @@ impl StateStore for MemoryStore {
     ) -> BoxFuture<'a, Result<Revision>> {
         ready(self.with(|inner| {
             let revision = inner.last_revision + 1;
-            match inner.spaces.get_mut(&space(key)).and_then(|s| s.get_mut(&key.key)) {
+            match inner
+                .spaces
+                .get_mut(&space(key))
+                .and_then(|s| s.get_mut(&key.key))
+            {
                 Some(entry) if entry.1 == expected => {
                     *entry = (value, revision);
                     inner.last_revision = revision;
                     Ok(revision)
                 }
-                _ => Err(Error::Conflict { key: key.to_string() }),
+                _ => Err(Error::Conflict {
+                    key: key.to_string(),
+                }),
             }
         }))
     }
@@ -126,7 +137,11 @@ impl StateStore for MemoryStore {
         ready(Ok(()))
     }
 
-    fn keys<'a>(&'a self, bucket: &'static str, tenant: &'a str) -> BoxFuture<'a, Result<Vec<String>>> {
+    fn keys<'a>(
+        &'a self,
+        bucket: &'static str,
+        tenant: &'a str,
+    ) -> BoxFuture<'a, Result<Vec<String>>> {
         let mut keys: Vec<String> = self.with(|inner| {
             inner
                 .spaces
@@ -149,13 +164,28 @@ mod tests {
         let a = StateKey::new("tasks", "tenant-a", "t1");
         let b = StateKey::new("tasks", "tenant-b", "t1");
         let r1 = store.create(&a, b"a".to_vec()).await.unwrap();
-        assert!(matches!(store.create(&a, b"x".to_vec()).await, Err(Error::Conflict { .. })));
-        assert!(store.get(&b).await.unwrap().is_none(), "tenant b must not see tenant a");
-        assert_eq!(store.keys("tasks", "tenant-b").await.unwrap(), Vec::<String>::new());
+        assert!(matches!(
+            store.create(&a, b"x".to_vec()).await,
+            Err(Error::Conflict { .. })
+        ));
+        assert!(
+            store.get(&b).await.unwrap().is_none(),
+            "tenant b must not see tenant a"
+        );
+        assert_eq!(
+            store.keys("tasks", "tenant-b").await.unwrap(),
+            Vec::<String>::new()
+        );
         let r2 = store.update(&a, b"a2".to_vec(), r1).await.unwrap();
         assert!(r2 > r1);
-        assert!(matches!(store.update(&a, b"a3".to_vec(), r1).await, Err(Error::Conflict { .. })));
-        assert!(matches!(store.update(&b, b"b".to_vec(), r2).await, Err(Error::Conflict { .. })));
+        assert!(matches!(
+            store.update(&a, b"a3".to_vec(), r1).await,
+            Err(Error::Conflict { .. })
+        ));
+        assert!(matches!(
+            store.update(&b, b"b".to_vec(), r2).await,
+            Err(Error::Conflict { .. })
+        ));
         store.delete(&a).await.unwrap();
         assert!(store.get(&a).await.unwrap().is_none());
     }
