@@ -23,7 +23,7 @@ async fn research(mut task: TaskContext<String>) -> soorma::Result<()> {
 
 async fn collect(result: ResultContext) -> soorma::Result<()> {
     let mut task = result.record_in_parent().await?;
-    if let Some(all) = task.group_results(result.group_id()) {
+    if let Some(all) = task.group_results(result.group_id()).await? {
         task.complete(all.len()).await?;
     }
     Ok(())

@@ -1,9 +1,11 @@
 use soorma::prelude::*;
 use std::rc::Rc;
 
+// Handlers run on a multi-threaded runtime: their futures must be `Send`. (The current
+// diagnostic only says the fn "is not a soorma handler"; it does not name the `Rc`.)
 #[on_event("business-facts", "order.placed")]
 async fn on_order(event: Event) {
-    let shared = Rc::new(event.data);
+    let shared = Rc::new(event.data.clone());
     event.bus().announce("order.seen", &*shared).await.ok();
 }
 

@@ -1,5 +1,8 @@
 use soorma::prelude::*;
 
+// `u32` is not an extractor (`FromHandlerInput`). (The current diagnostic is about the whole
+// fn, not the `factor: u32` argument.)
+
 #[on_invoke("scale.requested")]
 async fn scale(req: Invocation<i64>, factor: u32) -> Result<i64, ToolError> {
     Ok(req.data * i64::from(factor))

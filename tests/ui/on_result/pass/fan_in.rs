@@ -6,7 +6,7 @@ use soorma::prelude::*;
 #[on_result(event = "search.completed", agent = "researcher")]
 async fn collect(result: ResultContext) -> soorma::Result<()> {
     let mut task = result.record_in_parent().await?;
-    if let Some(all) = task.group_results(result.group_id()) {
+    if let Some(all) = task.group_results(result.group_id()).await? {
         let results: Vec<_> = all.into_iter().map(|s| s.result).collect();
         task.complete(results).await?;
     }
@@ -23,9 +23,10 @@ async fn sum_counts(result: ResultContext<u64>, _bus: BusClient) {
     let _: Option<u64> = result.data;
     let _: Option<&str> = result.sub_task_id();
     if let Ok(mut task) = result.record_in_parent().await {
-        if let Some(all) = task.group_results(None) {
+        if let Ok(Some(all)) = task.group_results(None).await {
             let _ = task.complete(all.len()).await;
         }
+        let _: soorma::Result<Vec<soorma::SubTaskInfo>> = task.sub_tasks().await;
     }
 }
 
