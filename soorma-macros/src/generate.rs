@@ -11,7 +11,10 @@ use quote::{format_ident, quote, quote_spanned};
 use syn::LitStr;
 use syn::ext::IdentExt;
 
-use crate::model::HandlerModel;
+use syn::spanned::Spanned;
+use syn::{FnArg, GenericArgument, PathArguments, ReturnType, Type};
+
+use crate::model::{HandlerKind, HandlerModel};
 
 /// Generates the original function plus its handler registration.
 pub(crate) fn generate(model: &HandlerModel) -> TokenStream {
@@ -53,12 +56,14 @@ pub(crate) fn generate(model: &HandlerModel) -> TokenStream {
         None => quote!(::core::option::Option::None),
     };
     let fn_name = LitStr::new(&fn_ident.unraw().to_string(), span);
+    let checks = type_checks(model);
 
     quote! {
         #item_fn
 
         #[doc(hidden)]
         const _: () = {
+            #checks
             fn __soorma_handler() -> ::soorma::__private::Handler {
                 #handler
                     #with_description
@@ -72,6 +77,72 @@ pub(crate) fn generate(model: &HandlerModel) -> TokenStream {
                 )
             }
         };
+    }
+}
+
+/// The first generic type argument of a path type's last segment (`T` in `Invocation<T>`),
+/// and the second (`E` in `Result<T, E>`).
+fn generic_types(ty: &Type) -> Vec<&Type> {
+    let Type::Path(path) = ty else {
+        return Vec::new();
+    };
+    let Some(last) = path.path.segments.last() else {
+        return Vec::new();
+    };
+    let PathArguments::AngleBracketed(args) = &last.arguments else {
+        return Vec::new();
+    };
+    args.args
+        .iter()
+        .filter_map(|a| match a {
+            GenericArgument::Type(t) => Some(t),
+            _ => None,
+        })
+        .collect()
+}
+
+/// Compile-time assertions spanned on the user's types, so a payload, reply or extractor type
+/// that lacks a required trait is reported at that type rather than at the function name.
+fn type_checks(model: &HandlerModel) -> TokenStream {
+    let mut asserts = Vec::new();
+    let mut args = model.item_fn.sig.inputs.iter().filter_map(|a| match a {
+        FnArg::Typed(t) => Some(&*t.ty),
+        FnArg::Receiver(_) => None,
+    });
+    if let Some(context) = args.next() {
+        if let Some(payload) = generic_types(context).first() {
+            asserts.push(quote_spanned! {payload.span()=>
+                __soorma_payload::<#payload>();
+            });
+        }
+    }
+    for extractor in args {
+        asserts.push(quote_spanned! {extractor.span()=>
+            __soorma_extractor::<#extractor>();
+        });
+    }
+    if model.kind == HandlerKind::Invoke {
+        if let ReturnType::Type(_, ret) = &model.item_fn.sig.output {
+            let types = generic_types(ret);
+            if let Some(ok) = types.first() {
+                asserts.push(quote_spanned! {ok.span()=> __soorma_reply::<#ok>(); });
+            }
+            if let Some(err) = types.get(1) {
+                asserts.push(quote_spanned! {err.span()=> __soorma_error::<#err>(); });
+            }
+        }
+    }
+    quote! {
+        #[allow(dead_code, clippy::extra_unused_type_parameters)]
+        fn __soorma_type_checks() {
+            fn __soorma_payload<
+                T: ::soorma::__private::serde::de::DeserializeOwned + ::soorma::__private::schemars::JsonSchema,
+            >() {}
+            fn __soorma_reply<T: ::soorma::__private::serde::Serialize + ::soorma::__private::schemars::JsonSchema>() {}
+            fn __soorma_error<E: ::core::fmt::Display>() {}
+            fn __soorma_extractor<X: ::soorma::__private::FromHandlerInput>() {}
+            #(#asserts)*
+        }
     }
 }
 

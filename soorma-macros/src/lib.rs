@@ -60,7 +60,7 @@ pub fn on_event(args: TokenStream, item: TokenStream) -> TokenStream {
 ///
 /// The first argument must be an `Invocation<T>` (extractors such as
 /// `State<S>` may follow) and the function must return
-/// `Result<T, E>` where `T: Serialize + JsonSchema`.
+/// `Result<T, E>` where `T: Serialize + JsonSchema` and `E: Display`.
 ///
 /// Arguments: the event name (positional or `event = "..."`), `agent`,
 /// `description`, `name` (the capability name).

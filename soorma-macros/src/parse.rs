@@ -577,7 +577,8 @@ fn validate_signature(kind: HandlerKind, sig: &Signature, errors: &mut Errors) {
     }
 
     if kind.requires_result_return() {
-        const EXPECTED: &str = "must return `Result<T, E>` where `T: Serialize + JsonSchema`";
+        const EXPECTED: &str =
+            "must return `Result<T, E>` where `T: Serialize + JsonSchema` and `E: Display`";
         match &sig.output {
             ReturnType::Default => errors.push(syn::Error::new(
                 sig.ident.span(),
@@ -1267,7 +1268,7 @@ mod tests {
                     }
                 )
             ),
-            "`#[on_invoke]` handler must return `Result<T, E>` where `T: Serialize + JsonSchema`; found `Calculated`"
+            "`#[on_invoke]` handler must return `Result<T, E>` where `T: Serialize + JsonSchema` and `E: Display`; found `Calculated`"
         );
         assert_eq!(
             error(
@@ -1279,7 +1280,7 @@ mod tests {
                     }
                 )
             ),
-            "`#[on_invoke]` handler must return `Result<T, E>` where `T: Serialize + JsonSchema`; found `Option<Result<A, B>>`"
+            "`#[on_invoke]` handler must return `Result<T, E>` where `T: Serialize + JsonSchema` and `E: Display`; found `Option<Result<A, B>>`"
         );
         assert_eq!(
             error(
@@ -1289,7 +1290,7 @@ mod tests {
                     async fn f(r: Invocation<A>) {}
                 )
             ),
-            "`#[on_invoke]` handler must return `Result<T, E>` where `T: Serialize + JsonSchema`; found no return type"
+            "`#[on_invoke]` handler must return `Result<T, E>` where `T: Serialize + JsonSchema` and `E: Display`; found no return type"
         );
     }
 
@@ -1692,7 +1693,7 @@ mod tests {
                 "`#[on_invoke]` handler must be `async fn`; found `fn`",
                 "`#[on_invoke]` handler must not have generic parameters; use concrete types",
                 "`#[on_invoke]` handler's first argument must be `Invocation<T>`; found `State<T>`; e.g. `req: Invocation<Calculate>` (extractors such as `State<S>` go after it)",
-                "`#[on_invoke]` handler must return `Result<T, E>` where `T: Serialize + JsonSchema`; found `Calculated`",
+                "`#[on_invoke]` handler must return `Result<T, E>` where `T: Serialize + JsonSchema` and `E: Display`; found `Calculated`",
             ]
         );
     }

@@ -134,7 +134,8 @@ impl<E: Display + Send + 'static> HandlerOutput for Result<(), E> {
 /// An async fn usable as a handler: a context argument `Ctx`, then extractors `Args`.
 #[diagnostic::on_unimplemented(
     message = "`{Self}` is not a soorma handler for this context",
-    note = "a handler is an `async fn` whose first argument is the context (`Invocation<T>`, `TaskContext<T>`, `ResultContext<T>` or `Event<T>`) followed by extractors such as `State<S>`"
+    note = "a handler is an `async fn` whose first argument is the context (`Invocation<T>`, `TaskContext<T>`, `ResultContext<T>` or `Event<T>`) followed by extractors such as `State<S>`",
+    note = "its future must be `Send`: do not hold non-`Send` values (`Rc`, `RefCell` borrows, `MutexGuard` of std) across an `.await`"
 )]
 pub trait HandlerFn<Ctx, Args>: Clone + Send + Sync + 'static {
     /// The handler's return type.

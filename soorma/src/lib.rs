@@ -90,6 +90,7 @@ pub mod prelude {
 /// Items used by code the macros generate. Not public API.
 #[doc(hidden)]
 pub mod __private {
+    pub use crate::extract::FromHandlerInput;
     pub use crate::handler::{Handler, HandlerRegistration};
     pub use inventory;
     pub use schemars;

@@ -1,7 +1,7 @@
 use soorma::prelude::*;
 
-// `u32` is not an extractor (`FromHandlerInput`). (The current diagnostic is about the whole
-// fn, not the `factor: u32` argument.)
+// `u32` is not an extractor (`FromHandlerInput`); the error points at the `u32` argument.
+//
 
 #[on_invoke("scale.requested")]
 async fn scale(req: Invocation<i64>, factor: u32) -> Result<i64, ToolError> {
