@@ -109,27 +109,25 @@ fn type_checks(model: &HandlerModel) -> TokenStream {
         FnArg::Typed(t) => Some(&*t.ty),
         FnArg::Receiver(_) => None,
     });
-    if let Some(context) = args.next() {
-        if let Some(payload) = generic_types(context).first() {
-            asserts.push(quote_spanned! {payload.span()=>
-                __soorma_payload::<#payload>();
-            });
-        }
+    if let Some(payload) = args.next().and_then(|context| generic_types(context).first().copied()) {
+        asserts.push(quote_spanned! {payload.span()=>
+            __soorma_payload::<#payload>();
+        });
     }
     for extractor in args {
         asserts.push(quote_spanned! {extractor.span()=>
             __soorma_extractor::<#extractor>();
         });
     }
-    if model.kind == HandlerKind::Invoke {
-        if let ReturnType::Type(_, ret) = &model.item_fn.sig.output {
-            let types = generic_types(ret);
-            if let Some(ok) = types.first() {
-                asserts.push(quote_spanned! {ok.span()=> __soorma_reply::<#ok>(); });
-            }
-            if let Some(err) = types.get(1) {
-                asserts.push(quote_spanned! {err.span()=> __soorma_error::<#err>(); });
-            }
+    if model.kind == HandlerKind::Invoke
+        && let ReturnType::Type(_, ret) = &model.item_fn.sig.output
+    {
+        let types = generic_types(ret);
+        if let Some(ok) = types.first() {
+            asserts.push(quote_spanned! {ok.span()=> __soorma_reply::<#ok>(); });
+        }
+        if let Some(err) = types.get(1) {
+            asserts.push(quote_spanned! {err.span()=> __soorma_error::<#err>(); });
         }
     }
     quote! {

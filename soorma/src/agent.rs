@@ -31,6 +31,11 @@ pub struct Agent;
 
 impl Agent {
     /// A builder for an agent named `name`.
+    ///
+    /// ```
+    /// let agent = soorma::Agent::new("audit-log");
+    /// assert_eq!(agent.definition().kind, soorma::AgentKind::Agent);
+    /// ```
     #[allow(clippy::new_ret_no_self)]
     pub fn new(name: impl Into<String>) -> AgentBuilder {
         AgentBuilder::new(name, AgentKind::Agent)
@@ -50,6 +55,11 @@ pub struct Tool;
 
 impl Tool {
     /// A builder for a tool named `name`.
+    ///
+    /// ```
+    /// let tool = soorma::Tool::new("calculator");
+    /// assert_eq!(tool.definition().kind, soorma::AgentKind::Tool);
+    /// ```
     #[allow(clippy::new_ret_no_self)]
     pub fn new(name: impl Into<String>) -> AgentBuilder {
         AgentBuilder::new(name, AgentKind::Tool)
@@ -67,6 +77,11 @@ pub struct Worker;
 
 impl Worker {
     /// A builder for a worker named `name`.
+    ///
+    /// ```
+    /// let worker = soorma::Worker::new("researcher");
+    /// assert_eq!(worker.definition().kind, soorma::AgentKind::Worker);
+    /// ```
     #[allow(clippy::new_ret_no_self)]
     pub fn new(name: impl Into<String>) -> AgentBuilder {
         AgentBuilder::new(name, AgentKind::Worker)
@@ -124,6 +139,12 @@ impl std::fmt::Debug for AgentBuilder {
 
 impl AgentBuilder {
     /// A builder for an agent of `kind`.
+    ///
+    /// ```
+    /// use soorma::{AgentBuilder, AgentKind};
+    /// let planner = AgentBuilder::new("trip-planner", AgentKind::Planner);
+    /// assert_eq!(planner.definition().kind, AgentKind::Planner);
+    /// ```
     pub fn new(name: impl Into<String>, kind: AgentKind) -> Self {
         Self {
             name: name.into(),
@@ -140,53 +161,126 @@ impl AgentBuilder {
     }
 
     /// The agent's name.
+    ///
+    /// ```
+    /// assert_eq!(soorma::Tool::new("calculator").name(), "calculator");
+    /// ```
     pub fn name(&self) -> &str {
         &self.name
     }
 
     /// Sets the version published to the registry.
+    ///
+    /// ```
+    /// let tool = soorma::Tool::new("calculator").version("1.2.0");
+    /// assert_eq!(tool.definition().version, "1.2.0");
+    /// ```
     pub fn version(mut self, version: impl Into<String>) -> Self {
         self.version = version.into();
         self
     }
 
     /// Sets the description published to the registry.
+    ///
+    /// ```
+    /// let tool = soorma::Tool::new("calculator").description("Evaluates arithmetic.");
+    /// assert_eq!(tool.definition().description, "Evaluates arithmetic.");
+    /// ```
     pub fn description(mut self, description: impl Into<String>) -> Self {
         self.description = description.into();
         self
     }
 
     /// Serves only events of `tenant` (default: every tenant).
+    ///
+    /// ```
+    /// let tool = soorma::Tool::new("calculator").tenant("acme");
+    /// assert_eq!(tool.definition().tenant_id.as_deref(), Some("acme"));
+    /// ```
     pub fn tenant(mut self, tenant: impl Into<String>) -> Self {
         self.tenant = Some(tenant.into());
         self
     }
 
     /// Attaches typed state, read by handlers through [`State<S>`](crate::State).
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")] async fn main() -> soorma::Result<()> {
+    /// use soorma::prelude::*;
+    ///
+    /// async fn limit(_: Invocation, State(max): State<u32>) -> Result<u32, ToolError> {
+    ///     Ok(max)
+    /// }
+    ///
+    /// let platform = Platform::embedded();
+    /// let tool = Tool::new("limits").use_registered_handlers(false).with_state(10_u32)
+    ///     .handler(Handler::on_invoke("limit.requested", limit)).start(&platform).await?;
+    /// let max: u32 = platform.client("docs").invoke("limit.requested", (), "limit.completed").await?;
+    /// assert_eq!(max, 10);
+    /// # tool.shutdown().await?; Ok(()) }
+    /// ```
     pub fn with_state<S: Clone + Send + Sync + 'static>(mut self, state: S) -> Self {
         self.extensions.insert(state);
         self
     }
 
     /// Adds a handler built at run time.
+    ///
+    /// ```
+    /// use soorma::prelude::*;
+    ///
+    /// async fn ping(_: Invocation) -> Result<String, ToolError> {
+    ///     Ok("pong".into())
+    /// }
+    ///
+    /// let tool = Tool::new("pinger").handler(Handler::on_invoke("ping.requested", ping));
+    /// assert_eq!(tool.definition().capabilities[0].task_name, "ping.requested");
+    /// ```
     pub fn handler(mut self, handler: Handler) -> Self {
         self.handlers.push(handler);
         self
     }
 
     /// Whether to include the handlers registered by the attribute macros (default `true`).
+    ///
+    /// ```
+    /// use soorma::prelude::*;
+    ///
+    /// #[on_invoke("hello.requested", agent = "hello-docs")]
+    /// async fn hello(_: Invocation) -> Result<String, ToolError> {
+    ///     Ok("hi".into())
+    /// }
+    ///
+    /// # fn main() {
+    /// assert_eq!(Tool::new("hello-docs").definition().capabilities.len(), 1);
+    /// let bare = Tool::new("hello-docs").use_registered_handlers(false);
+    /// assert!(bare.definition().capabilities.is_empty());
+    /// # }
+    /// ```
     pub fn use_registered_handlers(mut self, yes: bool) -> Self {
         self.from_inventory = yes;
         self
     }
 
     /// How many events the agent handles at once (default 1024).
+    ///
+    /// ```
+    /// // Render at most 4 documents at a time.
+    /// let worker = soorma::Worker::new("renderer").concurrency(4);
+    /// # let _ = worker;
+    /// ```
     pub fn concurrency(mut self, limit: usize) -> Self {
         self.concurrency = limit.max(1);
         self
     }
 
     /// How many times a retryable failure is redelivered before dead-lettering (default 5).
+    ///
+    /// ```
+    /// // Dead-letter an event after its third retryable failure.
+    /// let agent = soorma::Agent::new("audit-log").max_deliver(3);
+    /// # let _ = agent;
+    /// ```
     pub fn max_deliver(mut self, attempts: u32) -> Self {
         self.max_deliver = attempts.max(1);
         self
@@ -201,6 +295,19 @@ impl AgentBuilder {
     }
 
     /// The registry definition the agent publishes: capabilities with their schemas.
+    ///
+    /// ```
+    /// use soorma::prelude::*;
+    ///
+    /// async fn add(req: Invocation<(i64, i64)>) -> Result<i64, ToolError> {
+    ///     Ok(req.data.0 + req.data.1)
+    /// }
+    ///
+    /// let tool = Tool::new("calculator").handler(Handler::on_invoke("add.requested", add));
+    /// let def = tool.definition();
+    /// assert_eq!(def.capabilities[0].consumed_event.event_name, "add.requested");
+    /// assert!(def.capabilities[0].consumed_event.response_schema.is_some());
+    /// ```
     pub fn definition(&self) -> AgentDefinition {
         definition(
             &self.name,
@@ -216,6 +323,23 @@ impl AgentBuilder {
     /// Starts the agent: subscribes, registers, and handles events until shut down.
     ///
     /// Fails if no handler was found or the handlers are inconsistent.
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")] async fn main() -> soorma::Result<()> {
+    /// use soorma::prelude::*;
+    ///
+    /// async fn ping(_: Invocation) -> Result<String, ToolError> { Ok("pong".into()) }
+    ///
+    /// let platform = Platform::embedded();
+    /// let tool = Tool::new("pinger").use_registered_handlers(false)
+    ///     .handler(Handler::on_invoke("ping.requested", ping))
+    ///     .start(&platform).await?;
+    /// assert_eq!(platform.discovery().by_consumed_event("ping.requested").await?.len(), 1);
+    /// # tool.shutdown().await?;
+    /// let idle = Tool::new("idle").use_registered_handlers(false);
+    /// assert!(idle.start(&platform).await.is_err()); // no handlers
+    /// # Ok(()) }
+    /// ```
     pub async fn start(self, platform: &Platform) -> Result<AgentHandle> {
         let handlers = self.collect_handlers();
         if handlers.is_empty() {
@@ -319,6 +443,13 @@ impl AgentBuilder {
     }
 
     /// Starts the agent and serves until Ctrl-C / SIGTERM, then shuts down gracefully.
+    ///
+    /// ```no_run
+    /// # #[tokio::main(flavor = "current_thread")] async fn main() -> soorma::Result<()> {
+    /// let platform = soorma::Platform::from_env().await?;
+    /// soorma::Worker::new("researcher").run(&platform).await // until Ctrl-C or SIGTERM
+    /// # }
+    /// ```
     pub async fn run(self, platform: &Platform) -> Result<()> {
         let handle = self.start(platform).await?;
         shutdown_signal().await;
@@ -635,6 +766,23 @@ async fn settle(delivery: Delivery, settlement: Settlement) {
 
 /// A running agent. [`shutdown`](Self::shutdown) stops taking events and waits for the
 /// handlers in flight.
+///
+/// ```
+/// # #[tokio::main(flavor = "current_thread")] async fn main() -> soorma::Result<()> {
+/// use soorma::prelude::*;
+///
+/// async fn audit(event: Event) {
+///     println!("saw {}", event.event_type());
+/// }
+///
+/// let platform = Platform::embedded();
+/// let handle = Agent::new("auditor").use_registered_handlers(false)
+///     .handler(Handler::on_event(Topic::BusinessFacts, "*", audit))
+///     .start(&platform).await?;
+/// assert_eq!(handle.name(), "auditor");
+/// handle.shutdown().await?;
+/// # Ok(()) }
+/// ```
 #[derive(Debug)]
 pub struct AgentHandle {
     definition: AgentDefinition,
@@ -647,16 +795,54 @@ pub struct AgentHandle {
 
 impl AgentHandle {
     /// The agent's name.
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")] async fn main() -> soorma::Result<()> {
+    /// # use soorma::prelude::*;
+    /// # async fn ping(_: Invocation) -> Result<String, ToolError> { Ok("pong".into()) }
+    /// # let platform = Platform::embedded();
+    /// let handle = Tool::new("pinger").use_registered_handlers(false)
+    ///     .handler(Handler::on_invoke("ping.requested", ping))
+    ///     .start(&platform).await?;
+    /// assert_eq!(handle.name(), "pinger");
+    /// # handle.shutdown().await?; Ok(()) }
+    /// ```
     pub fn name(&self) -> &str {
         &self.definition.name
     }
 
     /// The registry definition the agent published.
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")] async fn main() -> soorma::Result<()> {
+    /// # use soorma::prelude::*;
+    /// # async fn ping(_: Invocation) -> Result<String, ToolError> { Ok("pong".into()) }
+    /// # let platform = Platform::embedded();
+    /// let handle = Tool::new("pinger").use_registered_handlers(false)
+    ///     .handler(Handler::on_invoke("ping.requested", ping))
+    ///     .start(&platform).await?;
+    /// // Each running instance gets its own id.
+    /// assert!(handle.definition().agent_id.starts_with("pinger-"));
+    /// # handle.shutdown().await?; Ok(()) }
+    /// ```
     pub fn definition(&self) -> &AgentDefinition {
         &self.definition
     }
 
     /// Stops taking events, lets in-flight handlers finish, and deregisters.
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")] async fn main() -> soorma::Result<()> {
+    /// # use soorma::prelude::*;
+    /// # async fn ping(_: Invocation) -> Result<String, ToolError> { Ok("pong".into()) }
+    /// let platform = Platform::embedded();
+    /// let handle = Tool::new("pinger").use_registered_handlers(false)
+    ///     .handler(Handler::on_invoke("ping.requested", ping))
+    ///     .start(&platform).await?;
+    /// handle.shutdown().await?;
+    /// assert!(platform.discovery().all().await?.is_empty()); // deregistered
+    /// # Ok(()) }
+    /// ```
     pub async fn shutdown(self) -> Result<()> {
         let _ = self.stop.send(true);
         for l in self.loops {

@@ -155,12 +155,65 @@ pub enum Settlement {
 }
 
 /// Settles one delivery with its platform.
+///
+/// ```
+/// # #[tokio::main(flavor = "current_thread")] async fn main() -> soorma::Result<()> {
+/// # use std::sync::{Arc, Mutex};
+/// # use soorma::{EventEnvelope, Topic};
+/// use soorma::bus::{Acker, Delivery, Settlement};
+///
+/// struct Recorder(Arc<Mutex<Vec<Settlement>>>); // a real platform acks, naks, dead-letters
+///
+/// impl Acker for Recorder {
+///     fn settle(self: Box<Self>, s: Settlement) -> soorma::BoxFuture<'static, soorma::Result<()>> {
+///         self.0.lock().unwrap().push(s);
+///         Box::pin(std::future::ready(Ok(())))
+///     }
+/// }
+///
+/// let log = Arc::new(Mutex::new(Vec::new()));
+/// # let env = Arc::new(EventEnvelope::new("e1", "shop", Topic::BusinessFacts, "order.placed"));
+/// Delivery::new(env, 1, Some(Box::new(Recorder(log.clone())))).settle(Settlement::Ack).await?;
+/// assert_eq!(*log.lock().unwrap(), [Settlement::Ack]);
+/// # Ok(()) }
+/// ```
 pub trait Acker: Send {
     /// Reports how the delivery was handled.
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")] async fn main() -> soorma::Result<()> {
+    /// use soorma::bus::{Acker, Settlement};
+    /// use soorma::BoxFuture;
+    ///
+    /// struct AutoAck;
+    ///
+    /// impl Acker for AutoAck {
+    ///     fn settle(self: Box<Self>, _: Settlement) -> BoxFuture<'static, soorma::Result<()>> {
+    ///         Box::pin(std::future::ready(Ok(())))
+    ///     }
+    /// }
+    ///
+    /// Box::new(AutoAck).settle(Settlement::Ack).await?;
+    /// # Ok(()) }
+    /// ```
     fn settle(self: Box<Self>, settlement: Settlement) -> BoxFuture<'static, Result<()>>;
 }
 
 /// One event delivered to a subscription.
+///
+/// ```
+/// # #[tokio::main(flavor = "current_thread")] async fn main() -> soorma::Result<()> {
+/// use soorma::bus::{EventBus, EventFilter, Settlement, SubscriptionSpec};
+/// use soorma::{EventEnvelope, Topic};
+///
+/// let bus = soorma::embedded::EmbeddedBus::new();
+/// let mut sub = bus.subscribe(SubscriptionSpec::new("audit", Topic::BusinessFacts, EventFilter::All)).await?;
+/// bus.publish(EventEnvelope::new("e1", "shop", Topic::BusinessFacts, "order.placed")).await?;
+/// let delivery = sub.next().await.unwrap();
+/// assert_eq!((delivery.envelope.id.as_str(), delivery.attempt), ("e1", 1));
+/// delivery.settle(Settlement::Ack).await?;
+/// # Ok(()) }
+/// ```
 #[non_exhaustive]
 pub struct Delivery {
     /// The event.
@@ -181,6 +234,16 @@ impl std::fmt::Debug for Delivery {
 
 impl Delivery {
     /// A delivery; `acker` is `None` for platforms without acknowledgements.
+    ///
+    /// ```
+    /// use std::sync::Arc;
+    /// use soorma::bus::Delivery;
+    /// use soorma::{EventEnvelope, Topic};
+    ///
+    /// let env = EventEnvelope::new("e1", "shop", Topic::BusinessFacts, "order.placed");
+    /// let delivery = Delivery::new(Arc::new(env), 1, None); // no acknowledgements
+    /// assert_eq!(delivery.attempt, 1);
+    /// ```
     pub fn new(envelope: Arc<EventEnvelope>, attempt: u32, acker: Option<Box<dyn Acker>>) -> Self {
         Self {
             envelope,
@@ -190,6 +253,21 @@ impl Delivery {
     }
 
     /// Settles the delivery (a no-op without an acker).
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")] async fn main() -> soorma::Result<()> {
+    /// use std::time::Duration;
+    /// use soorma::bus::{EventBus, EventFilter, Settlement, SubscriptionSpec};
+    /// use soorma::{EventEnvelope, Topic};
+    ///
+    /// let bus = soorma::embedded::EmbeddedBus::new();
+    /// let mut sub = bus.subscribe(SubscriptionSpec::new("audit", Topic::BusinessFacts, EventFilter::All)).await?;
+    /// bus.publish(EventEnvelope::new("e1", "shop", Topic::BusinessFacts, "order.placed")).await?;
+    /// let first = sub.next().await.unwrap();
+    /// first.settle(Settlement::Retry { delay: Duration::from_millis(1) }).await?;
+    /// assert_eq!(sub.next().await.unwrap().attempt, 2); // redelivered
+    /// # Ok(()) }
+    /// ```
     pub async fn settle(self, settlement: Settlement) -> Result<()> {
         match self.acker {
             Some(acker) => acker.settle(settlement).await,
@@ -199,16 +277,82 @@ impl Delivery {
 }
 
 /// A stream of deliveries for one [`SubscriptionSpec`]. Dropping it unsubscribes.
+///
+/// ```
+/// # #[tokio::main(flavor = "current_thread")] async fn main() -> soorma::Result<()> {
+/// use soorma::bus::{EventFilter, Subscription, SubscriptionSpec};
+/// use soorma::{EventEnvelope, Topic};
+///
+/// let platform = soorma::Platform::embedded();
+/// let spec = SubscriptionSpec::new("alerts", Topic::SystemEvents, EventFilter::only(["disk.full"]));
+/// let mut sub: Box<dyn Subscription> = platform.bus().subscribe(spec).await?;
+/// platform.bus().publish(EventEnvelope::new("e1", "host-1", Topic::SystemEvents, "disk.full")).await?;
+/// assert_eq!(sub.next().await.unwrap().envelope.event_type, "disk.full");
+/// # Ok(()) }
+/// ```
 pub trait Subscription: Send {
     /// The next delivery, or `None` once the bus is closed. Cancel-safe.
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")] async fn main() -> soorma::Result<()> {
+    /// use std::time::Duration;
+    /// use soorma::bus::{EventFilter, SubscriptionSpec};
+    /// use soorma::Topic;
+    ///
+    /// let platform = soorma::Platform::embedded();
+    /// let spec = SubscriptionSpec::new("alerts", Topic::SystemEvents, EventFilter::All);
+    /// let mut sub = platform.bus().subscribe(spec).await?;
+    /// // Nothing published yet: waiting can be bounded (and cancelled) safely.
+    /// assert!(tokio::time::timeout(Duration::from_millis(10), sub.next()).await.is_err());
+    /// # Ok(()) }
+    /// ```
     fn next(&mut self) -> BoxFuture<'_, Option<Delivery>>;
 }
 
 /// A platform's event transport.
+///
+/// ```
+/// # #[tokio::main(flavor = "current_thread")] async fn main() -> soorma::Result<()> {
+/// use soorma::bus::{EventFilter, SubscriptionSpec};
+/// use soorma::{EventEnvelope, Topic};
+///
+/// let platform = soorma::Platform::embedded();
+/// let bus = platform.bus(); // &Arc<dyn EventBus>
+/// let mut sub = bus.subscribe(SubscriptionSpec::new("audit", Topic::BusinessFacts, EventFilter::All)).await?;
+/// bus.publish(EventEnvelope::new("e1", "shop", Topic::BusinessFacts, "order.placed")).await?;
+/// assert_eq!(sub.next().await.unwrap().envelope.id, "e1");
+/// # Ok(()) }
+/// ```
 pub trait EventBus: Send + Sync + 'static {
     /// Publishes one event.
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")] async fn main() -> soorma::Result<()> {
+    /// use soorma::bus::EventBus;
+    /// use soorma::{EventEnvelope, Topic};
+    ///
+    /// let t = soorma::testing::TestPlatform::new();
+    /// let env = EventEnvelope::new("e1", "shop", Topic::BusinessFacts, "order.placed").with_tenant_id("acme");
+    /// t.platform().bus().publish(env).await?; // published as is
+    /// assert_eq!(t.events()[0].tenant_id.as_deref(), Some("acme"));
+    /// # Ok(()) }
+    /// ```
     fn publish(&self, envelope: EventEnvelope) -> BoxFuture<'_, Result<()>>;
     /// Subscribes; the subscription is live when the returned future resolves.
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")] async fn main() -> soorma::Result<()> {
+    /// use soorma::bus::{EventBus, EventFilter, SubscriptionSpec};
+    /// use soorma::{EventEnvelope, Topic};
+    ///
+    /// let bus = soorma::embedded::EmbeddedBus::new();
+    /// let spec = |group: &str| SubscriptionSpec::new(group, Topic::BusinessFacts, EventFilter::All);
+    /// let (mut billing, mut shipping) = (bus.subscribe(spec("billing")).await?, bus.subscribe(spec("shipping")).await?);
+    /// bus.publish(EventEnvelope::new("e1", "shop", Topic::BusinessFacts, "order.placed")).await?;
+    /// // Different groups each receive the event.
+    /// assert_eq!(billing.next().await.unwrap().envelope.id, shipping.next().await.unwrap().envelope.id);
+    /// # Ok(()) }
+    /// ```
     fn subscribe(&self, spec: SubscriptionSpec) -> BoxFuture<'_, Result<Box<dyn Subscription>>>;
 }
 
@@ -438,6 +582,13 @@ macro_rules! publish_setters {
     ($($(#[$doc:meta])* $name:ident),* $(,)?) => {
         $(
             $(#[$doc])*
+            ///
+            /// ```
+            /// # let platform = soorma::Platform::embedded();
+            /// # let bus = soorma::BusClient::new(platform.bus().clone(), "svc");
+            #[doc = concat!("let p = bus.announce(\"order.placed\", ()).", stringify!($name), "(\"x-1\");")]
+            #[doc = concat!("assert_eq!(p.envelope().unwrap().", stringify!($name), ".as_deref(), Some(\"x-1\"));")]
+            /// ```
             pub fn $name(mut self, value: impl Into<String>) -> Self {
                 if let Ok(env) = &mut self.envelope {
                     env.$name = Some(value.into());
@@ -471,6 +622,15 @@ impl Publish {
     }
 
     /// Sets the reply topic (requests; default `action-results`).
+    ///
+    /// ```
+    /// # let platform = soorma::Platform::embedded();
+    /// # let bus = soorma::BusClient::new(platform.bus().clone(), "svc");
+    /// use soorma::Topic;
+    ///
+    /// let p = bus.request("report.requested", (), "report.ready").response_topic(Topic::NotificationEvents);
+    /// assert_eq!(p.envelope().unwrap().reply_topic(), Topic::NotificationEvents);
+    /// ```
     pub fn response_topic(mut self, topic: Topic) -> Self {
         if let Ok(env) = &mut self.envelope {
             env.response_topic = Some(topic);

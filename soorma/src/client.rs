@@ -133,6 +133,23 @@ impl Client {
     }
 
     /// A client acting for `tenant` (its requests carry it; it only sees that tenant's replies).
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")] async fn main() -> soorma::Result<()> {
+    /// use soorma::prelude::*;
+    ///
+    /// async fn whose(req: Invocation) -> Result<String, ToolError> {
+    ///     Ok(req.tenant().to_owned())
+    /// }
+    ///
+    /// let platform = Platform::embedded();
+    /// # let tool = Tool::new("tenants").use_registered_handlers(false)
+    /// #     .handler(Handler::on_invoke("whose.requested", whose)).start(&platform).await?;
+    /// let acme = platform.client("docs").with_tenant("acme");
+    /// let tenant: String = acme.invoke("whose.requested", (), "whose.completed").await?;
+    /// assert_eq!(tenant, "acme");
+    /// # tool.shutdown().await?; Ok(()) }
+    /// ```
     #[must_use]
     pub fn with_tenant(&self, tenant: impl Into<String>) -> Self {
         let t = tenant.into();
@@ -140,6 +157,15 @@ impl Client {
     }
 
     /// A client acting for `user`.
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")] async fn main() -> soorma::Result<()> {
+    /// let t = soorma::testing::TestPlatform::new();
+    /// let alice = t.client().with_user("alice");
+    /// alice.publish(soorma::Topic::BusinessFacts, "profile.viewed", ()).await?;
+    /// assert_eq!(t.events()[0].user_id.as_deref(), Some("alice"));
+    /// # Ok(()) }
+    /// ```
     #[must_use]
     pub fn with_user(&self, user: impl Into<String>) -> Self {
         let u = user.into();
@@ -147,6 +173,15 @@ impl Client {
     }
 
     /// A client acting in `session`.
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")] async fn main() -> soorma::Result<()> {
+    /// let t = soorma::testing::TestPlatform::new();
+    /// let chat = t.client().with_session("chat-42");
+    /// chat.publish(soorma::Topic::BusinessFacts, "message.sent", "hi").await?;
+    /// assert_eq!(t.events()[0].session_id.as_deref(), Some("chat-42"));
+    /// # Ok(()) }
+    /// ```
     #[must_use]
     pub fn with_session(&self, session: impl Into<String>) -> Self {
         let s = session.into();
@@ -154,17 +189,47 @@ impl Client {
     }
 
     /// A client whose requests time out after `timeout` (default 30 s).
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")] async fn main() -> soorma::Result<()> {
+    /// use std::time::Duration;
+    ///
+    /// let platform = soorma::Platform::embedded();
+    /// let client = platform.client("docs").with_timeout(Duration::from_millis(20));
+    /// // Nobody serves `nobody.requested`.
+    /// let err = client.invoke::<()>("nobody.requested", (), "nobody.completed").await.unwrap_err();
+    /// assert!(matches!(err, soorma::Error::Timeout { .. }));
+    /// # Ok(()) }
+    /// ```
     #[must_use]
     pub fn with_timeout(&self, timeout: Duration) -> Self {
         self.rebuild(|p| p.3 = timeout)
     }
 
     /// A bus client publishing as this client (no reply handling).
+    ///
+    /// ```
+    /// let platform = soorma::Platform::embedded();
+    /// let bus = platform.client("billing").bus();
+    /// assert_eq!(bus.source(), "billing");
+    /// ```
     pub fn bus(&self) -> BusClient {
         self.inner.bus.clone()
     }
 
     /// Publishes `data` as `event_type` on `topic` with this client's tenant, user and session.
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")] async fn main() -> soorma::Result<()> {
+    /// use soorma::Topic;
+    ///
+    /// let t = soorma::testing::TestPlatform::new();
+    /// let client = t.client().with_tenant("acme");
+    /// let id = client.publish(Topic::BusinessFacts, "order.placed", serde_json::json!({"id": 7})).await?;
+    /// let published = &t.events()[0];
+    /// assert_eq!((published.id.as_str(), published.tenant()), (id.as_str(), "acme"));
+    /// # Ok(()) }
+    /// ```
     pub async fn publish(
         &self,
         topic: Topic,
@@ -216,6 +281,25 @@ impl Client {
 
     /// Sends a request and decodes the successful reply's `result` as `R`; an error reply
     /// becomes [`Error::Remote`].
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")] async fn main() -> soorma::Result<()> {
+    /// # use soorma::prelude::*;
+    /// async fn divide(req: Invocation<(f64, f64)>) -> Result<f64, ToolError> {
+    ///     let (a, b) = req.data;
+    ///     if b == 0.0 { Err(ToolError::new("division by zero")) } else { Ok(a / b) }
+    /// }
+    ///
+    /// let platform = Platform::embedded();
+    /// # let tool = Tool::new("divider").use_registered_handlers(false)
+    /// #     .handler(Handler::on_invoke("divide.requested", divide)).start(&platform).await?;
+    /// let client = platform.client("docs");
+    /// let q: f64 = client.invoke("divide.requested", (6.0, 3.0), "divide.completed").await?;
+    /// assert_eq!(q, 2.0);
+    /// let err = client.invoke::<f64>("divide.requested", (1.0, 0.0), "divide.completed").await;
+    /// assert!(matches!(err, Err(soorma::Error::Remote { .. })));
+    /// # tool.shutdown().await?; Ok(()) }
+    /// ```
     pub async fn invoke<R: DeserializeOwned>(
         &self,
         event_type: impl Into<String>,
@@ -263,6 +347,19 @@ impl Client {
 }
 
 /// A pending request; `.await` it for the [`Reply`].
+///
+/// ```
+/// # #[tokio::main(flavor = "current_thread")] async fn main() -> soorma::Result<()> {
+/// # use soorma::prelude::*;
+/// # async fn double(req: Invocation<i64>) -> Result<i64, ToolError> { Ok(req.data * 2) }
+/// # let platform = Platform::embedded();
+/// # let tool = Tool::new("doubler").use_registered_handlers(false)
+/// #     .handler(Handler::on_invoke("double.requested", double)).start(&platform).await?;
+/// let call = platform.client("docs").request("double.requested", 21, "double.completed");
+/// let reply = call.timeout(std::time::Duration::from_secs(5)).await?;
+/// assert_eq!(reply.into_result::<i64>()?, 42);
+/// # tool.shutdown().await?; Ok(()) }
+/// ```
 #[must_use = "a request does nothing until awaited"]
 pub struct Call {
     client: Client,
@@ -272,24 +369,74 @@ pub struct Call {
 
 impl Call {
     /// Sets how long to wait for the reply.
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")] async fn main() -> soorma::Result<()> {
+    /// use std::time::Duration;
+    ///
+    /// let platform = soorma::Platform::embedded();
+    /// let call = platform.client("docs").request("nobody.requested", (), "nobody.completed");
+    /// let outcome = call.timeout(Duration::from_millis(20)).await;
+    /// assert!(matches!(outcome, Err(soorma::Error::Timeout { .. })));
+    /// # Ok(()) }
+    /// ```
     pub fn timeout(mut self, timeout: Duration) -> Self {
         self.timeout = timeout;
         self
     }
 
     /// Sets the request's correlation id (default: the request's event id).
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")] async fn main() -> soorma::Result<()> {
+    /// # use soorma::prelude::*;
+    /// # async fn double(req: Invocation<i64>) -> Result<i64, ToolError> { Ok(req.data * 2) }
+    /// # let platform = Platform::embedded();
+    /// # let tool = Tool::new("doubler").use_registered_handlers(false)
+    /// #     .handler(Handler::on_invoke("double.requested", double)).start(&platform).await?;
+    /// let client = platform.client("docs");
+    /// let reply = client.request("double.requested", 4, "double.completed").correlation_id("order-7").await?;
+    /// assert_eq!(reply.envelope.correlation_id.as_deref(), Some("order-7"));
+    /// # tool.shutdown().await?; Ok(()) }
+    /// ```
     pub fn correlation_id(mut self, id: impl Into<String>) -> Self {
         self.publish = self.publish.correlation_id(id);
         self
     }
 
     /// Sets the session of the request.
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")] async fn main() -> soorma::Result<()> {
+    /// # use soorma::prelude::*;
+    /// # async fn double(req: Invocation<i64>) -> Result<i64, ToolError> { Ok(req.data * 2) }
+    /// # let platform = Platform::embedded();
+    /// # let tool = Tool::new("doubler").use_registered_handlers(false)
+    /// #     .handler(Handler::on_invoke("double.requested", double)).start(&platform).await?;
+    /// let client = platform.client("docs");
+    /// let reply = client.request("double.requested", 4, "double.completed").session_id("chat-1").await?;
+    /// assert_eq!(reply.envelope.session_id.as_deref(), Some("chat-1")); // the reply keeps it
+    /// # tool.shutdown().await?; Ok(()) }
+    /// ```
     pub fn session_id(mut self, id: impl Into<String>) -> Self {
         self.publish = self.publish.session_id(id);
         self
     }
 
     /// Sets the reply topic (default `action-results`).
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")] async fn main() -> soorma::Result<()> {
+    /// # use soorma::prelude::*;
+    /// # async fn double(req: Invocation<i64>) -> Result<i64, ToolError> { Ok(req.data * 2) }
+    /// # let platform = Platform::embedded();
+    /// # let tool = Tool::new("doubler").use_registered_handlers(false)
+    /// #     .handler(Handler::on_invoke("double.requested", double)).start(&platform).await?;
+    /// let call = platform.client("docs").request("double.requested", 4, "double.completed");
+    /// let reply = call.response_topic(Topic::NotificationEvents).await?;
+    /// assert_eq!(reply.envelope.topic, Topic::NotificationEvents);
+    /// # tool.shutdown().await?; Ok(()) }
+    /// ```
     pub fn response_topic(mut self, topic: Topic) -> Self {
         self.publish = self.publish.response_topic(topic);
         self
@@ -340,6 +487,19 @@ impl IntoFuture for Call {
 }
 
 /// A reply to a request.
+///
+/// ```
+/// # #[tokio::main(flavor = "current_thread")] async fn main() -> soorma::Result<()> {
+/// # use soorma::prelude::*;
+/// # async fn double(req: Invocation<i64>) -> Result<i64, ToolError> { Ok(req.data * 2) }
+/// # let platform = Platform::embedded();
+/// # let tool = Tool::new("doubler").use_registered_handlers(false)
+/// #     .handler(Handler::on_invoke("double.requested", double)).start(&platform).await?;
+/// let reply = platform.client("docs").request("double.requested", 21, "double.completed").await?;
+/// assert_eq!(reply.envelope.event_type, "double.completed");
+/// assert_eq!(reply.reply.result, Some(serde_json::json!(42)));
+/// # tool.shutdown().await?; Ok(()) }
+/// ```
 #[derive(Debug, Clone)]
 pub struct Reply {
     /// The reply event.
@@ -367,11 +527,42 @@ impl Reply {
     }
 
     /// Whether the request succeeded.
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")] async fn main() -> soorma::Result<()> {
+    /// use soorma::prelude::*;
+    ///
+    /// async fn refuse(_: Invocation) -> Result<(), ToolError> {
+    ///     Err(ToolError::new("not today"))
+    /// }
+    ///
+    /// # let platform = Platform::embedded();
+    /// # let tool = Tool::new("refuser").use_registered_handlers(false)
+    /// #     .handler(Handler::on_invoke("refuse.requested", refuse)).start(&platform).await?;
+    /// let reply = platform.client("docs").request("refuse.requested", (), "refuse.completed").await?;
+    /// assert!(!reply.is_success());
+    /// assert_eq!(reply.reply.error.as_deref(), Some("not today"));
+    /// # tool.shutdown().await?; Ok(()) }
+    /// ```
     pub fn is_success(&self) -> bool {
         self.reply.success
     }
 
     /// The result decoded as `R`, or [`Error::Remote`] for an error reply.
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")] async fn main() -> soorma::Result<()> {
+    /// # use soorma::prelude::*;
+    /// # async fn double(req: Invocation<i64>) -> Result<i64, ToolError> { Ok(req.data * 2) }
+    /// # let platform = Platform::embedded();
+    /// # let tool = Tool::new("doubler").use_registered_handlers(false)
+    /// #     .handler(Handler::on_invoke("double.requested", double)).start(&platform).await?;
+    /// let reply = platform.client("docs").request("double.requested", 21, "double.completed").await?;
+    /// let doubled: i64 = reply.clone().into_result()?;
+    /// assert_eq!(doubled, 42);
+    /// assert!(reply.into_result::<String>().is_err()); // 42 is not a string
+    /// # tool.shutdown().await?; Ok(()) }
+    /// ```
     pub fn into_result<R: DeserializeOwned>(self) -> Result<R> {
         if self.reply.success {
             decode_payload(

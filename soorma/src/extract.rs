@@ -11,6 +11,14 @@ use crate::bus::BusClient;
 use crate::platform::Platform;
 
 /// Typed values attached to an agent with [`AgentBuilder::with_state`](crate::AgentBuilder::with_state).
+///
+/// ```
+/// use soorma::extract::Extensions;
+///
+/// let mut ext = Extensions::default();
+/// ext.insert(String::from("postgres://localhost/app"));
+/// assert_eq!(ext.get::<String>().map(String::as_str), Some("postgres://localhost/app"));
+/// ```
 #[derive(Clone, Default)]
 pub struct Extensions {
     map: HashMap<TypeId, Arc<dyn Any + Send + Sync>>,
@@ -26,11 +34,25 @@ impl std::fmt::Debug for Extensions {
 
 impl Extensions {
     /// Stores a value, replacing one of the same type.
+    ///
+    /// ```
+    /// let mut ext = soorma::extract::Extensions::default();
+    /// ext.insert(1_u32);
+    /// ext.insert(2_u32); // replaces the first
+    /// assert_eq!(ext.get::<u32>(), Some(&2));
+    /// ```
     pub fn insert<S: Send + Sync + 'static>(&mut self, value: S) {
         self.map.insert(TypeId::of::<S>(), Arc::new(value));
     }
 
     /// The value of type `S`, if stored.
+    ///
+    /// ```
+    /// let mut ext = soorma::extract::Extensions::default();
+    /// ext.insert(42_u64);
+    /// assert_eq!(ext.get::<u64>(), Some(&42));
+    /// assert_eq!(ext.get::<u32>(), None);
+    /// ```
     pub fn get<S: Send + Sync + 'static>(&self) -> Option<&S> {
         self.map
             .get(&TypeId::of::<S>())
@@ -38,6 +60,13 @@ impl Extensions {
     }
 
     /// Whether a value of type `S` is stored.
+    ///
+    /// ```
+    /// let mut ext = soorma::extract::Extensions::default();
+    /// ext.insert(0.2_f64);
+    /// assert!(ext.contains::<f64>());
+    /// assert!(!ext.contains::<String>());
+    /// ```
     pub fn contains<S: Send + Sync + 'static>(&self) -> bool {
         self.map.contains_key(&TypeId::of::<S>())
     }
@@ -53,6 +82,29 @@ pub(crate) struct AgentRuntime {
 }
 
 /// The event being handled and the agent handling it; extractors are built from it.
+///
+/// ```
+/// # #[tokio::main(flavor = "current_thread")] async fn main() -> soorma::Result<()> {
+/// use soorma::extract::{FromHandlerInput, HandlerInput};
+/// # use soorma::prelude::*;
+///
+/// struct Me(String); // the name of the agent handling the event
+///
+/// impl FromHandlerInput for Me {
+///     fn from_input(input: &HandlerInput) -> Result<Self, String> {
+///         Ok(Me(input.agent().to_owned()))
+///     }
+/// }
+///
+/// async fn whoami(_: Invocation, Me(me): Me) -> Result<String, ToolError> { Ok(me) }
+///
+/// # let platform = Platform::embedded();
+/// # let tool = Tool::new("oracle").use_registered_handlers(false)
+/// #     .handler(Handler::on_invoke("whoami.requested", whoami)).start(&platform).await?;
+/// let me: String = platform.client("docs").invoke("whoami.requested", (), "whoami.completed").await?;
+/// assert_eq!(me, "oracle");
+/// # tool.shutdown().await?; Ok(()) }
+/// ```
 #[derive(Clone)]
 pub struct HandlerInput {
     pub(crate) envelope: Arc<EventEnvelope>,
@@ -70,31 +122,130 @@ impl std::fmt::Debug for HandlerInput {
 
 impl HandlerInput {
     /// The event being handled.
+    ///
+    /// ```
+    /// use soorma::extract::{FromHandlerInput, HandlerInput};
+    ///
+    /// /// The id of the event being handled.
+    /// struct EventId(String);
+    ///
+    /// impl FromHandlerInput for EventId {
+    ///     fn from_input(input: &HandlerInput) -> Result<Self, String> {
+    ///         Ok(EventId(input.envelope().id.clone()))
+    ///     }
+    /// }
+    /// ```
     pub fn envelope(&self) -> &Arc<EventEnvelope> {
         &self.envelope
     }
 
     /// The handling agent's name.
+    ///
+    /// ```
+    /// use soorma::extract::{FromHandlerInput, HandlerInput};
+    ///
+    /// /// A metrics prefix per agent.
+    /// struct MetricPrefix(String);
+    ///
+    /// impl FromHandlerInput for MetricPrefix {
+    ///     fn from_input(input: &HandlerInput) -> Result<Self, String> {
+    ///         Ok(MetricPrefix(format!("soorma.{}", input.agent())))
+    ///     }
+    /// }
+    /// ```
     pub fn agent(&self) -> &str {
         &self.runtime.name
     }
 
     /// The handling agent's kind.
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")] async fn main() -> soorma::Result<()> {
+    /// use soorma::{AgentKind, extract::{FromHandlerInput, HandlerInput}};
+    /// # use soorma::prelude::*;
+    ///
+    /// struct Kind(AgentKind);
+    ///
+    /// impl FromHandlerInput for Kind {
+    ///     fn from_input(input: &HandlerInput) -> Result<Self, String> {
+    ///         Ok(Kind(input.agent_kind()))
+    ///     }
+    /// }
+    ///
+    /// async fn kind(_: Invocation, Kind(k): Kind) -> Result<AgentKind, ToolError> { Ok(k) }
+    ///
+    /// # let platform = Platform::embedded();
+    /// # let tool = Tool::new("kinds").use_registered_handlers(false)
+    /// #     .handler(Handler::on_invoke("kind.requested", kind)).start(&platform).await?;
+    /// let k: AgentKind = platform.client("docs").invoke("kind.requested", (), "kind.completed").await?;
+    /// assert_eq!(k, AgentKind::Tool);
+    /// # tool.shutdown().await?; Ok(()) }
+    /// ```
     pub fn agent_kind(&self) -> AgentKind {
         self.runtime.kind
     }
 
     /// The platform.
+    ///
+    /// ```
+    /// use soorma::extract::{FromHandlerInput, HandlerInput};
+    /// use soorma::registry::Discovery;
+    ///
+    /// /// Registry queries, as a handler argument.
+    /// struct Registry(Discovery);
+    ///
+    /// impl FromHandlerInput for Registry {
+    ///     fn from_input(input: &HandlerInput) -> Result<Self, String> {
+    ///         Ok(Registry(input.platform().discovery()))
+    ///     }
+    /// }
+    /// ```
     pub fn platform(&self) -> &Platform {
         &self.runtime.platform
     }
 
     /// A bus client publishing on behalf of this event's handling.
+    ///
+    /// ```
+    /// use soorma::extract::{FromHandlerInput, HandlerInput};
+    ///
+    /// /// Publishes audit facts in the context of the handled event.
+    /// struct Audit(soorma::BusClient);
+    ///
+    /// impl FromHandlerInput for Audit {
+    ///     fn from_input(input: &HandlerInput) -> Result<Self, String> {
+    ///         Ok(Audit(input.bus()))
+    ///     }
+    /// }
+    /// ```
     pub fn bus(&self) -> BusClient {
         self.runtime.bus.in_context_of(self.envelope.clone())
     }
 
     /// The agent's state of type `S`.
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")] async fn main() -> soorma::Result<()> {
+    /// use soorma::extract::{FromHandlerInput, HandlerInput};
+    /// # use soorma::prelude::*;
+    ///
+    /// struct Limit(u32); // the attached `u32`, else 100
+    ///
+    /// impl FromHandlerInput for Limit {
+    ///     fn from_input(input: &HandlerInput) -> Result<Self, String> {
+    ///         Ok(Limit(input.extension::<u32>().copied().unwrap_or(100)))
+    ///     }
+    /// }
+    ///
+    /// async fn limit(_: Invocation, Limit(n): Limit) -> Result<u32, ToolError> { Ok(n) }
+    ///
+    /// # let platform = Platform::embedded();
+    /// # let tool = Tool::new("limits").use_registered_handlers(false) // no state attached
+    /// #     .handler(Handler::on_invoke("limit.requested", limit)).start(&platform).await?;
+    /// let n: u32 = platform.client("docs").invoke("limit.requested", (), "limit.completed").await?;
+    /// assert_eq!(n, 100);
+    /// # tool.shutdown().await?; Ok(()) }
+    /// ```
     pub fn extension<S: Send + Sync + 'static>(&self) -> Option<&S> {
         self.runtime.extensions.get()
     }
@@ -124,9 +275,57 @@ impl HandlerInput {
 )]
 pub trait FromHandlerInput: Sized + Send + 'static {
     /// Builds the argument; an error fails the handling of this event.
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")] async fn main() -> soorma::Result<()> {
+    /// use soorma::extract::{FromHandlerInput, HandlerInput};
+    /// # use soorma::prelude::*;
+    ///
+    /// struct User(String);
+    ///
+    /// impl FromHandlerInput for User {
+    ///     fn from_input(input: &HandlerInput) -> Result<Self, String> {
+    ///         input.envelope().user_id.clone().map(User).ok_or_else(|| "sign in first".into())
+    ///     }
+    /// }
+    ///
+    /// # async fn hello(_: Invocation, User(name): User) -> Result<String, ToolError> {
+    /// #     Ok(format!("hello {name}"))
+    /// # }
+    /// # let platform = Platform::embedded();
+    /// # let tool = Tool::new("greeter").use_registered_handlers(false)
+    /// #     .handler(Handler::on_invoke("hello.requested", hello)).start(&platform).await?;
+    /// // `hello(_: Invocation, User(name): User)` fails for anonymous callers:
+    /// let outcome = platform.client("docs").invoke::<String>("hello.requested", (), "hello.done").await;
+    /// assert!(outcome.unwrap_err().to_string().contains("sign in first"));
+    /// # tool.shutdown().await?; Ok(()) }
+    /// ```
     fn from_input(input: &HandlerInput) -> Result<Self, String>;
 
     /// Checks at agent start that the argument can be built (e.g. the state is attached).
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")] async fn main() -> soorma::Result<()> {
+    /// use soorma::extract::{Extensions, FromHandlerInput, HandlerInput};
+    /// # use soorma::prelude::*;
+    ///
+    /// struct DbUrl(String); // attached with `.with_state(DbUrl(..))`
+    ///
+    /// impl FromHandlerInput for DbUrl {
+    /// #   fn from_input(input: &HandlerInput) -> Result<Self, String> {
+    /// #       input.extension::<DbUrl>().map(|u| DbUrl(u.0.clone())).ok_or_else(|| "no DbUrl".into())
+    /// #   }
+    ///     fn check(extensions: &Extensions) -> Result<(), String> {
+    ///         if extensions.contains::<DbUrl>() { Ok(()) } else { Err("attach a DbUrl".into()) }
+    ///     }
+    /// }
+    ///
+    /// # async fn query(_: Invocation, DbUrl(url): DbUrl) -> Result<String, ToolError> { Ok(url) }
+    /// let tool = Tool::new("db").use_registered_handlers(false)
+    ///     .handler(Handler::on_invoke("query.requested", query)); // takes a `DbUrl`
+    /// assert!(tool.start(&Platform::embedded()).await.is_err()); // fails at start
+    /// # Ok(()) }
+    /// ```
     fn check(_extensions: &Extensions) -> Result<(), String> {
         Ok(())
     }

@@ -18,6 +18,17 @@ use crate::task::{ResultContext, TaskContext};
 use crate::util::BoxFuture;
 
 /// Which layer a handler belongs to.
+///
+/// ```
+/// use soorma::prelude::*;
+/// use soorma::HandlerKind;
+///
+/// async fn upper(req: Invocation<String>) -> Result<String, ToolError> {
+///     Ok(req.data.to_uppercase())
+/// }
+///
+/// assert_eq!(Handler::on_invoke("upper.requested", upper).kind(), HandlerKind::Invoke);
+/// ```
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 #[non_exhaustive]
 pub enum HandlerKind {
@@ -33,6 +44,12 @@ pub enum HandlerKind {
 
 impl HandlerKind {
     /// The attribute name (`on_invoke`, ...).
+    ///
+    /// ```
+    /// use soorma::HandlerKind;
+    /// assert_eq!(HandlerKind::Invoke.attribute(), "on_invoke");
+    /// assert_eq!(HandlerKind::Result.attribute(), "on_result");
+    /// ```
     pub fn attribute(self) -> &'static str {
         match self {
             HandlerKind::Event => "on_event",
@@ -86,6 +103,14 @@ fn handler_failure<E: Display + 'static>(err: E) -> Failure {
 }
 
 /// What an `#[on_invoke]` handler returns: `Result<T, E>` with `T: Serialize + JsonSchema`.
+///
+/// ```
+/// use soorma::ToolOutput;
+///
+/// fn tool_output<O: ToolOutput>() {}
+/// tool_output::<Result<u32, soorma::ToolError>>();
+/// tool_output::<Result<Vec<String>, String>>(); // any `E: Display`
+/// ```
 #[diagnostic::on_unimplemented(
     message = "`#[on_invoke]` handlers must return `Result<T, E>` where `T: Serialize + JsonSchema` and `E: Display`; found `{Self}`"
 )]
@@ -110,6 +135,15 @@ where
 }
 
 /// What `#[on_task]`, `#[on_result]` and `#[on_event]` handlers return: `()` or `Result<(), E>`.
+///
+/// ```
+/// use soorma::HandlerOutput;
+///
+/// fn handler_output<O: HandlerOutput>() {}
+/// handler_output::<()>();
+/// handler_output::<soorma::Result<()>>();
+/// handler_output::<Result<(), String>>();
+/// ```
 #[diagnostic::on_unimplemented(
     message = "soorma handlers must return `()` or `Result<(), E>` where `E: Display`; found `{Self}`"
 )]
@@ -132,6 +166,18 @@ impl<E: Display + Send + 'static> HandlerOutput for Result<(), E> {
 }
 
 /// An async fn usable as a handler: a context argument `Ctx`, then extractors `Args`.
+///
+/// ```
+/// use soorma::prelude::*;
+/// use soorma::HandlerFn;
+///
+/// async fn greet(req: Invocation<String>, State(hello): State<String>) -> Result<String, ToolError> {
+///     Ok(format!("{hello} {}", req.data))
+/// }
+///
+/// fn is_handler<Ctx, Args, H: HandlerFn<Ctx, Args>>(_: H) {}
+/// is_handler::<Invocation<String>, _, _>(greet);
+/// ```
 #[diagnostic::on_unimplemented(
     message = "`{Self}` is not a soorma handler for this context",
     note = "a handler is an `async fn` whose first argument is the context (`Invocation<T>`, `TaskContext<T>`, `ResultContext<T>` or `Event<T>`) followed by extractors such as `State<S>`",
@@ -247,6 +293,17 @@ impl Handler {
     }
 
     /// A raw event handler on `topic` for `event` (`"*"` = every event on the topic).
+    ///
+    /// ```
+    /// use soorma::prelude::*;
+    ///
+    /// async fn audit(event: Event) {
+    ///     println!("{} on {}", event.event_type(), event.topic());
+    /// }
+    ///
+    /// let every_fact = Handler::on_event(Topic::BusinessFacts, "*", audit);
+    /// assert_eq!((every_fact.topic(), every_fact.event()), (Topic::BusinessFacts, "*"));
+    /// ```
     pub fn on_event<H, T, Args>(topic: Topic, event: impl Into<String>, handler: H) -> Self
     where
         H: HandlerFn<Event<T>, Args>,
@@ -275,6 +332,17 @@ impl Handler {
     }
 
     /// A tool handler for requests of type `event` on `action-requests`.
+    ///
+    /// ```
+    /// use soorma::prelude::*;
+    ///
+    /// async fn upper(req: Invocation<String>) -> Result<String, ToolError> {
+    ///     Ok(req.data.to_uppercase())
+    /// }
+    ///
+    /// let h = Handler::on_invoke("upper.requested", upper);
+    /// assert_eq!((h.topic(), h.event()), (Topic::ActionRequests, "upper.requested"));
+    /// ```
     pub fn on_invoke<H, T, Args>(event: impl Into<String>, handler: H) -> Self
     where
         H: HandlerFn<Invocation<T>, Args>,
@@ -311,6 +379,19 @@ impl Handler {
     }
 
     /// A worker task handler for requests of type `event` on `action-requests`.
+    ///
+    /// ```
+    /// use soorma::prelude::*;
+    ///
+    /// async fn research(mut task: TaskContext<String>) -> soorma::Result<()> {
+    ///     let topic = task.data.clone();
+    ///     task.delegate("search.requested", topic, "search.completed").await?;
+    ///     Ok(())
+    /// }
+    ///
+    /// let h = Handler::on_task("research.requested", research);
+    /// assert_eq!(h.kind(), soorma::HandlerKind::Task);
+    /// ```
     pub fn on_task<H, T, Args>(event: impl Into<String>, handler: H) -> Self
     where
         H: HandlerFn<TaskContext<T>, Args>,
@@ -339,6 +420,19 @@ impl Handler {
     }
 
     /// A sub-task result handler for replies of type `event` on `action-results`.
+    ///
+    /// ```
+    /// use soorma::prelude::*;
+    ///
+    /// async fn collect(result: ResultContext<String>) -> soorma::Result<()> {
+    ///     let mut task = result.record_in_parent().await?;
+    ///     task.complete(result.data).await?;
+    ///     Ok(())
+    /// }
+    ///
+    /// let h = Handler::on_result("search.completed", collect);
+    /// assert_eq!(h.topic(), Topic::ActionResults);
+    /// ```
     pub fn on_result<H, T, Args>(event: impl Into<String>, handler: H) -> Self
     where
         H: HandlerFn<ResultContext<T>, Args>,
@@ -364,6 +458,18 @@ impl Handler {
     }
 
     /// Sets the capability description (the macros use the doc comment).
+    ///
+    /// ```
+    /// use soorma::prelude::*;
+    ///
+    /// async fn upper(req: Invocation<String>) -> Result<String, ToolError> {
+    ///     Ok(req.data.to_uppercase())
+    /// }
+    ///
+    /// let h = Handler::on_invoke("upper.requested", upper).with_description("Upper-cases text.");
+    /// let def = Tool::new("upper").use_registered_handlers(false).handler(h).definition();
+    /// assert_eq!(def.capabilities[0].description, "Upper-cases text.");
+    /// ```
     #[must_use]
     pub fn with_description(mut self, description: impl Into<String>) -> Self {
         self.description = Some(description.into());
@@ -371,6 +477,18 @@ impl Handler {
     }
 
     /// Sets the capability name (default: the event name).
+    ///
+    /// ```
+    /// use soorma::prelude::*;
+    ///
+    /// async fn upper(req: Invocation<String>) -> Result<String, ToolError> {
+    ///     Ok(req.data.to_uppercase())
+    /// }
+    ///
+    /// let h = Handler::on_invoke("upper.requested", upper).with_name("shout");
+    /// let def = Tool::new("upper").use_registered_handlers(false).handler(h).definition();
+    /// assert_eq!(def.capabilities[0].task_name, "shout");
+    /// ```
     #[must_use]
     pub fn with_name(mut self, name: impl Into<String>) -> Self {
         self.name = Some(name.into());
@@ -378,16 +496,42 @@ impl Handler {
     }
 
     /// The handler's kind.
+    ///
+    /// ```
+    /// use soorma::prelude::*;
+    ///
+    /// async fn audit(_: Event) {}
+    ///
+    /// assert_eq!(Handler::on_event(Topic::BusinessFacts, "*", audit).kind(), soorma::HandlerKind::Event);
+    /// ```
     pub fn kind(&self) -> HandlerKind {
         self.kind
     }
 
     /// The topic it listens on.
+    ///
+    /// ```
+    /// use soorma::prelude::*;
+    ///
+    /// async fn alert(_: Event) {}
+    ///
+    /// assert_eq!(Handler::on_event(Topic::SystemEvents, "disk.full", alert).topic(), Topic::SystemEvents);
+    /// ```
     pub fn topic(&self) -> Topic {
         self.topic
     }
 
     /// The event type it handles.
+    ///
+    /// ```
+    /// use soorma::prelude::*;
+    ///
+    /// async fn ping(_: Invocation) -> Result<String, ToolError> {
+    ///     Ok("pong".into())
+    /// }
+    ///
+    /// assert_eq!(Handler::on_invoke("ping.requested", ping).event(), "ping.requested");
+    /// ```
     pub fn event(&self) -> &str {
         &self.event
     }

@@ -10,6 +10,18 @@ use crate::error::{Error, Result};
 use crate::util::BoxFuture;
 
 /// A record's revision; every write yields a new, larger one.
+///
+/// ```
+/// # #[tokio::main(flavor = "current_thread")] async fn main() -> soorma::Result<()> {
+/// use soorma::state::{Revision, StateKey, StateStore};
+///
+/// let store = soorma::embedded::MemoryStore::new();
+/// let key = StateKey::new("notes", "acme", "n1");
+/// let first: Revision = store.put(&key, b"draft".to_vec()).await?;
+/// let second: Revision = store.put(&key, b"final".to_vec()).await?;
+/// assert!(second > first);
+/// # Ok(()) }
+/// ```
 pub type Revision = u64;
 
 /// Where a record lives: bucket, tenant and key. Tenants never see each other's records.
@@ -71,12 +83,65 @@ pub struct Versioned<T> {
 ///
 /// `create` fails with [`Error::Conflict`] when the key exists; `update` fails with
 /// [`Error::Conflict`] when the stored revision is not `expected`.
+///
+/// ```
+/// # #[tokio::main(flavor = "current_thread")] async fn main() -> soorma::Result<()> {
+/// use soorma::state::StateKey;
+///
+/// let platform = soorma::Platform::embedded();
+/// let store = platform.state();
+/// let key = StateKey::new("profiles", "acme", "ann");
+/// let rev = store.create(&key, br#"{"plan":"free"}"#.to_vec()).await?;
+/// store.update(&key, br#"{"plan":"pro"}"#.to_vec(), rev).await?;
+/// // A writer still holding the old revision loses.
+/// let stale = store.update(&key, br#"{"plan":"team"}"#.to_vec(), rev).await;
+/// assert!(matches!(stale, Err(soorma::Error::Conflict { .. })));
+/// # Ok(()) }
+/// ```
 pub trait StateStore: Send + Sync + 'static {
     /// Reads a record.
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")] async fn main() -> soorma::Result<()> {
+    /// use soorma::state::{StateKey, StateStore};
+    ///
+    /// let store = soorma::embedded::MemoryStore::new();
+    /// let key = StateKey::new("notes", "acme", "n1");
+    /// assert!(store.get(&key).await?.is_none());
+    /// let rev = store.put(&key, b"hello".to_vec()).await?;
+    /// let stored = store.get(&key).await?.unwrap();
+    /// assert_eq!((stored.value.as_slice(), stored.revision), (&b"hello"[..], rev));
+    /// # Ok(()) }
+    /// ```
     fn get<'a>(&'a self, key: &'a StateKey) -> BoxFuture<'a, Result<Option<Versioned<Vec<u8>>>>>;
     /// Creates a record that must not exist yet.
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")] async fn main() -> soorma::Result<()> {
+    /// use soorma::state::{StateKey, StateStore};
+    ///
+    /// let store = soorma::embedded::MemoryStore::new();
+    /// let key = StateKey::new("locks", "acme", "nightly-report");
+    /// store.create(&key, b"worker-1".to_vec()).await?;
+    /// let second = store.create(&key, b"worker-2".to_vec()).await;
+    /// assert!(matches!(second, Err(soorma::Error::Conflict { .. }))); // first one wins
+    /// # Ok(()) }
+    /// ```
     fn create<'a>(&'a self, key: &'a StateKey, value: Vec<u8>) -> BoxFuture<'a, Result<Revision>>;
     /// Replaces a record if its revision is still `expected`.
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")] async fn main() -> soorma::Result<()> {
+    /// use soorma::state::{StateKey, StateStore};
+    ///
+    /// let store = soorma::embedded::MemoryStore::new();
+    /// let key = StateKey::new("counters", "acme", "visits");
+    /// let r1 = store.create(&key, b"1".to_vec()).await?;
+    /// let r2 = store.update(&key, b"2".to_vec(), r1).await?;
+    /// assert!(store.update(&key, b"2".to_vec(), r1).await.is_err()); // stale revision
+    /// assert_eq!(store.get(&key).await?.unwrap().revision, r2);
+    /// # Ok(()) }
+    /// ```
     fn update<'a>(
         &'a self,
         key: &'a StateKey,
@@ -84,10 +149,47 @@ pub trait StateStore: Send + Sync + 'static {
         expected: Revision,
     ) -> BoxFuture<'a, Result<Revision>>;
     /// Writes a record unconditionally.
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")] async fn main() -> soorma::Result<()> {
+    /// use soorma::state::{StateKey, StateStore};
+    ///
+    /// let store = soorma::embedded::MemoryStore::new();
+    /// let key = StateKey::new("cache", "acme", "homepage");
+    /// store.put(&key, b"v1".to_vec()).await?;
+    /// store.put(&key, b"v2".to_vec()).await?; // no revision check
+    /// assert_eq!(store.get(&key).await?.unwrap().value, b"v2");
+    /// # Ok(()) }
+    /// ```
     fn put<'a>(&'a self, key: &'a StateKey, value: Vec<u8>) -> BoxFuture<'a, Result<Revision>>;
     /// Deletes a record (no error if absent).
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")] async fn main() -> soorma::Result<()> {
+    /// use soorma::state::{StateKey, StateStore};
+    ///
+    /// let store = soorma::embedded::MemoryStore::new();
+    /// let key = StateKey::new("cache", "acme", "homepage");
+    /// store.put(&key, b"v1".to_vec()).await?;
+    /// store.delete(&key).await?;
+    /// store.delete(&key).await?; // already gone: still fine
+    /// assert!(store.get(&key).await?.is_none());
+    /// # Ok(()) }
+    /// ```
     fn delete<'a>(&'a self, key: &'a StateKey) -> BoxFuture<'a, Result<()>>;
     /// Lists the keys of a bucket for one tenant.
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")] async fn main() -> soorma::Result<()> {
+    /// use soorma::state::{StateKey, StateStore};
+    ///
+    /// let store = soorma::embedded::MemoryStore::new();
+    /// for (tenant, key) in [("acme", "b"), ("acme", "a"), ("globex", "c")] {
+    ///     store.put(&StateKey::new("notes", tenant, key), Vec::new()).await?;
+    /// }
+    /// assert_eq!(store.keys("notes", "acme").await?, ["a", "b"]);
+    /// # Ok(()) }
+    /// ```
     fn keys<'a>(
         &'a self,
         bucket: &'static str,

@@ -18,8 +18,43 @@ use crate::state::{self, Change, Revision, StateKey};
 use crate::util::now_rfc3339;
 
 /// State bucket holding task records.
+///
+/// ```
+/// # #[tokio::main(flavor = "current_thread")] async fn main() -> soorma::Result<()> {
+/// use soorma::prelude::*;
+///
+/// async fn echo(mut task: TaskContext<String>) -> soorma::Result<()> {
+///     task.complete(task.data.clone()).await.map(drop)
+/// }
+///
+/// let platform = Platform::embedded();
+/// # let worker = Worker::new("echo").use_registered_handlers(false)
+/// #     .handler(Handler::on_task("echo.requested", echo)).start(&platform).await?;
+/// platform.client("docs").invoke::<String>("echo.requested", "hi", "echo.completed").await?;
+/// let tasks = platform.state().keys(soorma::TASKS_BUCKET, "default").await?;
+/// assert_eq!(tasks.len(), 1);
+/// # worker.shutdown().await?; Ok(()) }
+/// ```
 pub const TASKS_BUCKET: &str = "tasks";
 /// State bucket holding sub-task records (keyed by sub-task id = correlation id).
+///
+/// ```
+/// # #[tokio::main(flavor = "current_thread")] async fn main() -> soorma::Result<()> {
+/// use soorma::prelude::*;
+///
+/// async fn plan(mut task: TaskContext) -> soorma::Result<()> {
+///     task.delegate("search.requested", "rust", "search.completed").await.map(drop)
+/// }
+///
+/// let mut t = soorma::testing::TestPlatform::new();
+/// # t.start(Worker::new("planner").use_registered_handlers(false)
+/// #     .handler(Handler::on_task("plan.requested", plan))).await?;
+/// t.client().bus().request("plan.requested", (), "plan.completed").await?;
+/// let search = t.expect_event("search.requested", std::time::Duration::from_secs(1)).await?;
+/// let sub_tasks = t.platform().state().keys(soorma::SUBTASKS_BUCKET, "default").await?;
+/// assert_eq!(Some(&sub_tasks[0]), search.correlation_id.as_ref());
+/// # t.shutdown().await }
+/// ```
 pub const SUBTASKS_BUCKET: &str = "subtasks";
 
 fn task_key(tenant: &str, task_id: &str) -> StateKey {
@@ -52,6 +87,13 @@ pub struct Delegation {
 
 impl Delegation {
     /// A delegation of `data` as `event_type`, answered with `response_event`.
+    ///
+    /// ```
+    /// use soorma::Delegation;
+    ///
+    /// let chapters = ["intro", "setup"].map(|c| Delegation::new("summarize.requested", &c, "summary.completed"));
+    /// assert_eq!(chapters.len(), 2); // two sub-tasks, though the event type is the same
+    /// ```
     pub fn new(
         event_type: impl Into<String>,
         data: &impl Serialize,
@@ -65,11 +107,21 @@ impl Delegation {
     }
 
     /// The request's event type.
+    ///
+    /// ```
+    /// let d = soorma::Delegation::new("sentiment.analyze", &"great product", "sentiment.completed");
+    /// assert_eq!(d.event_type(), "sentiment.analyze");
+    /// ```
     pub fn event_type(&self) -> &str {
         &self.event_type
     }
 
     /// The reply event.
+    ///
+    /// ```
+    /// let d = soorma::Delegation::new("sentiment.analyze", &"great product", "sentiment.completed");
+    /// assert_eq!(d.response_event(), "sentiment.completed");
+    /// ```
     pub fn response_event(&self) -> &str {
         &self.response_event
     }
@@ -164,21 +216,92 @@ impl<T> TaskContext<T> {
     }
 
     /// The task id (the id of the request that started the task).
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")] async fn main() -> soorma::Result<()> {
+    /// use soorma::prelude::*;
+    ///
+    /// async fn which(mut task: TaskContext) -> soorma::Result<()> {
+    ///     let id = task.task_id().to_owned();
+    ///     task.complete(id).await.map(drop)
+    /// }
+    ///
+    /// # let platform = Platform::embedded();
+    /// # let worker = Worker::new("tasks").use_registered_handlers(false)
+    /// #     .handler(Handler::on_task("which.requested", which)).start(&platform).await?;
+    /// let reply = platform.client("docs").request("which.requested", (), "which.completed").await?;
+    /// assert_eq!(reply.reply.result, Some(reply.reply.request_id.clone().into()));
+    /// # worker.shutdown().await?; Ok(()) }
+    /// ```
     pub fn task_id(&self) -> &str {
         &self.record.task_id
     }
 
     /// The task as persisted (or as it will be on the next save).
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")] async fn main() -> soorma::Result<()> {
+    /// use soorma::prelude::*;
+    ///
+    /// async fn describe(mut task: TaskContext) -> soorma::Result<()> {
+    ///     let rec = task.record();
+    ///     let summary = format!("{} handles {}", rec.agent, rec.event_type);
+    ///     task.complete(summary).await.map(drop)
+    /// }
+    ///
+    /// # let platform = Platform::embedded();
+    /// # let worker = Worker::new("describer").use_registered_handlers(false)
+    /// #     .handler(Handler::on_task("describe.requested", describe)).start(&platform).await?;
+    /// let s: String = platform.client("docs").invoke("describe.requested", (), "describe.completed").await?;
+    /// assert_eq!(s, "describer handles describe.requested");
+    /// # worker.shutdown().await?; Ok(()) }
+    /// ```
     pub fn record(&self) -> &TaskRecord {
         &self.record
     }
 
     /// Where the task stands.
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")] async fn main() -> soorma::Result<()> {
+    /// use soorma::prelude::*;
+    /// use soorma::TaskStatus;
+    ///
+    /// async fn report(mut task: TaskContext) -> soorma::Result<()> {
+    ///     let status = task.status();
+    ///     task.complete(status).await.map(drop)
+    /// }
+    ///
+    /// # let platform = Platform::embedded();
+    /// # let worker = Worker::new("reporter").use_registered_handlers(false)
+    /// #     .handler(Handler::on_task("status.requested", report)).start(&platform).await?;
+    /// let s: TaskStatus = platform.client("docs").invoke("status.requested", (), "status.completed").await?;
+    /// assert_eq!(s, TaskStatus::Running); // while the handler runs
+    /// # worker.shutdown().await?; Ok(()) }
+    /// ```
     pub fn status(&self) -> TaskStatus {
         self.record.status
     }
 
     /// The handler-owned state saved with the task.
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")] async fn main() -> soorma::Result<()> {
+    /// use soorma::prelude::*;
+    ///
+    /// async fn keys(mut task: TaskContext) -> soorma::Result<()> {
+    ///     task.set_state("step", "fetch")?;
+    ///     let keys: Vec<String> = task.state().keys().cloned().collect();
+    ///     task.complete(keys).await.map(drop)
+    /// }
+    ///
+    /// # let platform = Platform::embedded();
+    /// # let worker = Worker::new("stateful").use_registered_handlers(false)
+    /// #     .handler(Handler::on_task("keys.requested", keys)).start(&platform).await?;
+    /// let k: Vec<String> = platform.client("docs").invoke("keys.requested", (), "keys.completed").await?;
+    /// assert_eq!(k, ["step"]);
+    /// # worker.shutdown().await?; Ok(()) }
+    /// ```
     pub fn state(&self) -> &Map<String, Value> {
         &self.record.state
     }
@@ -186,6 +309,26 @@ impl<T> TaskContext<T> {
     /// Reads a typed value from the task state.
     ///
     /// Returns `Ok(None)` when the key is absent and an error when it does not decode.
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")] async fn main() -> soorma::Result<()> {
+    /// use soorma::prelude::*;
+    ///
+    /// async fn count(mut task: TaskContext<Vec<String>>) -> soorma::Result<()> {
+    ///     task.set_state("items", task.data.len())?;
+    ///     let items: Option<usize> = task.state_value("items")?;
+    ///     let missing: Option<usize> = task.state_value("nope")?;
+    ///     task.complete((items, missing)).await.map(drop)
+    /// }
+    ///
+    /// # let platform = Platform::embedded();
+    /// # let worker = Worker::new("counter").use_registered_handlers(false)
+    /// #     .handler(Handler::on_task("count.requested", count)).start(&platform).await?;
+    /// let got: (Option<usize>, Option<usize>) =
+    ///     platform.client("docs").invoke("count.requested", ["a", "b"], "count.completed").await?;
+    /// assert_eq!(got, (Some(2), None));
+    /// # worker.shutdown().await?; Ok(()) }
+    /// ```
     pub fn state_value<V: DeserializeOwned>(&self, key: &str) -> Result<Option<V>> {
         self.record
             .state
@@ -195,6 +338,24 @@ impl<T> TaskContext<T> {
     }
 
     /// Sets a state value (persisted by the next `save`, `delegate` or completion).
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")] async fn main() -> soorma::Result<()> {
+    /// use soorma::prelude::*;
+    ///
+    /// async fn start(mut task: TaskContext<String>) -> soorma::Result<()> {
+    ///     task.set_state("query", task.data.clone())?;
+    ///     task.set_state("attempts", 1)?;
+    ///     task.complete(task.state().clone()).await.map(drop)
+    /// }
+    ///
+    /// # let platform = Platform::embedded();
+    /// # let worker = Worker::new("starter").use_registered_handlers(false)
+    /// #     .handler(Handler::on_task("start.requested", start)).start(&platform).await?;
+    /// let state: serde_json::Value = platform.client("docs").invoke("start.requested", "rust", "start.completed").await?;
+    /// assert_eq!(state, serde_json::json!({"query": "rust", "attempts": 1}));
+    /// # worker.shutdown().await?; Ok(()) }
+    /// ```
     pub fn set_state(&mut self, key: impl Into<String>, value: impl Serialize) -> Result<()> {
         let value = serde_json::to_value(value).map_err(|e| Error::serialize("task state", e))?;
         self.record.state.insert(key.into(), value);
@@ -202,6 +363,26 @@ impl<T> TaskContext<T> {
     }
 
     /// The delegation group `group_id` (counts and which sub-tasks finished).
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")] async fn main() -> soorma::Result<()> {
+    /// # use soorma::prelude::*;
+    /// async fn fan_out(mut task: TaskContext) -> soorma::Result<()> {
+    ///     let group = task.delegate_parallel([
+    ///         Delegation::new("sentiment.analyze", &task.data, "sentiment.completed"),
+    ///         Delegation::new("entity.extract", &task.data, "entity.completed"),
+    ///     ]).await?;
+    ///     let size = task.group(&group).map(|g| g.size);
+    ///     task.complete(size).await.map(drop)
+    /// }
+    ///
+    /// # let platform = Platform::embedded();
+    /// # let worker = Worker::new("fan").use_registered_handlers(false)
+    /// #     .handler(Handler::on_task("fan.requested", fan_out)).start(&platform).await?;
+    /// let size: Option<u32> = platform.client("docs").invoke("fan.requested", "hi", "fan.completed").await?;
+    /// assert_eq!(size, Some(2));
+    /// # worker.shutdown().await?; Ok(()) }
+    /// ```
     pub fn group(&self, group_id: &str) -> Option<&SubTaskGroup> {
         self.record.groups.get(group_id)
     }
@@ -232,6 +413,25 @@ impl<T> TaskContext<T> {
     }
 
     /// Every sub-task of the task (with results where they arrived), in delegation order.
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")] async fn main() -> soorma::Result<()> {
+    /// use soorma::prelude::*;
+    ///
+    /// async fn research(mut task: TaskContext) -> soorma::Result<()> {
+    ///     task.delegate("search.requested", "rust", "search.completed").await?;
+    ///     task.delegate("translate.requested", "rust", "translate.completed").await?;
+    ///     let events: Vec<String> = task.sub_tasks().await?.into_iter().map(|s| s.event_type).collect();
+    ///     task.complete(events).await.map(drop)
+    /// }
+    ///
+    /// # let platform = Platform::embedded();
+    /// # let worker = Worker::new("research").use_registered_handlers(false)
+    /// #     .handler(Handler::on_task("research.requested", research)).start(&platform).await?;
+    /// let e: Vec<String> = platform.client("docs").invoke("research.requested", (), "research.completed").await?;
+    /// assert_eq!(e, ["search.requested", "translate.requested"]);
+    /// # worker.shutdown().await?; Ok(()) }
+    /// ```
     pub async fn sub_tasks(&self) -> Result<Vec<SubTaskInfo>> {
         let groups: Vec<&SubTaskGroup> = self.record.groups.values().collect();
         self.load_members(&groups).await
@@ -261,6 +461,25 @@ impl<T> TaskContext<T> {
     }
 
     /// Persists the task (its state; sub-task results recorded concurrently are kept).
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")] async fn main() -> soorma::Result<()> {
+    /// # use soorma::prelude::*;
+    /// async fn step(mut task: TaskContext) -> soorma::Result<()> {
+    ///     task.set_state("step", "fetched")?;
+    ///     task.save().await?; // stored before the slow part
+    ///     task.complete(()).await.map(drop)
+    /// }
+    ///
+    /// let platform = Platform::embedded();
+    /// # let worker = Worker::new("stepper").use_registered_handlers(false)
+    /// #     .handler(Handler::on_task("step.requested", step)).start(&platform).await?;
+    /// let reply = platform.client("docs").request("step.requested", (), "step.completed").await?;
+    /// let key = soorma::state::StateKey::new(soorma::TASKS_BUCKET, "default", reply.reply.request_id.clone());
+    /// let stored = platform.state().get(&key).await?.unwrap();
+    /// assert!(String::from_utf8_lossy(&stored.value).contains(r#""step":"fetched""#));
+    /// # worker.shutdown().await?; Ok(()) }
+    /// ```
     pub async fn save(&mut self) -> Result<()> {
         let state = self.record.state.clone();
         self.persist(move |rec| rec.state.clone_from(&state)).await
@@ -310,6 +529,25 @@ impl<T> TaskContext<T> {
     }
 
     /// Delegates one sub-task (sequential chaining); returns its id. The task is saved first.
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")] async fn main() -> soorma::Result<()> {
+    /// # use soorma::prelude::*;
+    /// async fn research(mut task: TaskContext<String>) -> soorma::Result<()> {
+    ///     let topic = task.data.clone();
+    ///     task.delegate("search.requested", topic, "search.completed").await?;
+    ///     Ok(())
+    /// }
+    ///
+    /// let mut t = soorma::testing::TestPlatform::new();
+    /// # t.start(Worker::new("researcher").use_registered_handlers(false)
+    /// #     .handler(Handler::on_task("research.requested", research))).await?;
+    /// t.client().bus().request("research.requested", "rust", "research.completed").await?;
+    /// let search = t.expect_event("search.requested", std::time::Duration::from_secs(1)).await?;
+    /// assert_eq!(search.data, "rust");
+    /// assert_eq!(search.response_event.as_deref(), Some("search.completed"));
+    /// # t.shutdown().await }
+    /// ```
     pub async fn delegate(
         &mut self,
         event_type: impl Into<String>,
@@ -327,6 +565,26 @@ impl<T> TaskContext<T> {
 
     /// Delegates several sub-tasks at once (fan-out); returns the group id to pass to
     /// [`group_results`](Self::group_results). Everything is saved before anything is published.
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")] async fn main() -> soorma::Result<()> {
+    /// # use soorma::prelude::*;
+    /// # use std::time::Duration;
+    /// async fn analyze(mut task: TaskContext<String>) -> soorma::Result<()> {
+    ///     task.delegate_parallel([
+    ///         Delegation::new("sentiment.analyze", &task.data, "sentiment.completed"),
+    ///         Delegation::new("entity.extract", &task.data, "entity.completed"),
+    ///     ]).await.map(drop)
+    /// }
+    ///
+    /// let mut t = soorma::testing::TestPlatform::new();
+    /// # t.start(Worker::new("analyzer").use_registered_handlers(false)
+    /// #     .handler(Handler::on_task("analyze.requested", analyze))).await?;
+    /// t.client().bus().request("analyze.requested", "soorma is great", "analyze.completed").await?;
+    /// t.expect_event("sentiment.analyze", Duration::from_secs(1)).await?;
+    /// t.expect_event("entity.extract", Duration::from_secs(1)).await?;
+    /// # t.shutdown().await }
+    /// ```
     pub async fn delegate_parallel(
         &mut self,
         delegations: impl IntoIterator<Item = Delegation>,
@@ -415,6 +673,23 @@ impl<T> TaskContext<T> {
     }
 
     /// Publishes a `task.progress` event on `system-events`.
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")] async fn main() -> soorma::Result<()> {
+    /// use soorma::prelude::*;
+    ///
+    /// async fn crawl(task: TaskContext) -> soorma::Result<()> {
+    ///     task.progress(0.5, "half of the pages fetched").await
+    /// }
+    ///
+    /// let mut t = soorma::testing::TestPlatform::new();
+    /// # t.start(Worker::new("crawler").use_registered_handlers(false)
+    /// #     .handler(Handler::on_task("crawl.requested", crawl))).await?;
+    /// t.client().bus().request("crawl.requested", (), "crawl.completed").await?;
+    /// let p = t.expect_event("task.progress", std::time::Duration::from_secs(1)).await?;
+    /// assert_eq!(p.data["progress"], 0.5);
+    /// # t.shutdown().await }
+    /// ```
     pub async fn progress(&self, fraction: f64, message: impl Into<String>) -> Result<()> {
         let mut progress = TaskProgress::new(
             &self.record.task_id,
@@ -433,6 +708,24 @@ impl<T> TaskContext<T> {
 
     /// Completes the task and replies `{request_id, success: true, result}` on the caller's
     /// `response_event`. Returns `false` (and publishes nothing) if the task had already ended.
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")] async fn main() -> soorma::Result<()> {
+    /// use soorma::prelude::*;
+    ///
+    /// async fn shout(mut task: TaskContext<String>) -> soorma::Result<()> {
+    ///     let loud = task.data.to_uppercase();
+    ///     task.complete(loud).await?;
+    ///     Ok(())
+    /// }
+    ///
+    /// # let platform = Platform::embedded();
+    /// # let worker = Worker::new("shouter").use_registered_handlers(false)
+    /// #     .handler(Handler::on_task("shout.requested", shout)).start(&platform).await?;
+    /// let out: String = platform.client("docs").invoke("shout.requested", "hi", "shout.completed").await?;
+    /// assert_eq!(out, "HI");
+    /// # worker.shutdown().await?; Ok(()) }
+    /// ```
     pub async fn complete(&mut self, result: impl Serialize) -> Result<bool> {
         let value = serde_json::to_value(result).map_err(|e| Error::serialize("task result", e))?;
         self.finish(Ok(value)).await
@@ -440,13 +733,34 @@ impl<T> TaskContext<T> {
 
     /// Fails the task and replies `{request_id, success: false, error}`. Returns `false` if the
     /// task had already ended.
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")] async fn main() -> soorma::Result<()> {
+    /// use soorma::prelude::*;
+    ///
+    /// async fn validate(mut task: TaskContext<String>) -> soorma::Result<()> {
+    ///     if task.data.is_empty() {
+    ///         task.fail("empty input").await?;
+    ///     }
+    ///     Ok(())
+    /// }
+    ///
+    /// # let platform = Platform::embedded();
+    /// # let worker = Worker::new("validator").use_registered_handlers(false)
+    /// #     .handler(Handler::on_task("validate.requested", validate)).start(&platform).await?;
+    /// let err = platform.client("docs").invoke::<()>("validate.requested", "", "validate.completed").await;
+    /// assert!(matches!(err, Err(soorma::Error::Remote { message, .. }) if message == "empty input"));
+    /// # worker.shutdown().await?; Ok(()) }
+    /// ```
     pub async fn fail(&mut self, error: impl fmt::Display) -> Result<bool> {
         self.finish(Err(error.to_string())).await
     }
 
     async fn finish(&mut self, outcome: std::result::Result<Value, String>) -> Result<bool> {
         let now = now_rfc3339();
+        let state = self.record.state.clone();
         let apply = |rec: &mut TaskRecord| {
+            rec.state.clone_from(&state);
             match &outcome {
                 Ok(v) => {
                     rec.status = TaskStatus::Completed;
@@ -544,6 +858,33 @@ impl TaskContext<Value> {
     }
 
     /// Decodes the task's request payload as `T`.
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")] async fn main() -> soorma::Result<()> {
+    /// use soorma::prelude::*;
+    /// # async fn research(mut task: TaskContext<String>) -> soorma::Result<()> {
+    /// #     let topic = task.data.clone();
+    /// #     task.delegate("search.requested", topic, "search.completed").await.map(drop)
+    /// # }
+    /// # async fn search(req: Invocation<String>) -> Result<usize, ToolError> { Ok(req.data.len() * 10) }
+    ///
+    /// async fn collect(result: ResultContext<usize>) -> soorma::Result<()> {
+    ///     let task = result.record_in_parent().await?;
+    ///     let mut task = task.into_typed::<String>()?; // the original request: the topic
+    ///     let summary = format!("{} hits for {}", result.data.unwrap_or(0), task.data);
+    ///     task.complete(summary).await.map(drop)
+    /// }
+    ///
+    /// # let platform = Platform::embedded();
+    /// # let tool = Tool::new("search").use_registered_handlers(false)
+    /// #     .handler(Handler::on_invoke("search.requested", search)).start(&platform).await?;
+    /// # let worker = Worker::new("researcher").use_registered_handlers(false)
+    /// #     .handler(Handler::on_task("research.requested", research))
+    /// #     .handler(Handler::on_result("search.completed", collect)).start(&platform).await?;
+    /// let s: String = platform.client("docs").invoke("research.requested", "rust", "research.completed").await?;
+    /// assert_eq!(s, "40 hits for rust");
+    /// # tool.shutdown().await?; worker.shutdown().await?; Ok(()) }
+    /// ```
     pub fn into_typed<T: DeserializeOwned>(self) -> Result<TaskContext<T>> {
         let data = decode_payload(&self.record.event_type, &self.record.data)?;
         Ok(TaskContext {
@@ -648,17 +989,101 @@ impl<T: DeserializeOwned> ResultContext<T> {
 
 impl<T> ResultContext<T> {
     /// Whether the sub-task succeeded.
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")] async fn main() -> soorma::Result<()> {
+    /// # use soorma::prelude::*;
+    /// # async fn research(mut task: TaskContext<String>) -> soorma::Result<()> {
+    /// #     let topic = task.data.clone();
+    /// #     task.delegate("search.requested", topic, "search.completed").await.map(drop)
+    /// # }
+    /// # async fn search(req: Invocation<String>) -> Result<String, ToolError> {
+    /// #     if req.data.is_empty() { Err("empty query".into()) } else { Ok(format!("results for {}", req.data)) }
+    /// # }
+    ///
+    /// async fn collect(result: ResultContext<String>) -> soorma::Result<()> {
+    ///     let mut task = result.record_in_parent().await?;
+    ///     if !result.is_success() {
+    ///         return task.fail("the search failed").await.map(drop);
+    ///     }
+    ///     task.complete(result.data).await.map(drop)
+    /// }
+    ///
+    /// # let platform = Platform::embedded();
+    /// # let tool = Tool::new("search").use_registered_handlers(false)
+    /// #     .handler(Handler::on_invoke("search.requested", search)).start(&platform).await?;
+    /// # let worker = Worker::new("researcher").use_registered_handlers(false)
+    /// #     .handler(Handler::on_task("research.requested", research))
+    /// #     .handler(Handler::on_result("search.completed", collect)).start(&platform).await?;
+    /// let client = platform.client("docs");
+    /// let outcome = client.invoke::<String>("research.requested", "", "research.completed").await;
+    /// assert!(matches!(outcome, Err(Error::Remote { message, .. }) if message == "the search failed"));
+    /// # tool.shutdown().await?; worker.shutdown().await?; Ok(()) }
+    /// ```
     pub fn is_success(&self) -> bool {
         self.error.is_none()
     }
 
     /// The sub-task id (this result's correlation id).
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")] async fn main() -> soorma::Result<()> {
+    /// use soorma::prelude::*;
+    /// # async fn research(mut task: TaskContext<String>) -> soorma::Result<()> {
+    /// #     let topic = task.data.clone();
+    /// #     task.delegate("search.requested", topic, "search.completed").await.map(drop)
+    /// # }
+    /// # async fn search(req: Invocation<String>) -> Result<String, ToolError> { Ok(format!("results for {}", req.data)) }
+    ///
+    /// async fn collect(result: ResultContext<String>) -> soorma::Result<()> {
+    ///     let mut task = result.record_in_parent().await?;
+    ///     task.complete(result.sub_task_id()).await.map(drop)
+    /// }
+    ///
+    /// let mut t = soorma::testing::TestPlatform::new();
+    /// # t.start(Tool::new("search").use_registered_handlers(false)
+    /// #     .handler(Handler::on_invoke("search.requested", search))).await?;
+    /// # t.start(Worker::new("researcher").use_registered_handlers(false)
+    /// #     .handler(Handler::on_task("research.requested", research))
+    /// #     .handler(Handler::on_result("search.completed", collect))).await?;
+    /// let id: Option<String> = t.client().invoke("research.requested", "rust", "research.completed").await?;
+    /// assert_eq!(id, t.events_of_type("search.requested")[0].correlation_id);
+    /// # t.shutdown().await }
+    /// ```
     pub fn sub_task_id(&self) -> Option<&str> {
         self.envelope.correlation_id.as_deref()
     }
 
     /// The fan-out group of the sub-task, known after
-    /// [`record_in_parent`](Self::record_in_parent) (`None` for sequential delegations).
+    /// [`record_in_parent`](Self::record_in_parent) (every delegation, sequential or parallel, forms a group).
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")] async fn main() -> soorma::Result<()> {
+    /// use soorma::prelude::*;
+    /// # async fn research(mut task: TaskContext<String>) -> soorma::Result<()> {
+    /// #     let d = Delegation::new("search.requested", &task.data, "search.completed");
+    /// #     task.delegate_parallel([d]).await.map(drop)
+    /// # }
+    /// # async fn search(req: Invocation<String>) -> Result<String, ToolError> { Ok(format!("results for {}", req.data)) }
+    ///
+    /// async fn collect(result: ResultContext<String>) -> soorma::Result<()> {
+    ///     let mut task = result.record_in_parent().await?; // now `group_id()` is known
+    ///     if let Some(all) = task.group_results(result.group_id()).await? {
+    ///         task.complete(all.len()).await?;
+    ///     }
+    ///     Ok(())
+    /// }
+    ///
+    /// # let platform = Platform::embedded();
+    /// # let tool = Tool::new("search").use_registered_handlers(false)
+    /// #     .handler(Handler::on_invoke("search.requested", search)).start(&platform).await?;
+    /// # let worker = Worker::new("researcher").use_registered_handlers(false)
+    /// #     .handler(Handler::on_task("research.requested", research))
+    /// #     .handler(Handler::on_result("search.completed", collect)).start(&platform).await?;
+    /// let n: usize = platform.client("docs").invoke("research.requested", "rust", "research.completed").await?;
+    /// assert_eq!(n, 1);
+    /// # tool.shutdown().await?; worker.shutdown().await?; Ok(()) }
+    /// ```
     pub fn group_id(&self) -> Option<&str> {
         self.group.get().and_then(|g| g.as_deref())
     }
@@ -682,6 +1107,31 @@ impl<T> ResultContext<T> {
     /// changes nothing), then the parent's group bitset is updated with a revision-checked,
     /// retried write, so concurrent results are never lost. Use
     /// [`TaskContext::group_results`] on the returned task to see whether the fan-in is done.
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")] async fn main() -> soorma::Result<()> {
+    /// use soorma::prelude::*;
+    /// # async fn research(mut task: TaskContext<String>) -> soorma::Result<()> {
+    /// #     let topic = task.data.clone();
+    /// #     task.delegate("search.requested", topic, "search.completed").await.map(drop)
+    /// # }
+    /// # async fn search(req: Invocation<String>) -> Result<String, ToolError> { Ok(format!("results for {}", req.data)) }
+    ///
+    /// async fn collect(result: ResultContext<String>) -> soorma::Result<()> {
+    ///     let mut task = result.record_in_parent().await?;
+    ///     task.complete(result.data).await.map(drop)
+    /// }
+    ///
+    /// # let platform = Platform::embedded();
+    /// # let tool = Tool::new("search").use_registered_handlers(false)
+    /// #     .handler(Handler::on_invoke("search.requested", search)).start(&platform).await?;
+    /// # let worker = Worker::new("researcher").use_registered_handlers(false)
+    /// #     .handler(Handler::on_task("research.requested", research))
+    /// #     .handler(Handler::on_result("search.completed", collect)).start(&platform).await?;
+    /// let r: String = platform.client("docs").invoke("research.requested", "rust", "research.completed").await?;
+    /// assert_eq!(r, "results for rust");
+    /// # tool.shutdown().await?; worker.shutdown().await?; Ok(()) }
+    /// ```
     pub async fn record_in_parent(&self) -> Result<TaskContext<Value>> {
         let store = &**self.runtime.platform.state();
         let (key, info) = self.sub_task_record().await?;
@@ -731,6 +1181,33 @@ impl<T> ResultContext<T> {
     }
 
     /// Loads the task that delegated this sub-task without recording anything.
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")] async fn main() -> soorma::Result<()> {
+    /// use soorma::prelude::*;
+    /// # async fn research(mut task: TaskContext<String>) -> soorma::Result<()> {
+    /// #     let topic = task.data.clone();
+    /// #     task.delegate("search.requested", topic, "search.completed").await.map(drop)
+    /// # }
+    /// # async fn search(req: Invocation<String>) -> Result<String, ToolError> { Ok(format!("results for {}", req.data)) }
+    ///
+    /// async fn peek(result: ResultContext<String>) -> soorma::Result<()> {
+    ///     let mut task = result.parent().await?;
+    ///     // Nothing recorded: the delegation still waits for this result.
+    ///     let waiting = task.group_results(None).await?.is_none();
+    ///     task.complete(waiting).await.map(drop)
+    /// }
+    ///
+    /// # let platform = Platform::embedded();
+    /// # let tool = Tool::new("search").use_registered_handlers(false)
+    /// #     .handler(Handler::on_invoke("search.requested", search)).start(&platform).await?;
+    /// # let worker = Worker::new("researcher").use_registered_handlers(false)
+    /// #     .handler(Handler::on_task("research.requested", research))
+    /// #     .handler(Handler::on_result("search.completed", peek)).start(&platform).await?;
+    /// let waiting: bool = platform.client("docs").invoke("research.requested", "rust", "research.completed").await?;
+    /// assert!(waiting);
+    /// # tool.shutdown().await?; worker.shutdown().await?; Ok(()) }
+    /// ```
     pub async fn parent(&self) -> Result<TaskContext<Value>> {
         let (_, info) = self.sub_task_record().await?;
         let store = &**self.runtime.platform.state();

@@ -37,6 +37,16 @@ struct EventLog {
 }
 
 /// An embedded platform that records every published event.
+///
+/// ```
+/// # #[tokio::main(flavor = "current_thread")] async fn main() -> soorma::Result<()> {
+/// use soorma::testing::TestPlatform;
+///
+/// let t = TestPlatform::new();
+/// t.client().bus().announce("order.placed", serde_json::json!({"id": 1})).await?;
+/// assert_eq!(t.events_of_type("order.placed").len(), 1);
+/// # Ok(()) }
+/// ```
 pub struct TestPlatform {
     platform: Platform,
     log: Arc<EventLog>,
@@ -63,6 +73,12 @@ impl Default for TestPlatform {
 
 impl TestPlatform {
     /// A fresh embedded platform with event capture.
+    ///
+    /// ```
+    /// let t = soorma::testing::TestPlatform::new();
+    /// assert_eq!(t.platform().kind(), "embedded");
+    /// assert!(t.events().is_empty());
+    /// ```
     pub fn new() -> Self {
         let platform = Platform::embedded();
         let log = Arc::new(EventLog::default());
@@ -85,11 +101,32 @@ impl TestPlatform {
     }
 
     /// The platform, to start agents or clients on directly.
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")] async fn main() -> soorma::Result<()> {
+    /// let t = soorma::testing::TestPlatform::new();
+    /// let agents = t.platform().discovery().all().await?;
+    /// assert!(agents.is_empty());
+    /// # Ok(()) }
+    /// ```
     pub fn platform(&self) -> &Platform {
         &self.platform
     }
 
     /// Starts an agent; it is shut down by [`shutdown`](Self::shutdown).
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")] async fn main() -> soorma::Result<()> {
+    /// use soorma::prelude::*;
+    ///
+    /// async fn double(req: Invocation<i64>) -> Result<i64, ToolError> { Ok(req.data * 2) }
+    ///
+    /// let mut t = soorma::testing::TestPlatform::new();
+    /// let tool = Tool::new("doubler").use_registered_handlers(false)
+    ///     .handler(Handler::on_invoke("double.requested", double));
+    /// assert_eq!(t.start(tool).await?.name(), "doubler");
+    /// # t.shutdown().await }
+    /// ```
     pub async fn start(&mut self, agent: AgentBuilder) -> Result<&AgentHandle> {
         let handle = agent.start(&self.platform).await?;
         self.agents.push(handle);
@@ -97,16 +134,44 @@ impl TestPlatform {
     }
 
     /// A client named `test-client`.
+    ///
+    /// ```
+    /// let t = soorma::testing::TestPlatform::new();
+    /// assert_eq!(t.client().bus().source(), "test-client");
+    /// ```
     pub fn client(&self) -> Client {
         self.platform.client("test-client")
     }
 
     /// Every event published so far, in order.
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")] async fn main() -> soorma::Result<()> {
+    /// let t = soorma::testing::TestPlatform::new();
+    /// let bus = t.client().bus();
+    /// bus.announce("cart.created", ()).await?;
+    /// bus.announce("cart.checked_out", ()).await?;
+    /// let types: Vec<String> = t.events().iter().map(|e| e.event_type.clone()).collect();
+    /// assert_eq!(types, ["cart.created", "cart.checked_out"]);
+    /// # Ok(()) }
+    /// ```
     pub fn events(&self) -> Vec<Arc<EventEnvelope>> {
         self.log.events.lock().expect("event log lock").clone()
     }
 
     /// The events of one type published so far.
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")] async fn main() -> soorma::Result<()> {
+    /// let t = soorma::testing::TestPlatform::new();
+    /// let bus = t.client().bus();
+    /// for item in ["apple", "pear"] {
+    ///     bus.announce("item.added", item).await?;
+    /// }
+    /// bus.announce("cart.checked_out", ()).await?;
+    /// assert_eq!(t.events_of_type("item.added").len(), 2);
+    /// # Ok(()) }
+    /// ```
     pub fn events_of_type(&self, event_type: &str) -> Vec<Arc<EventEnvelope>> {
         self.events()
             .into_iter()
@@ -115,6 +180,18 @@ impl TestPlatform {
     }
 
     /// Waits for an event of `event_type` (already published or still to come).
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")] async fn main() -> soorma::Result<()> {
+    /// use std::time::Duration;
+    ///
+    /// let t = soorma::testing::TestPlatform::new();
+    /// t.client().bus().announce("order.placed", 7).await?;
+    /// let placed = t.expect_event("order.placed", Duration::from_secs(1)).await?;
+    /// assert_eq!(placed.data, 7);
+    /// assert!(t.expect_event("order.cancelled", Duration::from_millis(10)).await.is_err());
+    /// # Ok(()) }
+    /// ```
     pub async fn expect_event(
         &self,
         event_type: &str,
@@ -125,6 +202,18 @@ impl TestPlatform {
     }
 
     /// Waits for an event matching `predicate`; `what` names it in the timeout error.
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")] async fn main() -> soorma::Result<()> {
+    /// use std::time::Duration;
+    ///
+    /// let t = soorma::testing::TestPlatform::new();
+    /// let acme_client = t.client().with_tenant("acme");
+    /// acme_client.publish(soorma::Topic::BusinessFacts, "order.placed", 7).await?;
+    /// let acme = t.expect_matching(|e| e.tenant() == "acme", Duration::from_secs(1), "an acme event").await?;
+    /// assert_eq!(acme.event_type, "order.placed");
+    /// # Ok(()) }
+    /// ```
     pub async fn expect_matching(
         &self,
         predicate: impl Fn(&EventEnvelope) -> bool,
@@ -154,6 +243,21 @@ impl TestPlatform {
     }
 
     /// Shuts every started agent down gracefully.
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")] async fn main() -> soorma::Result<()> {
+    /// use soorma::prelude::*;
+    ///
+    /// async fn double(req: Invocation<i64>) -> Result<i64, ToolError> { Ok(req.data * 2) }
+    ///
+    /// let mut t = soorma::testing::TestPlatform::new();
+    /// t.start(Tool::new("doubler").use_registered_handlers(false)
+    ///     .handler(Handler::on_invoke("double.requested", double))).await?;
+    /// let platform = t.platform().clone();
+    /// t.shutdown().await?;
+    /// assert!(platform.discovery().all().await?.is_empty());
+    /// # Ok(()) }
+    /// ```
     pub async fn shutdown(self) -> Result<()> {
         for agent in self.agents {
             agent.shutdown().await?;

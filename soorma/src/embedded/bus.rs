@@ -66,6 +66,15 @@ impl std::fmt::Debug for EmbeddedBus {
 
 impl EmbeddedBus {
     /// A new, empty bus.
+    ///
+    /// ```
+    /// use std::sync::Arc;
+    /// use soorma::embedded::{EmbeddedBus, MemoryRegistry, MemoryStore};
+    ///
+    /// let bus = Arc::new(EmbeddedBus::new());
+    /// let platform = soorma::Platform::from_parts("in-process", bus, Arc::new(MemoryStore::new()), Arc::new(MemoryRegistry::new()));
+    /// assert_eq!(platform.kind(), "in-process");
+    /// ```
     pub fn new() -> Self {
         Self::default()
     }

@@ -32,6 +32,15 @@ impl std::fmt::Debug for MemoryRegistry {
 
 impl MemoryRegistry {
     /// An empty registry.
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")] async fn main() -> soorma::Result<()> {
+    /// use soorma::registry::Registry;
+    ///
+    /// let registry = soorma::embedded::MemoryRegistry::new();
+    /// assert!(registry.agents().await?.is_empty());
+    /// # Ok(()) }
+    /// ```
     pub fn new() -> Self {
         Self::default()
     }

@@ -43,6 +43,15 @@ impl std::fmt::Debug for MemoryStore {
 
 impl MemoryStore {
     /// An empty store.
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")] async fn main() -> soorma::Result<()> {
+    /// use soorma::state::StateStore;
+    ///
+    /// let store = soorma::embedded::MemoryStore::new();
+    /// assert!(store.keys("tasks", "acme").await?.is_empty());
+    /// # Ok(()) }
+    /// ```
     pub fn new() -> Self {
         Self::default()
     }
