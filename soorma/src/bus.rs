@@ -97,6 +97,10 @@ pub struct SubscriptionSpec {
     pub events: EventFilter,
     /// Only events of this tenant (`None`: every tenant).
     pub tenant: Option<String>,
+    /// Whether the group's position survives restarts (a durable consumer). Ephemeral
+    /// subscriptions (e.g. a client waiting for replies) only see events published while
+    /// they are live.
+    pub durable: bool,
 }
 
 impl SubscriptionSpec {
@@ -113,7 +117,21 @@ impl SubscriptionSpec {
             topic,
             events,
             tenant: None,
+            durable: true,
         }
+    }
+
+    /// Makes the subscription ephemeral: nothing is kept for it while it is not live.
+    ///
+    /// ```
+    /// # use soorma::bus::{EventFilter, SubscriptionSpec};
+    /// let s = SubscriptionSpec::new("cli-1", soorma::Topic::ActionResults, EventFilter::All).ephemeral();
+    /// assert!(!s.durable);
+    /// ```
+    #[must_use]
+    pub fn ephemeral(mut self) -> Self {
+        self.durable = false;
+        self
     }
 
     /// Restricts the subscription to one tenant.
@@ -354,6 +372,21 @@ pub trait EventBus: Send + Sync + 'static {
     /// # Ok(()) }
     /// ```
     fn subscribe(&self, spec: SubscriptionSpec) -> BoxFuture<'_, Result<Box<dyn Subscription>>>;
+    /// Observes every event (of one topic, or of all), every tenant, without taking part in any
+    /// consumer group: for tests, tools and `events tail`. Deliveries need no settling.
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")] async fn main() -> soorma::Result<()> {
+    /// use soorma::bus::EventBus;
+    /// use soorma::{EventEnvelope, Topic};
+    ///
+    /// let bus = soorma::embedded::EmbeddedBus::new();
+    /// let mut all = bus.observe(None).await?;
+    /// bus.publish(EventEnvelope::new("e1", "shop", Topic::BusinessFacts, "order.placed")).await?;
+    /// assert_eq!(all.next().await.unwrap().envelope.id, "e1");
+    /// # Ok(()) }
+    /// ```
+    fn observe(&self, topic: Option<Topic>) -> BoxFuture<'_, Result<Box<dyn Subscription>>>;
 }
 
 /// Publishes events with consistent envelope fields.

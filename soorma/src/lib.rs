@@ -51,6 +51,8 @@ pub mod embedded;
 mod error;
 pub mod extract;
 mod handler;
+#[cfg(feature = "nats")]
+pub mod nats;
 mod platform;
 pub mod registry;
 pub mod state;

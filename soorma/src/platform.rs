@@ -8,6 +8,7 @@ use crate::embedded::{EmbeddedBus, MemoryRegistry, MemoryStore};
 use crate::error::{Error, Result};
 use crate::registry::{Discovery, Registry};
 use crate::state::StateStore;
+use crate::task::GroupMarks;
 
 /// The environment variable that selects the NATS platform.
 pub const NATS_URL_ENV: &str = "SOORMA_NATS_URL";
@@ -18,6 +19,9 @@ struct Inner {
     state: Arc<dyn StateStore>,
     registry: Arc<dyn Registry>,
     embedded_bus: Option<EmbeddedBus>,
+    #[cfg(feature = "nats")]
+    nats_client: Option<async_nats::Client>,
+    group_marks: Arc<GroupMarks>,
 }
 
 /// Where agents run: a bus, a state store and a registry. Cheap to clone.
@@ -50,6 +54,9 @@ impl Platform {
                 state: Arc::new(MemoryStore::new()),
                 registry: Arc::new(MemoryRegistry::new()),
                 embedded_bus: Some(bus),
+                #[cfg(feature = "nats")]
+                nats_client: None,
+                group_marks: Arc::default(),
             }),
         }
     }
@@ -66,11 +73,53 @@ impl Platform {
     /// ```
     pub async fn from_env() -> Result<Self> {
         match std::env::var(NATS_URL_ENV) {
-            Ok(url) if !url.trim().is_empty() => Err(Error::Config(format!(
-                "{NATS_URL_ENV}={url} selects the NATS platform, which this build of soorma does not include; \
-                 unset {NATS_URL_ENV} to run on the embedded platform"
-            ))),
+            Ok(url) if !url.trim().is_empty() => Self::nats_from_env(url).await,
             _ => Ok(Self::embedded()),
+        }
+    }
+
+    #[cfg(feature = "nats")]
+    async fn nats_from_env(_url: String) -> Result<Self> {
+        let config = crate::nats::NatsConfig::from_env()?
+            .ok_or_else(|| Error::Config(format!("{NATS_URL_ENV} is not set")))?;
+        crate::nats::connect(config).await
+    }
+
+    #[cfg(not(feature = "nats"))]
+    async fn nats_from_env(url: String) -> Result<Self> {
+        Err(Error::Config(format!(
+            "{NATS_URL_ENV}={url} selects the NATS platform, but soorma was built without its `nats` feature; \
+             enable it (`soorma = {{ features = [\"nats\"] }}`) or unset {NATS_URL_ENV} to run embedded"
+        )))
+    }
+
+    /// The NATS client, on the NATS platform.
+    ///
+    /// ```
+    /// assert!(soorma::Platform::embedded().nats_client().is_none());
+    /// ```
+    #[cfg(feature = "nats")]
+    pub fn nats_client(&self) -> Option<&async_nats::Client> {
+        self.inner.nats_client.as_ref()
+    }
+
+    #[cfg(feature = "nats")]
+    pub(crate) fn nats(
+        bus: Arc<dyn EventBus>,
+        state: Arc<dyn StateStore>,
+        registry: Arc<dyn Registry>,
+        client: async_nats::Client,
+    ) -> Self {
+        Self {
+            inner: Arc::new(Inner {
+                kind: "nats",
+                bus,
+                state,
+                registry,
+                embedded_bus: None,
+                nats_client: Some(client),
+                group_marks: Arc::default(),
+            }),
         }
     }
 
@@ -88,6 +137,9 @@ impl Platform {
                 state,
                 registry,
                 embedded_bus: None,
+                #[cfg(feature = "nats")]
+                nats_client: None,
+                group_marks: Arc::default(),
             }),
         }
     }
@@ -115,6 +167,10 @@ impl Platform {
     /// Discovery queries over the registry.
     pub fn discovery(&self) -> Discovery {
         Discovery::new(self.inner.registry.clone())
+    }
+
+    pub(crate) fn group_marks(&self) -> &Arc<GroupMarks> {
+        &self.inner.group_marks
     }
 
     /// The embedded bus, when this is the embedded platform (for taps).

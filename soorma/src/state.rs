@@ -246,6 +246,7 @@ pub(crate) async fn update_with<T, R>(
     store: &dyn StateStore,
     what: &'static str,
     key: &StateKey,
+    missing: impl Fn() -> Error,
     mut f: impl FnMut(&mut T) -> Result<Change<R>>,
 ) -> Result<(R, Versioned<T>)>
 where
@@ -253,7 +254,7 @@ where
 {
     for attempt in 0..MAX_ATTEMPTS {
         let Some(mut current) = load::<T>(store, what, key).await? else {
-            return Err(Error::State(format!("{what} `{key}` does not exist")));
+            return Err(missing());
         };
         match f(&mut current.value)? {
             Change::Keep(r) => return Ok((r, current)),

@@ -15,7 +15,7 @@ use crate::context::{context_accessors, decode_payload};
 use crate::error::{Error, Result};
 use crate::extract::{AgentRuntime, HandlerInput};
 use crate::state::{self, Change, Revision, StateKey};
-use crate::util::now_rfc3339;
+use crate::util::{concurrently, now_rfc3339};
 
 /// State bucket holding task records.
 ///
@@ -64,6 +64,9 @@ fn task_key(tenant: &str, task_id: &str) -> StateKey {
 fn subtask_key(tenant: &str, sub_task_id: &str) -> StateKey {
     StateKey::new(SUBTASKS_BUCKET, tenant, sub_task_id)
 }
+
+/// How many state reads/writes or publishes one fan-out keeps in flight.
+const STATE_CONCURRENCY: usize = 64;
 
 fn sub_task_id(group_id: &str, index: u32) -> String {
     format!("{group_id}-{index}")
@@ -389,25 +392,22 @@ impl<T> TaskContext<T> {
 
     async fn load_members(&self, groups: &[&SubTaskGroup]) -> Result<Vec<SubTaskInfo>> {
         let tenant = self.tenant_owned();
-        let mut out = Vec::new();
-        for g in groups {
-            for i in 0..g.size {
-                let id = sub_task_id(&g.group_id, i);
-                let info = state::load::<SubTaskInfo>(
-                    self.store(),
-                    "sub-task",
-                    &subtask_key(&tenant, &id),
-                )
-                .await?
-                .ok_or_else(|| {
-                    Error::State(format!(
-                        "sub-task `{id}` of task `{}` is missing",
-                        self.record.task_id
-                    ))
-                })?;
-                out.push(info.value);
+        let keys: Vec<StateKey> = groups
+            .iter()
+            .flat_map(|g| (0..g.size).map(move |i| sub_task_id(&g.group_id, i)))
+            .map(|id| subtask_key(&tenant, &id))
+            .collect();
+        let store = self.runtime.platform.state().clone();
+        let mut out = concurrently(keys, STATE_CONCURRENCY, move |key: StateKey| {
+            let store = store.clone();
+            async move {
+                state::load::<SubTaskInfo>(&*store, "sub-task", &key)
+                    .await?
+                    .map(|v| v.value)
+                    .ok_or_else(|| Error::State(format!("sub-task `{key}` is missing")))
             }
-        }
+        })
+        .await?;
         out.sort_by_key(|s| s.seq);
         Ok(out)
     }
@@ -457,7 +457,25 @@ impl<T> TaskContext<T> {
         if groups.is_empty() || groups.iter().any(|g| !g.is_complete()) {
             return Ok(None);
         }
-        self.load_members(&groups).await.map(Some)
+        // A complete group's results never change: concurrent callers in this process share
+        // one load.
+        let mut out = Vec::new();
+        for g in groups {
+            let key = (
+                self.tenant_owned(),
+                self.record.task_id.clone(),
+                g.group_id.clone(),
+            );
+            let members = self
+                .runtime
+                .platform
+                .group_marks()
+                .complete_group(key, self.load_members(&[g]))
+                .await?;
+            out.extend(members.iter().cloned());
+        }
+        out.sort_by_key(|s| s.seq);
+        Ok(Some(out))
     }
 
     /// Persists the task (its state; sub-task results recorded concurrently are kept).
@@ -504,13 +522,18 @@ impl<T> TaskContext<T> {
                 Err(e) => return Err(e),
             }
         }
-        let ((), stored) =
-            state::update_with(self.store(), "task", &key, |rec: &mut TaskRecord| {
+        let ((), stored) = state::update_with(
+            self.store(),
+            "task",
+            &key,
+            || Error::TaskNotFound(key.key.clone()),
+            |rec: &mut TaskRecord| {
                 mutate(rec);
                 rec.updated_at = Some(now.clone());
                 Ok(Change::Write(()))
-            })
-            .await?;
+            },
+        )
+        .await?;
         self.record = stored.value;
         self.revision = Some(stored.revision);
         Ok(())
@@ -617,27 +640,33 @@ impl<T> TaskContext<T> {
         let base_seq = self.record.next_seq;
         let tenant = self.tenant_owned();
         // 1. The sub-task records (a replay finds them already there).
-        for (i, (event_type, response_event, _)) in planned.iter().enumerate() {
-            let i = i as u32;
-            let info = SubTaskInfo::new(
-                sub_task_id(&group_id, i),
-                event_type,
-                response_event,
-                base_seq + i,
-            )
-            .with_parent(&self.record.task_id, &group_id);
-            match self
-                .store()
-                .create(
-                    &subtask_key(&tenant, &info.sub_task_id),
-                    state::encode("sub-task", &info)?,
+        let infos: Vec<SubTaskInfo> = planned
+            .iter()
+            .enumerate()
+            .map(|(i, (event_type, response_event, _))| {
+                let i = i as u32;
+                SubTaskInfo::new(
+                    sub_task_id(&group_id, i),
+                    event_type,
+                    response_event,
+                    base_seq + i,
                 )
-                .await
-            {
-                Ok(_) | Err(Error::Conflict { .. }) => {}
-                Err(e) => return Err(e),
+                .with_parent(&self.record.task_id, &group_id)
+            })
+            .collect();
+        let store = self.runtime.platform.state().clone();
+        let tenant_for_create = tenant.clone();
+        concurrently(infos, STATE_CONCURRENCY, move |info: SubTaskInfo| {
+            let store = store.clone();
+            let key = subtask_key(&tenant_for_create, &info.sub_task_id);
+            async move {
+                match store.create(&key, state::encode("sub-task", &info)?).await {
+                    Ok(_) | Err(Error::Conflict { .. }) => Ok(()),
+                    Err(e) => Err(e),
+                }
             }
-        }
+        })
+        .await?;
         // 2. The group in the parent task, with the task's state.
         let group = SubTaskGroup::new(&group_id, base_seq, size);
         let state = self.record.state.clone();
@@ -654,14 +683,23 @@ impl<T> TaskContext<T> {
         .await?;
         // 3. The requests, each correlated by its sub-task id.
         let bus = self.bus();
-        for (i, (event_type, response_event, data)) in planned.into_iter().enumerate() {
-            let id = sub_task_id(&group_id, i as u32);
-            let mut env = bus.envelope(Topic::ActionRequests, event_type, data);
-            env.id.clone_from(&id);
-            env.correlation_id = Some(id);
-            env.response_event = Some(response_event);
-            bus.publish_envelope(env).await?;
-        }
+        let envelopes: Vec<EventEnvelope> = planned
+            .into_iter()
+            .enumerate()
+            .map(|(i, (event_type, response_event, data))| {
+                let id = sub_task_id(&group_id, i as u32);
+                let mut env = bus.envelope(Topic::ActionRequests, event_type, data);
+                env.id.clone_from(&id);
+                env.correlation_id = Some(id);
+                env.response_event = Some(response_event);
+                env
+            })
+            .collect();
+        concurrently(envelopes, STATE_CONCURRENCY, move |env: EventEnvelope| {
+            let bus = bus.clone();
+            async move { bus.publish_envelope(env).await }
+        })
+        .await?;
         Ok(group_id)
     }
 
@@ -796,15 +834,20 @@ impl<T> TaskContext<T> {
         let won = match won {
             Some(w) => w,
             None => {
-                let (won, stored) =
-                    state::update_with(self.store(), "task", &key, |rec: &mut TaskRecord| {
+                let (won, stored) = state::update_with(
+                    self.store(),
+                    "task",
+                    &key,
+                    || Error::TaskNotFound(key.key.clone()),
+                    |rec: &mut TaskRecord| {
                         if rec.status.is_terminal() {
                             return Ok(Change::Keep(false));
                         }
                         apply(rec);
                         Ok(Change::Write(true))
-                    })
-                    .await?;
+                    },
+                )
+                .await?;
                 self.record = stored.value;
                 self.revision = Some(stored.revision);
                 won
@@ -1133,13 +1176,22 @@ impl<T> ResultContext<T> {
     /// # tool.shutdown().await?; worker.shutdown().await?; Ok(()) }
     /// ```
     pub async fn record_in_parent(&self) -> Result<TaskContext<Value>> {
-        let store = &**self.runtime.platform.state();
-        let (key, info) = self.sub_task_record().await?;
-        let now = now_rfc3339();
-        if !info.is_finished() {
-            state::update_with(store, "sub-task", &key, |sub: &mut SubTaskInfo| {
+        let platform = &self.runtime.platform;
+        let sub_task_id = self
+            .sub_task_id()
+            .ok_or_else(|| Error::UnknownSubTask("<result without correlation_id>".into()))?
+            .to_owned();
+        let tenant = self.envelope.tenant();
+        let key = subtask_key(tenant, &sub_task_id);
+        // First result wins; a duplicate reads the record and changes nothing.
+        let (info, _) = state::update_with(
+            &**platform.state(),
+            "sub-task",
+            &key,
+            || Error::UnknownSubTask(sub_task_id.clone()),
+            |sub: &mut SubTaskInfo| {
                 if sub.is_finished() {
-                    return Ok(Change::Keep(()));
+                    return Ok(Change::Keep(sub.clone()));
                 }
                 match &self.error {
                     None => {
@@ -1151,30 +1203,24 @@ impl<T> ResultContext<T> {
                         sub.error = Some(e.clone());
                     }
                 }
-                Ok(Change::Write(()))
-            })
-            .await?;
-        }
-        let parent_key = task_key(self.envelope.tenant(), &info.parent_task_id);
-        let ((), stored) =
-            state::update_with(store, "task", &parent_key, |rec: &mut TaskRecord| {
-                let group = rec.groups.get_mut(&info.group_id).ok_or_else(|| {
-                    Error::State(format!(
-                        "task `{}` has no delegation group `{}`",
-                        info.parent_task_id, info.group_id
-                    ))
-                })?;
-                if group.mark_finished(info.seq) {
-                    rec.updated_at = Some(now.clone());
-                    Ok(Change::Write(()))
-                } else {
-                    Ok(Change::Keep(()))
-                }
-            })
+                Ok(Change::Write(sub.clone()))
+            },
+        )
+        .await?;
+        let _ = self.group.set(Some(info.group_id.clone()));
+        // Set the sub-task's bit in the parent (idempotent; coalesced with concurrent results).
+        let parent = platform
+            .group_marks()
+            .mark(
+                platform.state().clone(),
+                task_key(tenant, &info.parent_task_id),
+                info.group_id,
+                info.seq,
+            )
             .await?;
         Ok(TaskContext::restored(
-            stored.value,
-            stored.revision,
+            parent.value,
+            parent.revision,
             self.envelope.clone(),
             self.runtime.clone(),
         ))
@@ -1246,5 +1292,141 @@ mod tests {
             split_reply(&json!({"items": []})),
             (true, Some(json!({"items": []})), None)
         );
+    }
+}
+
+/// Coalesces concurrent "this sub-task has a result" marks on one parent task into a few
+/// revision-checked writes: while one write is in flight, later marks queue and go into the
+/// next one. Within a process this removes the write contention of a large fan-in; across
+/// processes the revision check still arbitrates.
+#[derive(Default)]
+pub(crate) struct GroupMarks {
+    lanes: std::sync::Mutex<std::collections::HashMap<StateKey, Vec<MarkWaiter>>>,
+    complete: std::sync::Mutex<CompleteGroups>,
+}
+
+/// (tenant, task id, group id)
+type GroupKey = (String, String, String);
+type GroupCell = Arc<tokio::sync::OnceCell<Arc<Vec<SubTaskInfo>>>>;
+
+/// The members of recently completed groups, loaded once (bounded, oldest evicted first).
+#[derive(Default)]
+struct CompleteGroups {
+    cells: std::collections::HashMap<GroupKey, GroupCell>,
+    order: std::collections::VecDeque<GroupKey>,
+}
+
+const COMPLETE_GROUPS_KEPT: usize = 256;
+
+struct MarkWaiter {
+    group: String,
+    seq: u32,
+    tx: tokio::sync::oneshot::Sender<std::result::Result<state::Versioned<TaskRecord>, String>>,
+}
+
+impl GroupMarks {
+    /// Marks sub-task `seq` of `group` finished in the task at `key`; returns the stored task
+    /// after a write that includes the mark.
+    pub(crate) async fn mark(
+        self: &Arc<Self>,
+        store: Arc<dyn crate::state::StateStore>,
+        key: StateKey,
+        group: String,
+        seq: u32,
+    ) -> Result<state::Versioned<TaskRecord>> {
+        let (tx, rx) = tokio::sync::oneshot::channel();
+        let lead = {
+            let mut lanes = self.lanes.lock().expect("group marks lock");
+            let waiter = MarkWaiter { group, seq, tx };
+            match lanes.get_mut(&key) {
+                Some(waiters) => {
+                    waiters.push(waiter);
+                    false
+                }
+                None => {
+                    lanes.insert(key.clone(), vec![waiter]);
+                    true
+                }
+            }
+        };
+        if lead {
+            // A task of its own, so that no caller's cancellation can strand the queue.
+            tokio::spawn(self.clone().drain(store, key));
+        }
+        rx.await
+            .map_err(|_| Error::State("the fan-in writer stopped".into()))?
+            .map_err(Error::State)
+    }
+
+    /// The members of a complete group, loaded by the first caller and shared with the rest.
+    pub(crate) async fn complete_group(
+        &self,
+        key: GroupKey,
+        load: impl std::future::Future<Output = Result<Vec<SubTaskInfo>>>,
+    ) -> Result<Arc<Vec<SubTaskInfo>>> {
+        let cell = {
+            let mut complete = self.complete.lock().expect("complete groups lock");
+            if let Some(cell) = complete.cells.get(&key) {
+                cell.clone()
+            } else {
+                let cell = GroupCell::default();
+                complete.cells.insert(key.clone(), cell.clone());
+                complete.order.push_back(key);
+                while complete.order.len() > COMPLETE_GROUPS_KEPT {
+                    if let Some(old) = complete.order.pop_front() {
+                        complete.cells.remove(&old);
+                    }
+                }
+                cell
+            }
+        };
+        cell.get_or_try_init(|| async { load.await.map(Arc::new) })
+            .await
+            .cloned()
+    }
+
+    async fn drain(self: Arc<Self>, store: Arc<dyn crate::state::StateStore>, key: StateKey) {
+        loop {
+            let batch = {
+                let mut lanes = self.lanes.lock().expect("group marks lock");
+                let waiters = lanes.entry(key.clone()).or_default();
+                if waiters.is_empty() {
+                    lanes.remove(&key);
+                    return;
+                }
+                std::mem::take(waiters)
+            };
+            let now = now_rfc3339();
+            let result = state::update_with(
+                &*store,
+                "task",
+                &key,
+                || Error::TaskNotFound(key.key.clone()),
+                |rec: &mut TaskRecord| {
+                    let mut changed = false;
+                    for w in &batch {
+                        let group = rec.groups.get_mut(&w.group).ok_or_else(|| {
+                            Error::State(format!(
+                                "task `{}` has no delegation group `{}`",
+                                rec.task_id, w.group
+                            ))
+                        })?;
+                        changed |= group.mark_finished(w.seq);
+                    }
+                    if changed {
+                        rec.updated_at = Some(now.clone());
+                        Ok(Change::Write(()))
+                    } else {
+                        Ok(Change::Keep(()))
+                    }
+                },
+            )
+            .await
+            .map(|((), stored)| stored)
+            .map_err(|e| e.to_string());
+            for w in batch {
+                let _ = w.tx.send(result.clone());
+            }
+        }
     }
 }

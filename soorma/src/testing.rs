@@ -51,6 +51,15 @@ pub struct TestPlatform {
     platform: Platform,
     log: Arc<EventLog>,
     agents: Vec<AgentHandle>,
+    collector: Option<tokio::task::JoinHandle<()>>,
+}
+
+impl Drop for TestPlatform {
+    fn drop(&mut self) {
+        if let Some(c) = self.collector.take() {
+            c.abort();
+        }
+    }
 }
 
 impl std::fmt::Debug for TestPlatform {
@@ -97,7 +106,39 @@ impl TestPlatform {
             platform,
             log,
             agents: Vec::new(),
+            collector: None,
         }
+    }
+
+    /// Records every event published on any platform (NATS included) from now on, by
+    /// observing its bus.
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")] async fn main() -> soorma::Result<()> {
+    /// let t = soorma::testing::TestPlatform::with_platform(soorma::Platform::embedded()).await?;
+    /// t.client().bus().announce("hello", 1).await?;
+    /// t.expect_event("hello", std::time::Duration::from_secs(1)).await?;
+    /// # Ok(()) }
+    /// ```
+    pub async fn with_platform(platform: Platform) -> Result<Self> {
+        let mut observer = platform.bus().observe(None).await?;
+        let log = Arc::new(EventLog::default());
+        let sink = log.clone();
+        let collector = tokio::spawn(async move {
+            while let Some(delivery) = observer.next().await {
+                sink.events
+                    .lock()
+                    .expect("event log lock")
+                    .push(delivery.envelope.clone());
+                sink.notify.notify_waiters();
+            }
+        });
+        Ok(Self {
+            platform,
+            log,
+            agents: Vec::new(),
+            collector: Some(collector),
+        })
     }
 
     /// The platform, to start agents or clients on directly.
@@ -258,8 +299,8 @@ impl TestPlatform {
     /// assert!(platform.discovery().all().await?.is_empty());
     /// # Ok(()) }
     /// ```
-    pub async fn shutdown(self) -> Result<()> {
-        for agent in self.agents {
+    pub async fn shutdown(mut self) -> Result<()> {
+        for agent in std::mem::take(&mut self.agents) {
             agent.shutdown().await?;
         }
         Ok(())

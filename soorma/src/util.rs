@@ -70,6 +70,42 @@ fn civil_from_days(z: i64) -> (i64, u32, u32) {
     (if m <= 2 { y + 1 } else { y }, m, d)
 }
 
+/// Runs `f` over `items` with at most `limit` in flight, keeping the input order of results.
+/// Stops at (and returns) the first error.
+pub(crate) async fn concurrently<T, R, F, Fut>(
+    items: Vec<T>,
+    limit: usize,
+    f: F,
+) -> crate::Result<Vec<R>>
+where
+    T: Send + 'static,
+    R: Send + 'static,
+    F: Fn(T) -> Fut + Clone + Send + Sync + 'static,
+    Fut: Future<Output = crate::Result<R>> + Send + 'static,
+{
+    let total = items.len();
+    let mut out: Vec<Option<R>> = (0..total).map(|_| None).collect();
+    let mut set = tokio::task::JoinSet::new();
+    let mut items = items.into_iter().enumerate();
+    let spawn = |set: &mut tokio::task::JoinSet<(usize, crate::Result<R>)>,
+                 (i, item): (usize, T)| {
+        let f = f.clone();
+        set.spawn(async move { (i, f(item).await) });
+    };
+    for item in items.by_ref().take(limit.max(1)) {
+        spawn(&mut set, item);
+    }
+    while let Some(joined) = set.join_next().await {
+        let (i, r) = joined
+            .map_err(|e| crate::Error::Handler(format!("a concurrent step panicked: {e}")))?;
+        out[i] = Some(r?);
+        if let Some(item) = items.next() {
+            spawn(&mut set, item);
+        }
+    }
+    Ok(out.into_iter().flatten().collect())
+}
+
 /// Polls a future, turning a panic inside it into `Err(message)`.
 pub(crate) struct CatchUnwind<F>(pub(crate) F);
 

@@ -35,7 +35,8 @@ struct Route {
 #[derive(Default)]
 struct Routes {
     by_topic: HashMap<Topic, Vec<Route>>,
-    taps: Vec<Tap>,
+    taps: Vec<(u64, Tap)>,
+    next_tap: u64,
 }
 
 /// The in-process bus.
@@ -94,17 +95,29 @@ impl EmbeddedBus {
     /// # Ok(()) }
     /// ```
     pub fn tap(&self, tap: impl Fn(&Arc<EventEnvelope>) + Send + Sync + 'static) {
+        self.add_tap(Arc::new(tap));
+    }
+
+    fn add_tap(&self, tap: Tap) -> u64 {
+        let mut routes = self.routes.write().expect("bus lock");
+        routes.next_tap += 1;
+        let id = routes.next_tap;
+        routes.taps.push((id, tap));
+        id
+    }
+
+    fn remove_tap(&self, id: u64) {
         self.routes
             .write()
             .expect("bus lock")
             .taps
-            .push(Arc::new(tap));
+            .retain(|(i, _)| *i != id);
     }
 
     fn deliver(&self, envelope: EventEnvelope) {
         let envelope = Arc::new(envelope);
         let routes = self.routes.read().expect("bus lock");
-        for tap in &routes.taps {
+        for (_, tap) in &routes.taps {
             tap(&envelope);
         }
         let Some(list) = routes.by_topic.get(&envelope.topic) else {
@@ -160,7 +173,41 @@ impl EmbeddedBus {
     }
 }
 
+/// Deliveries to one observer, fed by a tap.
+struct Observer {
+    rx: mpsc::UnboundedReceiver<Arc<EventEnvelope>>,
+    bus: EmbeddedBus,
+    tap: u64,
+}
+
+impl Drop for Observer {
+    fn drop(&mut self) {
+        self.bus.remove_tap(self.tap);
+    }
+}
+
+impl Subscription for Observer {
+    fn next(&mut self) -> BoxFuture<'_, Option<Delivery>> {
+        Box::pin(async move { self.rx.recv().await.map(|e| Delivery::new(e, 1, None)) })
+    }
+}
+
 impl EventBus for EmbeddedBus {
+    fn observe(&self, topic: Option<Topic>) -> BoxFuture<'_, Result<Box<dyn Subscription>>> {
+        let (tx, rx) = mpsc::unbounded_channel();
+        let tap = self.add_tap(Arc::new(move |env: &Arc<EventEnvelope>| {
+            if topic.is_none_or(|t| t == env.topic) {
+                let _ = tx.send(env.clone());
+            }
+        }));
+        let sub: Box<dyn Subscription> = Box::new(Observer {
+            rx,
+            bus: self.clone(),
+            tap,
+        });
+        Box::pin(std::future::ready(Ok(sub)))
+    }
+
     fn publish(&self, envelope: EventEnvelope) -> BoxFuture<'_, Result<()>> {
         self.deliver(envelope);
         Box::pin(std::future::ready(Ok(())))

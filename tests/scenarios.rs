@@ -1,0 +1,957 @@
+//! Platform-independent product scenarios: each takes a fresh [`TestPlatform`] (embedded or
+//! NATS) and the patience to use, and asserts the same behaviour on both.
+//!
+//! Handlers are registered with the builder API so the scenarios do not depend on which
+//! attribute-registered handlers a test binary links.
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::time::Duration;
+
+use schemars::JsonSchema;
+use serde::{Deserialize, Serialize};
+use serde_json::{Value, json};
+use soorma::AgentBuilder;
+use soorma::prelude::*;
+use soorma::testing::TestPlatform;
+use soorma::{ActionReply, EventEnvelope, TaskStatus};
+
+#[derive(Debug, Serialize, Deserialize, JsonSchema)]
+struct Calculate {
+    expression: String,
+}
+
+#[derive(Debug, Serialize, Deserialize, JsonSchema, PartialEq)]
+struct Calculated {
+    result: f64,
+}
+
+/// Evaluates an arithmetic expression.
+async fn calculate(req: Invocation<Calculate>) -> Result<Calculated, ToolError> {
+    if req.data.expression == "panic" {
+        panic!("calculator exploded");
+    }
+    soorma_examples::calc::eval(&req.data.expression)
+        .map(|result| Calculated { result })
+        .map_err(|e| ToolError::new(e.to_string()))
+}
+
+async fn wait_until(wait: Duration, cond: impl Fn() -> bool) {
+    tokio::time::timeout(wait, async {
+        while !cond() {
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+    })
+    .await
+    .expect("condition not reached in time");
+}
+
+/// The calculator tool.
+pub fn calculator() -> AgentBuilder {
+    Tool::new("calculator")
+        .use_registered_handlers(false)
+        .handler(
+            Handler::on_invoke("calculate.requested", calculate)
+                .with_description("Evaluates an arithmetic expression."),
+        )
+}
+
+/// A worker fanning out one `upper.requested` per item.
+pub fn batcher() -> AgentBuilder {
+    Worker::new("batcher")
+        .use_registered_handlers(false)
+        .handler(Handler::on_task("batch.requested", batch))
+        .handler(Handler::on_result("upper.completed", batch_collect))
+}
+
+/// A tool upper-casing text.
+pub fn upper_tool() -> AgentBuilder {
+    Tool::new("upper")
+        .use_registered_handlers(false)
+        .handler(Handler::on_invoke("upper.requested", upper))
+}
+
+/// A worker chaining two delegations.
+pub fn chainer() -> AgentBuilder {
+    Worker::new("chainer")
+        .use_registered_handlers(false)
+        .handler(Handler::on_task("chain.requested", chain))
+        .handler(Handler::on_result("chain.upper.done", chain_upper))
+        .handler(Handler::on_result("chain.reverse.done", chain_reverse))
+}
+
+/// A tool reversing text.
+pub fn reverser() -> AgentBuilder {
+    Tool::new("reverser")
+        .use_registered_handlers(false)
+        .handler(Handler::on_invoke("reverse.requested", reverse))
+}
+
+/// A worker whose task handler fails or panics.
+pub fn exploder() -> AgentBuilder {
+    Worker::new("exploder")
+        .use_registered_handlers(false)
+        .handler(Handler::on_task("explode.requested", explode))
+}
+
+/// A worker fanning out to an event nobody serves (the test plays the sub-agents).
+pub fn fan_in() -> AgentBuilder {
+    Worker::new("fan-in")
+        .use_registered_handlers(false)
+        .handler(Handler::on_task("big.requested", big))
+        .handler(Handler::on_result("ghost.completed", ghost_done))
+}
+
+fn reply_of(env: &EventEnvelope) -> ActionReply {
+    serde_json::from_value(env.data.clone()).expect("reply shape")
+}
+
+pub async fn tool_replies_on_the_callers_response_event_with_success_and_error(
+    mut t: TestPlatform,
+    wait: Duration,
+) {
+    t.start(calculator()).await.unwrap();
+    let client = t.client();
+
+    let ok: Calculated = client
+        .invoke(
+            "calculate.requested",
+            json!({"expression": "6 * 7"}),
+            "my.answer",
+        )
+        .await
+        .unwrap();
+    assert_eq!(ok, Calculated { result: 42.0 });
+
+    let err = client
+        .invoke::<Calculated>(
+            "calculate.requested",
+            json!({"expression": "1/0"}),
+            "my.answer",
+        )
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(&err, Error::Remote { message, .. } if message == "division by zero"),
+        "{err}"
+    );
+
+    // The reply went out on the caller-named event, on action-results, correlated.
+    wait_until(wait, || t.events_of_type("my.answer").len() == 2).await;
+    let replies = t.events_of_type("my.answer");
+    assert_eq!(replies.len(), 2);
+    let request = &t.events_of_type("calculate.requested")[0];
+    assert_eq!(replies[0].topic, Topic::ActionResults);
+    assert_eq!(replies[0].correlation_id, request.correlation_id);
+    assert_eq!(replies[0].source, "calculator");
+    let reply = reply_of(&replies[0]);
+    assert_eq!(reply.request_id, request.id);
+    assert!(reply.success);
+    assert!(!reply_of(&replies[1]).success);
+    t.shutdown().await.unwrap();
+}
+
+pub async fn tool_replies_on_a_custom_response_topic(mut t: TestPlatform, _wait: Duration) {
+    t.start(calculator()).await.unwrap();
+    let reply = t
+        .client()
+        .request(
+            "calculate.requested",
+            json!({"expression": "1+1"}),
+            "calc.done",
+        )
+        .response_topic(Topic::NotificationEvents)
+        .await
+        .unwrap();
+    assert_eq!(reply.envelope.topic, Topic::NotificationEvents);
+    assert_eq!(reply.into_result::<Calculated>().unwrap().result, 2.0);
+    t.shutdown().await.unwrap();
+}
+
+pub async fn panicking_tool_replies_with_an_error_and_keeps_serving(
+    mut t: TestPlatform,
+    _wait: Duration,
+) {
+    t.start(calculator()).await.unwrap();
+    let client = t.client();
+    let err = client
+        .invoke::<Calculated>("calculate.requested", json!({"expression": "panic"}), "r")
+        .await
+        .unwrap_err();
+    assert!(
+        err.to_string()
+            .contains("handler panicked: calculator exploded"),
+        "{err}"
+    );
+    let ok: Calculated = client
+        .invoke("calculate.requested", json!({"expression": "2"}), "r")
+        .await
+        .unwrap();
+    assert_eq!(ok.result, 2.0);
+    t.shutdown().await.unwrap();
+}
+
+pub async fn malformed_payload_gets_a_typed_error_reply_naming_event_type_and_path(
+    mut t: TestPlatform,
+    wait: Duration,
+) {
+    t.start(calculator()).await.unwrap();
+    let client = t.client();
+    let err = client
+        .invoke::<Calculated>("calculate.requested", json!({"expression": 12}), "r")
+        .await
+        .unwrap_err();
+    let msg = err.to_string();
+    assert!(
+        msg.contains("invalid payload for event `calculate.requested`"),
+        "{msg}"
+    );
+    assert!(msg.contains("Calculate"), "names the Rust type: {msg}");
+    assert!(
+        msg.contains("at `expression`"),
+        "names the serde path: {msg}"
+    );
+
+    let missing = client
+        .invoke::<Calculated>("calculate.requested", json!({"nope": true}), "r")
+        .await
+        .unwrap_err();
+    assert!(
+        missing.to_string().contains("missing field `expression`"),
+        "{missing}"
+    );
+
+    // Dead-lettered with the reason, and the agent keeps serving.
+    let dl = t.expect_event("event.dead_lettered", wait).await.unwrap();
+    assert_eq!(dl.topic, Topic::SystemEvents);
+    assert_eq!(dl.data["agent"], "calculator");
+    assert!(dl.data["reason"].as_str().unwrap().contains("expression"));
+    let ok: Calculated = client
+        .invoke("calculate.requested", json!({"expression": "3"}), "r")
+        .await
+        .unwrap();
+    assert_eq!(ok.result, 3.0);
+    t.shutdown().await.unwrap();
+}
+
+pub async fn request_without_response_event_is_handled_without_reply_or_crash(
+    mut t: TestPlatform,
+    _wait: Duration,
+) {
+    t.start(calculator()).await.unwrap();
+    let bus = t.client().bus();
+    // A raw request missing response_event, published as an envelope.
+    let env = EventEnvelope::new("raw-1", "raw", Topic::ActionRequests, "calculate.requested")
+        .with_data(json!({"expression": "1"}));
+    bus.publish_envelope(env).await.unwrap();
+    // The bus API refuses to build such a request.
+    let err = bus
+        .request("calculate.requested", json!({}), "")
+        .await
+        .unwrap_err();
+    assert!(matches!(err, Error::InvalidArgument(_)));
+    let err = bus.respond("x.done", json!({}), " ").await.unwrap_err();
+    assert!(matches!(err, Error::InvalidArgument(_)));
+    // Still serving.
+    let ok: Calculated = t
+        .client()
+        .invoke("calculate.requested", json!({"expression": "4"}), "r")
+        .await
+        .unwrap();
+    assert_eq!(ok.result, 4.0);
+    t.shutdown().await.unwrap();
+}
+
+pub async fn agent_without_handlers_fails_loudly(t: TestPlatform, _wait: Duration) {
+    let platform = t.platform().clone();
+    let err = Tool::new("nobody-registered-this")
+        .use_registered_handlers(false)
+        .start(&platform)
+        .await
+        .unwrap_err();
+    assert!(matches!(err, Error::NoHandlers { .. }), "{err}");
+    assert!(err.to_string().contains("has no handlers"));
+}
+
+#[derive(Clone)]
+struct Greeting(String);
+
+async fn greet(req: Invocation<String>, State(g): State<Greeting>) -> Result<String, ToolError> {
+    Ok(format!("{} {}", g.0, req.data))
+}
+
+pub async fn typed_state_extractor_and_misconfiguration_errors(t: TestPlatform, _wait: Duration) {
+    let platform = t.platform().clone();
+    // Missing state and a duplicate handler are reported together.
+    let err = Tool::new("greeter")
+        .use_registered_handlers(false)
+        .handler(Handler::on_invoke("greet.requested", greet))
+        .handler(Handler::on_invoke("greet.requested", greet))
+        .start(&platform)
+        .await
+        .unwrap_err();
+    let msg = err.to_string();
+    assert!(
+        msg.contains("State<") && msg.contains("Greeting") && msg.contains(".with_state"),
+        "{msg}"
+    );
+    assert!(msg.contains("both handle `greet.requested`"), "{msg}");
+
+    let tool = Tool::new("greeter")
+        .use_registered_handlers(false)
+        .with_state(Greeting("hello".into()))
+        .handler(Handler::on_invoke("greet.requested", greet))
+        .start(&platform)
+        .await
+        .unwrap();
+    let s: String = platform
+        .client("c")
+        .invoke("greet.requested", "ada", "greeted")
+        .await
+        .unwrap();
+    assert_eq!(s, "hello ada");
+    tool.shutdown().await.unwrap();
+}
+
+pub async fn registry_definition_carries_capabilities_and_schemas(
+    t: TestPlatform,
+    _wait: Duration,
+) {
+    let platform = t.platform().clone();
+    let tool = calculator()
+        .version("2.1.0")
+        .start(&platform)
+        .await
+        .unwrap();
+    let found = platform
+        .discovery()
+        .by_consumed_event("calculate.requested")
+        .await
+        .unwrap();
+    assert_eq!(found.len(), 1);
+    let def = &found[0];
+    assert_eq!(
+        (def.name.as_str(), def.version.as_str()),
+        ("calculator", "2.1.0")
+    );
+    let cap = &def.capabilities[0];
+    assert_eq!(cap.description, "Evaluates an arithmetic expression.");
+    let payload = cap.consumed_event.payload_schema.as_ref().unwrap();
+    assert_eq!(payload["properties"]["expression"]["type"], "string");
+    let response = cap.consumed_event.response_schema.as_ref().unwrap();
+    assert_eq!(response["properties"]["result"]["type"], "number");
+    let produced = &cap.produced_events[0];
+    assert_eq!(produced.event_name, "calculate.completed");
+    assert_eq!(
+        produced.payload_schema.as_ref().unwrap()["properties"]["result"]["properties"]["result"]["type"],
+        "number"
+    );
+    assert_eq!(
+        platform
+            .discovery()
+            .by_capability("calculate.requested")
+            .await
+            .unwrap()
+            .len(),
+        1
+    );
+    tool.shutdown().await.unwrap();
+    assert!(
+        platform.discovery().all().await.unwrap().is_empty(),
+        "deregistered on shutdown"
+    );
+}
+
+#[derive(Clone, Default)]
+struct Counter(Arc<AtomicUsize>);
+
+async fn count_invoke(req: Invocation<u32>, State(c): State<Counter>) -> Result<u32, ToolError> {
+    c.0.fetch_add(1, Ordering::SeqCst);
+    tokio::task::yield_now().await;
+    Ok(req.data)
+}
+
+pub async fn instances_of_one_agent_share_work_and_different_agents_each_get_events(
+    t: TestPlatform,
+    wait: Duration,
+) {
+    let platform = t.platform().clone();
+    let (a, b) = (Counter::default(), Counter::default());
+    let mk = |c: &Counter| {
+        Tool::new("worker-pool")
+            .use_registered_handlers(false)
+            .with_state(c.clone())
+            .handler(Handler::on_invoke("work.requested", count_invoke))
+    };
+    let ia = mk(&a).start(&platform).await.unwrap();
+    let ib = mk(&b).start(&platform).await.unwrap();
+    let client = platform.client("c");
+    let calls: Vec<_> = (0..200u32)
+        .map(|i| {
+            let client = client.clone();
+            tokio::spawn(
+                async move { client.invoke::<u32>("work.requested", i, "work.done").await },
+            )
+        })
+        .collect();
+    for (i, c) in calls.into_iter().enumerate() {
+        assert_eq!(c.await.unwrap().unwrap(), i as u32);
+    }
+    let (na, nb) = (a.0.load(Ordering::SeqCst), b.0.load(Ordering::SeqCst));
+    assert_eq!(na + nb, 200, "each request handled exactly once");
+    assert!(na > 0 && nb > 0, "both instances took work: {na} / {nb}");
+
+    // Different agents subscribed to the same event each receive it.
+    let (x, y) = (Counter::default(), Counter::default());
+    async fn seen(_e: Event, State(c): State<Counter>) {
+        c.0.fetch_add(1, Ordering::SeqCst);
+    }
+    let mk_agent = |name: &str, c: &Counter| {
+        Agent::new(name)
+            .use_registered_handlers(false)
+            .with_state(c.clone())
+            .handler(Handler::on_event(
+                Topic::BusinessFacts,
+                "thing.happened",
+                seen,
+            ))
+    };
+    let ax = mk_agent("x", &x).start(&platform).await.unwrap();
+    let ay = mk_agent("y", &y).start(&platform).await.unwrap();
+    for _ in 0..10 {
+        client
+            .bus()
+            .announce("thing.happened", json!({}))
+            .await
+            .unwrap();
+    }
+    wait_until(wait, || {
+        x.0.load(Ordering::SeqCst) == 10 && y.0.load(Ordering::SeqCst) == 10
+    })
+    .await;
+    for agent in [ia, ib, ax, ay] {
+        agent.shutdown().await.unwrap();
+    }
+    assert_eq!(
+        (x.0.load(Ordering::SeqCst), y.0.load(Ordering::SeqCst)),
+        (10, 10),
+        "and no more"
+    );
+}
+
+pub async fn graceful_shutdown_finishes_in_flight_handlers_then_stops_taking_events(
+    t: TestPlatform,
+    wait: Duration,
+) {
+    async fn slow(req: Invocation<u64>, State(started): State<Counter>) -> Result<u64, ToolError> {
+        started.0.fetch_add(1, Ordering::SeqCst);
+        tokio::time::sleep(Duration::from_millis(req.data)).await;
+        Ok(req.data)
+    }
+    let started = Counter::default();
+    let handle = Tool::new("slow")
+        .use_registered_handlers(false)
+        .with_state(started.clone())
+        .handler(Handler::on_invoke("slow.requested", slow))
+        .start(t.platform())
+        .await
+        .unwrap();
+    let bus = t.client().bus();
+    bus.request("slow.requested", 300, "slow.done")
+        .await
+        .unwrap();
+    wait_until(wait, || started.0.load(Ordering::SeqCst) == 1).await;
+    assert!(t.events_of_type("slow.done").is_empty(), "still in flight");
+    handle.shutdown().await.unwrap();
+    t.expect_event("slow.done", wait)
+        .await
+        .expect("the in-flight handler finished and replied");
+    bus.request("slow.requested", 1, "slow.done").await.unwrap();
+    tokio::time::sleep(wait / 20).await;
+    assert_eq!(
+        t.events_of_type("slow.done").len(),
+        1,
+        "no events taken after shutdown"
+    );
+}
+
+pub async fn envelope_fields_propagate_from_the_handled_event(mut t: TestPlatform, wait: Duration) {
+    async fn relay(event: Event) -> soorma::Result<()> {
+        event.bus().announce("relayed", event.data.clone()).await?;
+        Ok(())
+    }
+    t.start(
+        Agent::new("relay")
+            .use_registered_handlers(false)
+            .handler(Handler::on_event(Topic::BusinessFacts, "original", relay)),
+    )
+    .await
+    .unwrap();
+    let client = t
+        .client()
+        .with_tenant("acme")
+        .with_user("u1")
+        .with_session("s1");
+    let id = client
+        .publish(Topic::BusinessFacts, "original", json!({"n": 1}))
+        .await
+        .unwrap();
+    let relayed = t.expect_event("relayed", wait).await.unwrap();
+    let original = t.events_of_type("original")[0].clone();
+    assert_eq!(original.id, id);
+    assert_eq!(relayed.source, "relay");
+    assert_eq!(relayed.tenant_id.as_deref(), Some("acme"));
+    assert_eq!(relayed.user_id.as_deref(), Some("u1"));
+    assert_eq!(relayed.session_id.as_deref(), Some("s1"));
+    assert_eq!(relayed.trace_id, original.trace_id);
+    assert!(relayed.trace_id.is_some());
+    assert_eq!(relayed.parent_event_id.as_deref(), Some(id.as_str()));
+    assert!(relayed.time.as_deref().is_some_and(|t| t.ends_with('Z')));
+    t.shutdown().await.unwrap();
+}
+
+pub async fn retryable_event_handler_errors_are_redelivered_then_dead_lettered(
+    mut t: TestPlatform,
+    wait: Duration,
+) {
+    async fn flaky(_e: Event, State(c): State<Counter>) -> Result<(), ToolError> {
+        let n = c.0.fetch_add(1, Ordering::SeqCst);
+        if n < 2 {
+            Err(ToolError::new("busy").retryable())
+        } else {
+            Ok(())
+        }
+    }
+    async fn broken(_e: Event) -> Result<(), ToolError> {
+        Err(ToolError::new("cannot ever work"))
+    }
+    let c = Counter::default();
+    t.start(
+        Agent::new("flaky")
+            .use_registered_handlers(false)
+            .with_state(c.clone())
+            .handler(Handler::on_event(
+                Topic::BusinessFacts,
+                "flaky.event",
+                flaky,
+            ))
+            .handler(Handler::on_event(
+                Topic::BusinessFacts,
+                "broken.event",
+                broken,
+            )),
+    )
+    .await
+    .unwrap();
+    let bus = t.client().bus();
+    bus.announce("flaky.event", json!({})).await.unwrap();
+    bus.announce("broken.event", json!({})).await.unwrap();
+    let dl = t.expect_event("event.dead_lettered", wait).await.unwrap();
+    assert_eq!(dl.data["event_type"], "broken.event");
+    assert_eq!(
+        dl.data["attempt"], 1,
+        "non-retryable errors are not retried"
+    );
+    wait_until(wait, || c.0.load(Ordering::SeqCst) == 3).await; // two retryable failures, then success
+    assert_eq!(t.events_of_type("event.dead_lettered").len(), 1);
+    t.shutdown().await.unwrap();
+}
+
+// ---- Worker: delegate, fan-out, fan-in ----
+
+#[derive(Debug, Serialize, Deserialize, JsonSchema)]
+struct Job {
+    items: Vec<String>,
+}
+
+/// Fans out one `upper.requested` per item (same event type for all).
+async fn batch(mut task: TaskContext<Job>) -> soorma::Result<()> {
+    let delegations: Vec<Delegation> = task
+        .data
+        .items
+        .iter()
+        .map(|item| Delegation::new("upper.requested", item, "upper.completed"))
+        .collect();
+    task.delegate_parallel(delegations).await?;
+    task.progress(0.5, "fanned out").await
+}
+
+async fn batch_collect(result: ResultContext<String>) -> soorma::Result<()> {
+    let mut task = result.record_in_parent().await?;
+    if let Some(all) = task.group_results(result.group_id()).await? {
+        let out: Vec<Value> = all
+            .into_iter()
+            .map(|s| s.result.unwrap_or_default())
+            .collect();
+        task.complete(out).await?;
+    }
+    Ok(())
+}
+
+async fn upper(req: Invocation<String>) -> Result<String, ToolError> {
+    if req.data == "fail" {
+        return Err(ToolError::new("refusing to shout"));
+    }
+    Ok(req.data.to_uppercase())
+}
+
+pub async fn fan_out_with_repeated_event_type_keeps_sub_tasks_distinct_and_in_order(
+    mut t: TestPlatform,
+    wait: Duration,
+) {
+    t.start(batcher()).await.unwrap();
+    t.start(upper_tool()).await.unwrap();
+    let out: Vec<String> = t
+        .client()
+        .invoke(
+            "batch.requested",
+            json!({"items": ["a", "b", "a", "c"]}),
+            "batch.completed",
+        )
+        .await
+        .unwrap();
+    assert_eq!(out, ["A", "B", "A", "C"]);
+    let progress = t.expect_event("task.progress", wait).await.unwrap();
+    assert_eq!(progress.topic, Topic::SystemEvents);
+    assert_eq!(progress.data["agent"], "batcher");
+    assert_eq!(progress.data["progress"], 0.5);
+    // The sub-task requests carried distinct correlation ids.
+    let reqs = t.events_of_type("upper.requested");
+    let mut ids: Vec<_> = reqs
+        .iter()
+        .map(|r| r.correlation_id.clone().unwrap())
+        .collect();
+    ids.sort();
+    ids.dedup();
+    assert_eq!(ids.len(), 4);
+    t.shutdown().await.unwrap();
+}
+
+pub async fn a_failed_sub_task_is_recorded_as_failed_in_the_group(
+    mut t: TestPlatform,
+    _wait: Duration,
+) {
+    t.start(batcher()).await.unwrap();
+    t.start(upper_tool()).await.unwrap();
+    let out: Vec<Value> = t
+        .client()
+        .invoke(
+            "batch.requested",
+            json!({"items": ["ok", "fail"]}),
+            "batch.completed",
+        )
+        .await
+        .unwrap();
+    assert_eq!(out, [json!("OK"), Value::Null]);
+    t.shutdown().await.unwrap();
+}
+
+/// Chains two delegations sequentially: upper, then reverse, then completes.
+async fn chain(mut task: TaskContext<String>) -> soorma::Result<()> {
+    let input = task.data.clone();
+    task.set_state("step", "upper")?;
+    task.delegate("upper.requested", input, "chain.upper.done")
+        .await?;
+    Ok(())
+}
+
+async fn chain_upper(result: ResultContext<String>) -> soorma::Result<()> {
+    let mut task = result.record_in_parent().await?;
+    assert_eq!(
+        task.state_value::<String>("step")?.as_deref(),
+        Some("upper")
+    );
+    let upper = result.data.clone().unwrap_or_default();
+    task.set_state("step", "reverse")?;
+    task.delegate("reverse.requested", upper, "chain.reverse.done")
+        .await?;
+    Ok(())
+}
+
+async fn chain_reverse(result: ResultContext<String>) -> soorma::Result<()> {
+    let mut task = result.record_in_parent().await?;
+    assert_eq!(task.sub_tasks().await?.len(), 2);
+    task.complete(json!({"final": result.data, "step": task.state_value::<String>("step")?}))
+        .await?;
+    Ok(())
+}
+
+async fn reverse(req: Invocation<String>) -> Result<String, ToolError> {
+    Ok(req.data.chars().rev().collect())
+}
+
+pub async fn sequential_delegation_chains_through_saved_task_state(
+    mut t: TestPlatform,
+    _wait: Duration,
+) {
+    for a in [chainer(), upper_tool(), reverser()] {
+        t.start(a).await.unwrap();
+    }
+    let out: Value = t
+        .client()
+        .invoke("chain.requested", "abc", "chain.completed")
+        .await
+        .unwrap();
+    assert_eq!(out, json!({"final": "CBA", "step": "reverse"}));
+    t.shutdown().await.unwrap();
+}
+
+async fn explode(task: TaskContext<u32>) -> soorma::Result<()> {
+    if task.data == 0 {
+        panic!("task handler exploded");
+    }
+    Err(Error::Handler(format!("cannot do {}", task.data)))
+}
+
+pub async fn task_handler_errors_and_panics_fail_the_task_with_an_error_reply(
+    mut t: TestPlatform,
+    _wait: Duration,
+) {
+    t.start(exploder()).await.unwrap();
+    let client = t.client();
+    let e1 = client
+        .invoke::<Value>("explode.requested", 7, "explode.done")
+        .await
+        .unwrap_err();
+    assert!(e1.to_string().contains("cannot do 7"), "{e1}");
+    let e2 = client
+        .invoke::<Value>("explode.requested", 0, "explode.done")
+        .await
+        .unwrap_err();
+    assert!(e2.to_string().contains("task handler exploded"), "{e2}");
+    // The failed task is recorded.
+    let reqs = t.events_of_type("explode.requested");
+    let state = t.platform().state();
+    let key = soorma::state::StateKey::new(soorma::TASKS_BUCKET, "default", reqs[0].id.clone());
+    let stored = state.get(&key).await.unwrap().unwrap();
+    let record: soorma::TaskRecord = serde_json::from_slice(&stored.value).unwrap();
+    assert_eq!(record.status, TaskStatus::Failed);
+    t.shutdown().await.unwrap();
+}
+
+// ---- Fan-in atomicity and duplicates ----
+
+const FAN: usize = 1_000;
+
+/// Fans out to an event nobody serves; the test plays the sub-agents.
+async fn big(mut task: TaskContext<u32>) -> soorma::Result<()> {
+    let d: Vec<Delegation> = (0..task.data)
+        .map(|i| Delegation::new("ghost.requested", &i, "ghost.completed"))
+        .collect();
+    task.delegate_parallel(d).await?;
+    Ok(())
+}
+
+async fn ghost_done(result: ResultContext<i64>) -> soorma::Result<()> {
+    let mut task = result.record_in_parent().await?;
+    if let Some(all) = task.group_results(result.group_id()).await? {
+        let values: Vec<Value> = all
+            .into_iter()
+            .map(|s| s.result.unwrap_or_default())
+            .collect();
+        task.complete(values).await?;
+    }
+    Ok(())
+}
+
+fn result_for(request: &EventEnvelope, value: i64, tenant: Option<&str>) -> EventEnvelope {
+    let mut env = EventEnvelope::new(
+        format!("res-{}-{value}-{}", request.id, tenant.unwrap_or("default")),
+        "ghost",
+        Topic::ActionResults,
+        "ghost.completed",
+    )
+    .with_correlation_id(request.correlation_id.clone().unwrap())
+    .with_data(serde_json::to_value(ActionReply::success(&request.id, json!(value))).unwrap());
+    if let Some(t) = tenant {
+        env = env.with_tenant_id(t);
+    }
+    env
+}
+
+pub async fn concurrent_fan_in_of_1000_results_completes_exactly_once_with_all_results(
+    mut t: TestPlatform,
+    wait: Duration,
+) {
+    t.start(fan_in()).await.unwrap();
+    let client = t.client();
+    client
+        .bus()
+        .request("big.requested", FAN as u32, "big.completed")
+        .await
+        .unwrap();
+    wait_until(wait, || t.events_of_type("ghost.requested").len() == FAN).await;
+    let requests = t.events_of_type("ghost.requested");
+
+    // Every result delivered twice, all at once, from many tasks.
+    let bus = client.bus();
+    let mut sends = Vec::new();
+    for copy in 0..2 {
+        for req in &requests {
+            let value: i64 = serde_json::from_value(req.data.clone()).unwrap();
+            let mut env = result_for(req, value, None);
+            if copy == 1 {
+                env.id = format!("{}-dup", env.id);
+            }
+            let bus = bus.clone();
+            sends.push(tokio::spawn(async move { bus.publish_envelope(env).await }));
+        }
+    }
+    for s in sends {
+        s.await.unwrap().unwrap();
+    }
+    let done = t.expect_event("big.completed", wait * 4).await.unwrap();
+    // Give stragglers (duplicates) time to be handled, then check nothing else completed.
+    tokio::time::sleep(wait / 10).await;
+    assert_eq!(
+        t.events_of_type("big.completed").len(),
+        1,
+        "exactly one completion"
+    );
+    let reply = reply_of(&done);
+    let mut values: Vec<i64> = serde_json::from_value(reply.result.unwrap()).unwrap();
+    assert_eq!(values.len(), FAN);
+    assert_eq!(
+        values,
+        (0..FAN as i64).collect::<Vec<_>>(),
+        "results in delegation order"
+    );
+    values.dedup();
+    assert_eq!(values.len(), FAN);
+
+    // A late duplicate with a different value changes nothing.
+    bus.publish_envelope(result_for(&requests[0], 999_999, None))
+        .await
+        .unwrap();
+    tokio::time::sleep(wait / 20).await;
+    assert_eq!(t.events_of_type("big.completed").len(), 1);
+    let task_id = t.events_of_type("big.requested")[0].id.clone();
+    let key = soorma::state::StateKey::new(soorma::TASKS_BUCKET, "default", task_id);
+    let stored = t.platform().state().get(&key).await.unwrap().unwrap();
+    let record: soorma::TaskRecord = serde_json::from_slice(&stored.value).unwrap();
+    assert_eq!(record.status, TaskStatus::Completed);
+    assert_eq!(record.groups.len(), 1);
+    assert!(
+        record
+            .groups
+            .values()
+            .all(|g| g.size == FAN as u32 && g.finished == FAN as u32)
+    );
+    let sub_key = soorma::state::StateKey::new(
+        soorma::SUBTASKS_BUCKET,
+        "default",
+        requests[0].correlation_id.clone().unwrap(),
+    );
+    let first = t.platform().state().get(&sub_key).await.unwrap().unwrap();
+    let first: soorma::SubTaskInfo = serde_json::from_slice(&first.value).unwrap();
+    assert_eq!(
+        first.result,
+        Some(requests[0].data.clone()),
+        "the late duplicate did not overwrite the result"
+    );
+    t.shutdown().await.unwrap();
+}
+
+pub async fn tenants_never_see_each_others_state_or_events(mut t: TestPlatform, wait: Duration) {
+    t.start(fan_in()).await.unwrap();
+    let a = t.client().with_tenant("tenant-a");
+    a.bus()
+        .request("big.requested", 1u32, "big.completed")
+        .tenant_id("tenant-a")
+        .await
+        .unwrap();
+    let req = t.expect_event("ghost.requested", wait).await.unwrap();
+    assert_eq!(
+        req.tenant_id.as_deref(),
+        Some("tenant-a"),
+        "delegations inherit the tenant"
+    );
+    let task_id = t.events_of_type("big.requested")[0].id.clone();
+    let state = t.platform().state().clone();
+    let key_a = soorma::state::StateKey::new(soorma::TASKS_BUCKET, "tenant-a", task_id.clone());
+    let key_b = soorma::state::StateKey::new(soorma::TASKS_BUCKET, "tenant-b", task_id.clone());
+    assert!(state.get(&key_a).await.unwrap().is_some());
+    assert!(
+        state.get(&key_b).await.unwrap().is_none(),
+        "tenant B cannot read tenant A's task"
+    );
+
+    // A result claiming the sub-task from tenant B is rejected (dead-lettered), not recorded.
+    t.client()
+        .bus()
+        .publish_envelope(result_for(&req, 5, Some("tenant-b")))
+        .await
+        .unwrap();
+    let dl = t.expect_event("event.dead_lettered", wait).await.unwrap();
+    assert!(
+        dl.data["reason"]
+            .as_str()
+            .unwrap()
+            .contains("no parent task"),
+        "{}",
+        dl.data
+    );
+    assert!(t.events_of_type("big.completed").is_empty());
+    // The genuine tenant-A result completes it.
+    t.client()
+        .bus()
+        .publish_envelope(result_for(&req, 5, Some("tenant-a")))
+        .await
+        .unwrap();
+    let done = t.expect_event("big.completed", wait).await.unwrap();
+    assert_eq!(done.tenant_id.as_deref(), Some("tenant-a"));
+
+    // An agent serving tenant B never receives tenant A's events.
+    let seen = Counter::default();
+    async fn count(_e: Event, State(c): State<Counter>) {
+        c.0.fetch_add(1, Ordering::SeqCst);
+    }
+    t.start(
+        Agent::new("b-only")
+            .tenant("tenant-b")
+            .use_registered_handlers(false)
+            .with_state(seen.clone())
+            .handler(Handler::on_event(Topic::BusinessFacts, "*", count)),
+    )
+    .await
+    .unwrap();
+    a.publish(Topic::BusinessFacts, "private.fact", json!({}))
+        .await
+        .unwrap();
+    t.client()
+        .with_tenant("tenant-b")
+        .publish(Topic::BusinessFacts, "public.fact", json!({}))
+        .await
+        .unwrap();
+    wait_until(wait, || seen.0.load(Ordering::SeqCst) == 1).await;
+    tokio::time::sleep(wait / 20).await;
+    assert_eq!(seen.0.load(Ordering::SeqCst), 1);
+    t.shutdown().await.unwrap();
+}
+
+/// Invokes `$m!(scenario, ...)` with every scenario, so each platform's test file lists them all.
+#[macro_export]
+macro_rules! for_each_scenario {
+    ($m:ident) => {
+        $m!(
+            tool_replies_on_the_callers_response_event_with_success_and_error,
+            tool_replies_on_a_custom_response_topic,
+            panicking_tool_replies_with_an_error_and_keeps_serving,
+            malformed_payload_gets_a_typed_error_reply_naming_event_type_and_path,
+            request_without_response_event_is_handled_without_reply_or_crash,
+            agent_without_handlers_fails_loudly,
+            typed_state_extractor_and_misconfiguration_errors,
+            registry_definition_carries_capabilities_and_schemas,
+            instances_of_one_agent_share_work_and_different_agents_each_get_events,
+            graceful_shutdown_finishes_in_flight_handlers_then_stops_taking_events,
+            envelope_fields_propagate_from_the_handled_event,
+            retryable_event_handler_errors_are_redelivered_then_dead_lettered,
+            fan_out_with_repeated_event_type_keeps_sub_tasks_distinct_and_in_order,
+            a_failed_sub_task_is_recorded_as_failed_in_the_group,
+            sequential_delegation_chains_through_saved_task_state,
+            task_handler_errors_and_panics_fail_the_task_with_an_error_reply,
+            concurrent_fan_in_of_1000_results_completes_exactly_once_with_all_results,
+            tenants_never_see_each_others_state_or_events,
+        );
+    };
+}
