@@ -117,26 +117,105 @@ const CORPUS: &[(&str, &str)] = &[
     ),
 ];
 
+const AGENTS: [&str; 4] = ["sentiment", "entities", "summarizer", "researcher"];
+
+const USAGE: &str = "\
+usage: research_fanout [--agent NAME | --client] [--tasks N]
+
+  (no flag)      run the four agents and a client in one process
+  --agent NAME   run one agent (sentiment, entities, summarizer, researcher) until Ctrl-C;
+                 with SOORMA_NATS_URL set, each agent can run as its own process
+  --client       submit research tasks to running agents and wait for every report
+  --tasks N      how many research tasks to submit (default 3)";
+
+enum Mode {
+    All,
+    Agent(String),
+    Client,
+}
+
+fn parse_args() -> Result<(Mode, usize), String> {
+    let mut mode = Mode::All;
+    let mut tasks = CORPUS.len();
+    let mut args = std::env::args().skip(1);
+    while let Some(arg) = args.next() {
+        match arg.as_str() {
+            "--agent" => {
+                let name = args.next().ok_or("--agent needs a name")?;
+                if !AGENTS.contains(&name.as_str()) {
+                    return Err(format!(
+                        "unknown agent `{name}`; expected one of {AGENTS:?}"
+                    ));
+                }
+                mode = Mode::Agent(name);
+            }
+            "--client" => mode = Mode::Client,
+            "--tasks" => {
+                let n = args.next().ok_or("--tasks needs a number")?;
+                tasks = n
+                    .parse()
+                    .map_err(|_| format!("--tasks: `{n}` is not a number"))?;
+            }
+            "-h" | "--help" => return Err(String::new()),
+            other => return Err(format!("unexpected argument `{other}`")),
+        }
+    }
+    Ok((mode, tasks))
+}
+
+fn agent(name: &str) -> soorma::AgentBuilder {
+    match name {
+        "researcher" => Worker::new("researcher").version("1.0.0"),
+        tool => Tool::new(tool).version("1.0.0"),
+    }
+}
+
 #[tokio::main]
 async fn main() -> soorma::Result<()> {
     soorma_examples::init_tracing();
+    let (mode, tasks) = match parse_args() {
+        Ok(parsed) => parsed,
+        Err(message) => {
+            if !message.is_empty() {
+                eprintln!("error: {message}\n");
+            }
+            eprintln!("{USAGE}");
+            std::process::exit(2);
+        }
+    };
     let platform = Platform::from_env().await?;
-    let mut agents = Vec::new();
-    for agent in [
-        Tool::new("sentiment"),
-        Tool::new("entities"),
-        Tool::new("summarizer"),
-        Worker::new("researcher").version("1.0.0"),
-    ] {
-        agents.push(agent.start(&platform).await?);
+    match mode {
+        Mode::Agent(name) => {
+            println!(
+                "running `{name}` on the {} platform; Ctrl-C to stop",
+                platform.kind()
+            );
+            agent(&name).run(&platform).await
+        }
+        Mode::Client => submit(&platform, tasks).await,
+        Mode::All => {
+            let mut running = Vec::new();
+            for name in AGENTS {
+                running.push(agent(name).start(&platform).await?);
+            }
+            let outcome = submit(&platform, tasks).await;
+            for agent in running {
+                agent.shutdown().await?;
+            }
+            outcome
+        }
     }
+}
 
+/// Submits `tasks` research requests concurrently and prints every report.
+async fn submit(platform: &Platform, tasks: usize) -> soorma::Result<()> {
     let client = platform.client("research-client");
     let started = Instant::now();
-    let calls = CORPUS.iter().map(|(topic, text)| {
+    let calls = (0..tasks).map(|i| {
+        let (topic, text) = CORPUS[i % CORPUS.len()];
         let request = Research {
-            topic: (*topic).into(),
-            text: (*text).into(),
+            topic: topic.into(),
+            text: text.into(),
         };
         let client = client.clone();
         async move {
@@ -146,25 +225,25 @@ async fn main() -> soorma::Result<()> {
         }
     });
     let reports = futures_join_all(calls).await;
-    for report in reports {
+    let mut done = 0;
+    for (i, report) in reports.into_iter().enumerate() {
         let r = report?;
-        println!(
-            "{:<8} sentiment {:+.2}  entities {:?}  summary {:?}",
-            r.topic, r.sentiment, r.entities, r.summary
-        );
+        if i < CORPUS.len() {
+            println!(
+                "{:<8} sentiment {:+.2}  entities {:?}  summary {:?}",
+                r.topic, r.sentiment, r.entities, r.summary
+            );
+        }
+        done += 1;
     }
     println!(
-        "{} research tasks fanned out and in ({} sub-tasks) in {:?}",
-        CORPUS.len(),
-        CORPUS.len() * 3,
+        "{done} research tasks fanned out and in ({} sub-tasks) on the {} platform in {:?}",
+        done * 3,
+        platform.kind(),
         started.elapsed()
     );
-    for agent in agents {
-        agent.shutdown().await?;
-    }
     Ok(())
 }
-
 /// Awaits every future concurrently, keeping their order.
 async fn futures_join_all<F>(futures: impl IntoIterator<Item = F>) -> Vec<F::Output>
 where

@@ -321,6 +321,9 @@ pub struct TaskRecord {
     /// The error, once failed.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub error: Option<String>,
+    /// Whether the completion / failure reply has been published.
+    #[serde(default)]
+    pub reply_sent: bool,
     /// Next delegation sequence number.
     #[serde(default)]
     pub next_seq: u32,
@@ -363,6 +366,7 @@ impl TaskRecord {
             state: Map::new(),
             result: None,
             error: None,
+            reply_sent: false,
             next_seq: 0,
             created_at: None,
             updated_at: None,

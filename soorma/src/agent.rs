@@ -759,6 +759,8 @@ async fn send_reply(input: &HandlerInput, reply: ActionReply) {
         }
     };
     let mut out = bus.envelope(env.reply_topic(), response_event, data);
+    // One reply per request: a redelivered request's reply keeps the id, so the bus drops it.
+    out.id = format!("{}-reply", env.id);
     out.correlation_id = Some(env.correlation_id.clone().unwrap_or_else(|| env.id.clone()));
     if let Err(e) = bus.publish_envelope(out).await {
         tracing::error!(error = %e, "could not publish reply");

@@ -853,16 +853,46 @@ impl<T> TaskContext<T> {
                 won
             }
         };
-        if !won {
-            tracing::debug!(task_id = %self.record.task_id, "task already ended; nothing published");
-            return Ok(false);
+        if won || !self.record.reply_sent {
+            // Also when another handler ended the task but its reply is not known to have gone
+            // out (that process may have died in between): the reply keeps its id, so the bus
+            // drops the copy if the first one was published.
+            let reply = match (self.record.status, &self.record.result, &self.record.error) {
+                (TaskStatus::Failed, _, error) => {
+                    ActionReply::failure(&self.record.task_id, error.clone().unwrap_or_default())
+                }
+                (_, result, _) => {
+                    ActionReply::success(&self.record.task_id, result.clone().unwrap_or_default())
+                }
+            };
+            self.reply(reply).await?;
+            self.mark_reply_sent().await?;
+        } else {
+            tracing::debug!(task_id = %self.record.task_id, "task already ended and replied");
         }
-        let reply = match outcome {
-            Ok(v) => ActionReply::success(&self.record.task_id, v),
-            Err(e) => ActionReply::failure(&self.record.task_id, e),
-        };
-        self.reply(reply).await?;
-        Ok(true)
+        drop(outcome);
+        Ok(won)
+    }
+
+    async fn mark_reply_sent(&mut self) -> Result<()> {
+        let key = self.key();
+        let ((), stored) = state::update_with(
+            self.store(),
+            "task",
+            &key,
+            || Error::TaskNotFound(key.key.clone()),
+            |rec: &mut TaskRecord| {
+                if rec.reply_sent {
+                    return Ok(Change::Keep(()));
+                }
+                rec.reply_sent = true;
+                Ok(Change::Write(()))
+            },
+        )
+        .await?;
+        self.record = stored.value;
+        self.revision = Some(stored.revision);
+        Ok(())
     }
 
     async fn reply(&self, reply: ActionReply) -> Result<()> {

@@ -30,10 +30,30 @@ use crate::client::Client;
 use crate::error::{Error, Result};
 use crate::platform::Platform;
 
+/// Every distinct event, in publication order (a republished event id is recorded once, as a
+/// durable stream keeps it once).
 #[derive(Default)]
 struct EventLog {
     events: Mutex<Vec<Arc<EventEnvelope>>>,
+    seen: Mutex<std::collections::HashSet<String>>,
     notify: Notify,
+}
+
+impl EventLog {
+    fn record(&self, env: &Arc<EventEnvelope>) {
+        if self
+            .seen
+            .lock()
+            .expect("event log lock")
+            .insert(env.id.clone())
+        {
+            self.events
+                .lock()
+                .expect("event log lock")
+                .push(env.clone());
+            self.notify.notify_waiters();
+        }
+    }
 }
 
 /// An embedded platform that records every published event.
@@ -95,13 +115,7 @@ impl TestPlatform {
         platform
             .embedded_bus()
             .expect("Platform::embedded has an embedded bus")
-            .tap(move |env| {
-                sink.events
-                    .lock()
-                    .expect("event log lock")
-                    .push(env.clone());
-                sink.notify.notify_waiters();
-            });
+            .tap(move |env| sink.record(env));
         Self {
             platform,
             log,
@@ -126,11 +140,7 @@ impl TestPlatform {
         let sink = log.clone();
         let collector = tokio::spawn(async move {
             while let Some(delivery) = observer.next().await {
-                sink.events
-                    .lock()
-                    .expect("event log lock")
-                    .push(delivery.envelope.clone());
-                sink.notify.notify_waiters();
+                sink.record(&delivery.envelope);
             }
         });
         Ok(Self {

@@ -32,6 +32,42 @@ struct Route {
     queue: Arc<GroupQueue>,
 }
 
+/// Event ids published recently: a republished id is dropped, as NATS does with `Nats-Msg-Id`.
+#[derive(Default)]
+struct DuplicateWindow {
+    ids: std::collections::HashSet<String>,
+    order: std::collections::VecDeque<(std::time::Instant, String)>,
+}
+
+/// How long an id is remembered (NATS's default duplicate window).
+const DUPLICATE_WINDOW: std::time::Duration = std::time::Duration::from_secs(120);
+/// At most this many ids are remembered; under heavier load the window is shorter.
+const DUPLICATE_WINDOW_IDS: usize = 100_000;
+
+impl DuplicateWindow {
+    /// Records `id`; `false` if it was published within the window.
+    fn first_seen(&mut self, id: &str) -> bool {
+        let now = std::time::Instant::now();
+        while let Some((at, _)) = self.order.front() {
+            if now.duration_since(*at) > DUPLICATE_WINDOW
+                || self.order.len() >= DUPLICATE_WINDOW_IDS
+            {
+                if let Some((_, old)) = self.order.pop_front() {
+                    self.ids.remove(&old);
+                }
+            } else {
+                break;
+            }
+        }
+        if self.ids.contains(id) {
+            return false;
+        }
+        self.ids.insert(id.to_owned());
+        self.order.push_back((now, id.to_owned()));
+        true
+    }
+}
+
 #[derive(Default)]
 struct Routes {
     by_topic: HashMap<Topic, Vec<Route>>,
@@ -57,6 +93,7 @@ struct Routes {
 #[derive(Clone, Default)]
 pub struct EmbeddedBus {
     routes: Arc<RwLock<Routes>>,
+    recent: Arc<std::sync::Mutex<DuplicateWindow>>,
 }
 
 impl std::fmt::Debug for EmbeddedBus {
@@ -115,6 +152,15 @@ impl EmbeddedBus {
     }
 
     fn deliver(&self, envelope: EventEnvelope) {
+        if !self
+            .recent
+            .lock()
+            .expect("bus lock")
+            .first_seen(&envelope.id)
+        {
+            tracing::debug!(event_id = %envelope.id, "duplicate event id within the window; dropped");
+            return;
+        }
         let envelope = Arc::new(envelope);
         let routes = self.routes.read().expect("bus lock");
         for (_, tap) in &routes.taps {
@@ -379,6 +425,31 @@ mod tests {
         .unwrap();
         let d = sub.next().await.unwrap();
         assert_eq!((d.envelope.id.as_str(), d.attempt), ("1", 2));
+    }
+
+    #[tokio::test]
+    async fn a_republished_event_id_is_delivered_once() {
+        let bus = EmbeddedBus::new();
+        let mut sub = bus
+            .subscribe(SubscriptionSpec::new(
+                "g",
+                Topic::SystemEvents,
+                EventFilter::All,
+            ))
+            .await
+            .unwrap();
+        bus.publish(env("same", Topic::SystemEvents, "x"))
+            .await
+            .unwrap();
+        bus.publish(env("same", Topic::SystemEvents, "x"))
+            .await
+            .unwrap();
+        bus.publish(env("other", Topic::SystemEvents, "x"))
+            .await
+            .unwrap();
+        assert_eq!(next_id(&mut sub).await.as_deref(), Some("same"));
+        assert_eq!(next_id(&mut sub).await.as_deref(), Some("other"));
+        assert_eq!(next_id(&mut sub).await, None);
     }
 
     #[tokio::test]
