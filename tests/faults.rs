@@ -1,0 +1,311 @@
+//! Fault tests against a real `nats-server`: worker processes killed (SIGKILL) mid fan-out and
+//! mid fan-in, competing worker processes, and the checks that nothing is lost or doubled.
+//!
+//! Worker processes are this test binary re-executed with `SOORMA_FAULT_ROLE` set (see
+//! [`fault_child_process`]); the tools and the observer run in the test process.
+
+use std::collections::{HashMap, HashSet};
+use std::io::{BufRead, BufReader};
+use std::process::{Child, Command, Stdio};
+
+use std::time::Duration;
+
+use futures_util::StreamExt;
+use schemars::JsonSchema;
+use serde::{Deserialize, Serialize};
+use soorma::ActionReply;
+use soorma::nats::NatsConfig;
+use soorma::prelude::*;
+use soorma::testing::TestPlatform;
+use soorma_tests::nats_server::NatsServer;
+
+const ACK_WAIT: Duration = Duration::from_secs(2);
+const FINISH: Duration = Duration::from_secs(90);
+
+#[derive(Debug, Serialize, Deserialize, JsonSchema)]
+struct Job {
+    base: i64,
+    n: u32,
+}
+
+#[derive(Debug, Serialize, Deserialize, JsonSchema)]
+struct JobDone {
+    sum: i64,
+    parts: usize,
+    instance: String,
+}
+
+#[derive(Clone)]
+struct Instance(String);
+
+async fn job(mut task: TaskContext<Job>) -> soorma::Result<()> {
+    let delegations: Vec<Delegation> = (0..i64::from(task.data.n))
+        .map(|i| Delegation::new("inc.requested", &(task.data.base + i), "inc.done"))
+        .collect();
+    task.delegate_parallel(delegations).await?;
+    Ok(())
+}
+
+async fn inc_done(
+    result: ResultContext<i64>,
+    State(instance): State<Instance>,
+) -> soorma::Result<()> {
+    let mut task = result.record_in_parent().await?;
+    if let Some(all) = task.group_results(result.group_id()).await? {
+        let sum = all.iter().filter_map(|s| s.result.as_ref()?.as_i64()).sum();
+        task.complete(JobDone {
+            sum,
+            parts: all.len(),
+            instance: instance.0,
+        })
+        .await?;
+    }
+    Ok(())
+}
+
+fn worker(instance: &str) -> AgentBuilder {
+    Worker::new("fault-worker")
+        .use_registered_handlers(false)
+        .with_state(Instance(instance.to_owned()))
+        .handler(Handler::on_task("job.requested", job))
+        .handler(Handler::on_result("inc.done", inc_done))
+}
+
+#[derive(Clone)]
+struct Delay(Duration);
+
+async fn inc(req: Invocation<i64>, State(delay): State<Delay>) -> Result<i64, ToolError> {
+    tokio::time::sleep(delay.0).await;
+    Ok(req.data + 1)
+}
+
+fn inc_tool(delay: Duration, concurrency: usize) -> AgentBuilder {
+    Tool::new("inc")
+        .use_registered_handlers(false)
+        .with_state(Delay(delay))
+        .concurrency(concurrency)
+        .handler(Handler::on_invoke("inc.requested", inc))
+}
+
+fn config(server: &NatsServer) -> NatsConfig {
+    NatsConfig::new(server.url()).with_ack_wait(ACK_WAIT)
+}
+
+/// Not a test of its own: the entry point of the worker processes the fault tests start.
+/// Without `SOORMA_FAULT_ROLE` it returns at once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn fault_child_process() {
+    let Ok(instance) = std::env::var("SOORMA_FAULT_ROLE") else {
+        return;
+    };
+    soorma_tests::init_tracing();
+    let url = std::env::var("SOORMA_FAULT_NATS_URL").expect("SOORMA_FAULT_NATS_URL");
+    let platform = soorma::nats::connect(NatsConfig::new(url).with_ack_wait(ACK_WAIT))
+        .await
+        .expect("child connects");
+    let _worker = worker(&instance)
+        .start(&platform)
+        .await
+        .expect("worker starts");
+    println!("READY {instance}");
+    tokio::time::sleep(Duration::from_secs(3600)).await;
+}
+
+/// A worker process; killed with SIGKILL on drop.
+struct WorkerProcess(Child);
+
+impl WorkerProcess {
+    fn spawn(server: &NatsServer, instance: &str) -> Self {
+        let mut child = Command::new(std::env::current_exe().expect("test binary"))
+            .args([
+                "--exact",
+                "fault_child_process",
+                "--nocapture",
+                "--test-threads=1",
+            ])
+            .env("SOORMA_FAULT_ROLE", instance)
+            .env("SOORMA_FAULT_NATS_URL", server.url())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("spawn worker process");
+        let stdout = child.stdout.take().expect("stdout");
+        let (tx, rx) = std::sync::mpsc::channel();
+        std::thread::spawn(move || {
+            for line in BufReader::new(stdout).lines().map_while(Result::ok) {
+                if line.contains("READY ") {
+                    let _ = tx.send(());
+                }
+            }
+        });
+        rx.recv_timeout(Duration::from_secs(60))
+            .expect("worker process became ready");
+        Self(child)
+    }
+
+    /// SIGKILL: no shutdown, no acks, no deregistration.
+    fn kill(mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+impl Drop for WorkerProcess {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+async fn wait_for(what: &str, cond: impl Fn() -> bool) {
+    let deadline = tokio::time::Instant::now() + FINISH;
+    while !cond() {
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "timed out waiting for {what}"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+/// Submits `count` jobs of `n` sub-tasks; returns their correlation ids and expected sums.
+async fn submit(t: &TestPlatform, count: i64, n: u32) -> HashMap<String, i64> {
+    let bus = t.client().bus();
+    let mut expected = HashMap::new();
+    for j in 0..count {
+        let base = j * 1000;
+        let id = bus
+            .request("job.requested", Job { base, n }, "job.done")
+            .await
+            .unwrap();
+        // Sum of (base + i + 1) for i in 0..n.
+        let n = i64::from(n);
+        expected.insert(id, base * n + n * (n + 1) / 2);
+    }
+    expected
+}
+
+/// How many `job.done` messages the action-results stream holds (after `Nats-Msg-Id`
+/// de-duplication): a doubled completion would show here.
+async fn stored_completions(platform: &Platform) -> usize {
+    let js = soorma::nats::async_nats::jetstream::new(platform.nats_client().unwrap().clone());
+    let stream = js.get_stream("SOORMA_ACTION_RESULTS").await.unwrap();
+    let mut subjects = stream
+        .info_with_subjects("soorma.*.action-results.job.done")
+        .await
+        .unwrap();
+    let mut total = 0;
+    while let Some(entry) = subjects.next().await {
+        total += entry.unwrap().1;
+    }
+    total
+}
+
+/// Every job completed exactly once, successfully, with the right sum; returns completions per
+/// worker instance.
+async fn assert_each_completed_once(
+    t: &TestPlatform,
+    expected: &HashMap<String, i64>,
+    n: u32,
+) -> HashMap<String, usize> {
+    let done = t.events_of_type("job.done");
+    let mut seen = HashSet::new();
+    let mut per_instance: HashMap<String, usize> = HashMap::new();
+    for env in &done {
+        let corr = env.correlation_id.clone().expect("correlated");
+        assert!(seen.insert(corr.clone()), "job {corr} completed twice");
+        let reply: ActionReply = serde_json::from_value(env.data.clone()).unwrap();
+        assert!(reply.success, "job {corr} failed: {:?}", reply.error);
+        let result: JobDone = serde_json::from_value(reply.result.unwrap()).unwrap();
+        assert_eq!(
+            Some(&result.sum),
+            expected.get(&corr),
+            "job {corr} has the wrong sum"
+        );
+        assert_eq!(result.parts, n as usize, "job {corr} lost a part");
+        *per_instance.entry(result.instance).or_default() += 1;
+    }
+    assert_eq!(seen.len(), expected.len(), "every job completed");
+    assert_eq!(
+        stored_completions(t.platform()).await,
+        expected.len(),
+        "no doubled completion stored"
+    );
+    per_instance
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn killed_workers_mid_fan_out_and_mid_fan_in_lose_and_double_nothing() {
+    soorma_tests::init_tracing();
+    let server = NatsServer::start();
+    let platform = soorma::nats::connect(config(&server)).await.unwrap();
+    let mut t = TestPlatform::with_platform(platform).await.unwrap();
+    // A slow tool, so results trickle in while workers die.
+    t.start(inc_tool(Duration::from_millis(15), 8))
+        .await
+        .unwrap();
+    let (jobs, n) = (40, 10);
+
+    // Kill the first worker mid fan-out: as soon as its first sub-task request appears.
+    let a = WorkerProcess::spawn(&server, "a");
+    let expected = submit(&t, jobs, n).await;
+    wait_for("a first delegation", || {
+        !t.events_of_type("inc.requested").is_empty()
+    })
+    .await;
+    a.kill();
+
+    // Kill the second mid fan-in: once a third of the results are in.
+    let b = WorkerProcess::spawn(&server, "b");
+    let total = (jobs as usize) * n as usize;
+    wait_for("a third of the results", || {
+        t.events_of_type("inc.done").len() >= total / 3
+    })
+    .await;
+    b.kill();
+
+    // A third instance finishes everything.
+    let _c = WorkerProcess::spawn(&server, "c");
+    wait_for("every completion", || {
+        t.events_of_type("job.done").len() >= expected.len()
+    })
+    .await;
+    tokio::time::sleep(ACK_WAIT * 2).await; // let any redelivery that could double a completion happen
+    assert_each_completed_once(&t, &expected, n).await;
+    t.shutdown().await.unwrap();
+}
+
+async fn competing_workers(instances: usize) {
+    soorma_tests::init_tracing();
+    let server = NatsServer::start();
+    let platform = soorma::nats::connect(config(&server)).await.unwrap();
+    let mut t = TestPlatform::with_platform(platform).await.unwrap();
+    t.start(inc_tool(Duration::ZERO, 256)).await.unwrap();
+    let names: Vec<String> = (0..instances).map(|i| format!("w{i}")).collect();
+    let _workers: Vec<WorkerProcess> = names
+        .iter()
+        .map(|n| WorkerProcess::spawn(&server, n))
+        .collect();
+    let expected = submit(&t, 1_000, 1).await;
+    wait_for("every completion", || {
+        t.events_of_type("job.done").len() >= expected.len()
+    })
+    .await;
+    let per_instance = assert_each_completed_once(&t, &expected, 1).await;
+    assert_eq!(per_instance.values().sum::<usize>(), 1_000);
+    assert!(
+        per_instance.len() > 1,
+        "instances shared the work: {per_instance:?}"
+    );
+    t.shutdown().await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn two_competing_worker_processes_complete_1000_tasks_exactly_once() {
+    competing_workers(2).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn four_competing_worker_processes_complete_1000_tasks_exactly_once() {
+    competing_workers(4).await;
+}
