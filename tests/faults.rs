@@ -130,6 +130,7 @@ impl WorkerProcess {
             .spawn()
             .expect("spawn worker process");
         let stdout = child.stdout.take().expect("stdout");
+        let child = child;
         let (tx, rx) = std::sync::mpsc::channel();
         std::thread::spawn(move || {
             for line in BufReader::new(stdout).lines().map_while(Result::ok) {

@@ -93,22 +93,46 @@ struct Figures {
     events_per_sec: f64,
 }
 
-async fn measure<F, Fut>(call: F) -> Figures
+fn percentile(sorted: &[Duration], p: usize) -> Duration {
+    sorted[(sorted.len() * p / 100).min(sorted.len() - 1)]
+}
+
+/// Sequential round trips of `a` and `b` interleaved one by one, so machine noise hits both
+/// alike; returns their sorted latencies.
+async fn interleaved<A, AF, B, BF>(a: A, b: B) -> (Vec<Duration>, Vec<Duration>)
+where
+    A: Fn(i64) -> AF,
+    AF: std::future::Future<Output = i64>,
+    B: Fn(i64) -> BF,
+    BF: std::future::Future<Output = i64>,
+{
+    for i in 0..WARMUP as i64 {
+        assert_eq!(a(i).await, i + 1);
+        assert_eq!(b(i).await, i + 1);
+    }
+    let (mut sa, mut sb) = (
+        Vec::with_capacity(SEQUENTIAL),
+        Vec::with_capacity(SEQUENTIAL),
+    );
+    for i in 0..SEQUENTIAL as i64 {
+        let t = Instant::now();
+        assert_eq!(a(i).await, i + 1);
+        sa.push(t.elapsed());
+        let t = Instant::now();
+        assert_eq!(b(i).await, i + 1);
+        sb.push(t.elapsed());
+    }
+    sa.sort();
+    sb.sort();
+    (sa, sb)
+}
+
+/// Events/s with CONCURRENT_CALLERS callers in flight.
+async fn throughput<F, Fut>(call: F) -> f64
 where
     F: Fn(i64) -> Fut + Clone + Send + Sync + 'static,
     Fut: std::future::Future<Output = i64> + Send,
 {
-    for i in 0..WARMUP {
-        assert_eq!(call(i as i64).await, i as i64 + 1);
-    }
-    let mut samples = Vec::with_capacity(SEQUENTIAL);
-    for i in 0..SEQUENTIAL {
-        let t = Instant::now();
-        let r = call(i as i64).await;
-        samples.push(t.elapsed());
-        assert_eq!(r, i as i64 + 1);
-    }
-    samples.sort();
     let started = Instant::now();
     let callers: Vec<_> = (0..CONCURRENT_CALLERS)
         .map(|c| {
@@ -124,13 +148,8 @@ where
     for c in callers {
         c.await.expect("caller");
     }
-    let elapsed = started.elapsed().as_secs_f64();
-    Figures {
-        p50: samples[samples.len() / 2],
-        p99: samples[samples.len() * 99 / 100],
-        // Each round trip moves two events: the request and the reply.
-        events_per_sec: (CONCURRENT_CALLERS * PER_CALLER * 2) as f64 / elapsed,
-    }
+    // Each round trip moves two events: the request and the reply.
+    (CONCURRENT_CALLERS * PER_CALLER * 2) as f64 / started.elapsed().as_secs_f64()
 }
 
 fn main() {
@@ -141,12 +160,6 @@ fn main() {
         .expect("runtime");
     rt.block_on(async {
         let server = Arc::new(baseline_server());
-        let baseline = measure(move |n| {
-            let server = server.clone();
-            async move { baseline_call(&server, n).await }
-        })
-        .await;
-
         let platform = Platform::embedded();
         let tool = Tool::new("calculator")
             .use_registered_handlers(false)
@@ -155,17 +168,35 @@ fn main() {
             .await
             .expect("tool starts");
         let client = platform.client("bench");
-        let sdk = measure(move |n| {
-            let client = client.clone();
-            async move {
-                let s: Sum = client.invoke("add.requested", Add { a: n, b: 1 }, "add.completed").await.expect("invoke");
-                s.sum
+        let raw_call = {
+            let server = server.clone();
+            move |n| {
+                let server = server.clone();
+                async move { baseline_call(&server, n).await }
             }
-        })
-        .await;
+        };
+        let sdk_call = {
+            let client = client.clone();
+            move |n| {
+                let client = client.clone();
+                async move {
+                    let s: Sum = client.invoke("add.requested", Add { a: n, b: 1 }, "add.completed").await.expect("invoke");
+                    s.sum
+                }
+            }
+        };
+        let (raw_lat, sdk_lat) = interleaved(raw_call.clone(), sdk_call.clone()).await;
+        // Throughput: alternate three rounds each, keep each side's best.
+        let (mut raw_eps, mut sdk_eps) = (0f64, 0f64);
+        for _ in 0..3 {
+            raw_eps = raw_eps.max(throughput(raw_call.clone()).await);
+            sdk_eps = sdk_eps.max(throughput(sdk_call.clone()).await);
+        }
         tool.shutdown().await.expect("shutdown");
+        let baseline = Figures { p50: percentile(&raw_lat, 50), p99: percentile(&raw_lat, 99), events_per_sec: raw_eps };
+        let sdk = Figures { p50: percentile(&sdk_lat, 50), p99: percentile(&sdk_lat, 99), events_per_sec: sdk_eps };
 
-        println!("embedded tool round trip ({SEQUENTIAL} sequential, {} concurrent in {CONCURRENT_CALLERS} callers)", CONCURRENT_CALLERS * PER_CALLER);
+        println!("embedded tool round trip ({SEQUENTIAL} sequential each, interleaved; {} concurrent in {CONCURRENT_CALLERS} callers, best of 3)", CONCURRENT_CALLERS * PER_CALLER);
         for (name, f) in [("baseline (tokio mpsc + serde_json)", &baseline), ("soorma embedded", &sdk)] {
             println!(
                 "  {name:<36} p50 {:>8.2?}  p99 {:>8.2?}  {:>10.0} events/s",

@@ -24,7 +24,10 @@ struct Inner {
     client: async_nats::Client,
     js: jetstream::Context,
     config: Arc<NatsConfig>,
-    streams: Mutex<HashMap<Topic, stream::Stream>>,
+    /// Topics whose stream is known to exist (the fast path of every publish takes no lock
+    /// that waits).
+    streams: std::sync::RwLock<HashMap<Topic, stream::Stream>>,
+    creating: Mutex<()>,
     dlq: Mutex<bool>,
 }
 
@@ -58,7 +61,8 @@ impl NatsBus {
                 client,
                 js,
                 config,
-                streams: Mutex::default(),
+                streams: std::sync::RwLock::default(),
+                creating: Mutex::new(()),
                 dlq: Mutex::new(false),
             }),
         }
@@ -66,8 +70,11 @@ impl NatsBus {
 
     /// The stream keeping `topic`'s events, created on first use.
     async fn stream(&self, topic: Topic) -> Result<stream::Stream> {
-        let mut streams = self.inner.streams.lock().await;
-        if let Some(s) = streams.get(&topic) {
+        if let Some(s) = self.inner.streams.read().expect("streams lock").get(&topic) {
+            return Ok(s.clone());
+        }
+        let _creating = self.inner.creating.lock().await;
+        if let Some(s) = self.inner.streams.read().expect("streams lock").get(&topic) {
             return Ok(s.clone());
         }
         let cfg = &self.inner.config;
@@ -86,7 +93,11 @@ impl NatsBus {
             })
             .await
             .map_err(|e| bus_err(&format!("cannot open the `{topic}` stream"), e))?;
-        streams.insert(topic, s.clone());
+        self.inner
+            .streams
+            .write()
+            .expect("streams lock")
+            .insert(topic, s.clone());
         Ok(s)
     }
 
@@ -176,12 +187,19 @@ impl NatsBus {
     async fn subscribe_durable(&self, spec: SubscriptionSpec) -> Result<Box<dyn Subscription>> {
         let cfg = &self.inner.config;
         let stream = self.stream(spec.topic).await?;
-        let filter_subjects = filters(cfg, &spec)?;
+        let mut filter_subjects = filters(cfg, &spec)?;
+        // A single filter goes in `filter_subject` (the server's simplest, fastest path).
+        let filter_subject = if filter_subjects.len() == 1 {
+            filter_subjects.pop().unwrap_or_default()
+        } else {
+            String::new()
+        };
         let name = names::consumer_name(&spec.group, spec.topic, spec.tenant.as_deref());
         let consumer: consumer::PullConsumer = stream
             .create_consumer(consumer::pull::Config {
                 durable_name: Some(name.clone()),
                 description: Some(format!("soorma consumer group `{}`", spec.group)),
+                filter_subject,
                 filter_subjects,
                 ack_policy: consumer::AckPolicy::Explicit,
                 ack_wait: cfg.ack_wait,
