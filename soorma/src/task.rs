@@ -68,6 +68,22 @@ fn subtask_key(tenant: &str, sub_task_id: &str) -> StateKey {
 /// How many state reads/writes or publishes one fan-out keeps in flight.
 const STATE_CONCURRENCY: usize = 64;
 
+/// A revision-checked update of the task at `key` (see [`state::update_with`]).
+async fn update_task<R>(
+    store: &dyn crate::state::StateStore,
+    key: &StateKey,
+    f: impl FnMut(&mut TaskRecord) -> Result<Change<R>>,
+) -> Result<(R, state::Versioned<TaskRecord>)> {
+    state::update_with(
+        store,
+        "task",
+        key,
+        || Error::TaskNotFound(key.key.clone()),
+        f,
+    )
+    .await
+}
+
 fn sub_task_id(group_id: &str, index: u32) -> String {
     format!("{group_id}-{index}")
 }
@@ -522,17 +538,11 @@ impl<T> TaskContext<T> {
                 Err(e) => return Err(e),
             }
         }
-        let ((), stored) = state::update_with(
-            self.store(),
-            "task",
-            &key,
-            || Error::TaskNotFound(key.key.clone()),
-            |rec: &mut TaskRecord| {
-                mutate(rec);
-                rec.updated_at = Some(now.clone());
-                Ok(Change::Write(()))
-            },
-        )
+        let ((), stored) = update_task(self.store(), &key, |rec: &mut TaskRecord| {
+            mutate(rec);
+            rec.updated_at = Some(now.clone());
+            Ok(Change::Write(()))
+        })
         .await?;
         self.record = stored.value;
         self.revision = Some(stored.revision);
@@ -834,19 +844,13 @@ impl<T> TaskContext<T> {
         let won = match won {
             Some(w) => w,
             None => {
-                let (won, stored) = state::update_with(
-                    self.store(),
-                    "task",
-                    &key,
-                    || Error::TaskNotFound(key.key.clone()),
-                    |rec: &mut TaskRecord| {
-                        if rec.status.is_terminal() {
-                            return Ok(Change::Keep(false));
-                        }
-                        apply(rec);
-                        Ok(Change::Write(true))
-                    },
-                )
+                let (won, stored) = update_task(self.store(), &key, |rec: &mut TaskRecord| {
+                    if rec.status.is_terminal() {
+                        return Ok(Change::Keep(false));
+                    }
+                    apply(rec);
+                    Ok(Change::Write(true))
+                })
                 .await?;
                 self.record = stored.value;
                 self.revision = Some(stored.revision);
@@ -870,25 +874,18 @@ impl<T> TaskContext<T> {
         } else {
             tracing::debug!(task_id = %self.record.task_id, "task already ended and replied");
         }
-        drop(outcome);
         Ok(won)
     }
 
     async fn mark_reply_sent(&mut self) -> Result<()> {
         let key = self.key();
-        let ((), stored) = state::update_with(
-            self.store(),
-            "task",
-            &key,
-            || Error::TaskNotFound(key.key.clone()),
-            |rec: &mut TaskRecord| {
-                if rec.reply_sent {
-                    return Ok(Change::Keep(()));
-                }
-                rec.reply_sent = true;
-                Ok(Change::Write(()))
-            },
-        )
+        let ((), stored) = update_task(self.store(), &key, |rec: &mut TaskRecord| {
+            if rec.reply_sent {
+                return Ok(Change::Keep(()));
+            }
+            rec.reply_sent = true;
+            Ok(Change::Write(()))
+        })
         .await?;
         self.record = stored.value;
         self.revision = Some(stored.revision);
@@ -1161,11 +1158,19 @@ impl<T> ResultContext<T> {
         self.group.get().and_then(|g| g.as_deref())
     }
 
-    async fn sub_task_record(&self) -> Result<(StateKey, SubTaskInfo)> {
+    /// This result's sub-task id (its correlation id) and the key of the sub-task's record.
+    fn sub_task_key(&self) -> Result<(&str, StateKey)> {
         let sub_task_id = self
             .sub_task_id()
             .ok_or_else(|| Error::UnknownSubTask("<result without correlation_id>".into()))?;
-        let key = subtask_key(self.envelope.tenant(), sub_task_id);
+        Ok((
+            sub_task_id,
+            subtask_key(self.envelope.tenant(), sub_task_id),
+        ))
+    }
+
+    async fn sub_task_record(&self) -> Result<(StateKey, SubTaskInfo)> {
+        let (sub_task_id, key) = self.sub_task_key()?;
         let info = state::load::<SubTaskInfo>(&**self.runtime.platform.state(), "sub-task", &key)
             .await?
             .ok_or_else(|| Error::UnknownSubTask(sub_task_id.to_owned()))?
@@ -1207,18 +1212,14 @@ impl<T> ResultContext<T> {
     /// ```
     pub async fn record_in_parent(&self) -> Result<TaskContext<Value>> {
         let platform = &self.runtime.platform;
-        let sub_task_id = self
-            .sub_task_id()
-            .ok_or_else(|| Error::UnknownSubTask("<result without correlation_id>".into()))?
-            .to_owned();
         let tenant = self.envelope.tenant();
-        let key = subtask_key(tenant, &sub_task_id);
+        let (sub_task_id, key) = self.sub_task_key()?;
         // First result wins; a duplicate reads the record and changes nothing.
         let (info, _) = state::update_with(
             &**platform.state(),
             "sub-task",
             &key,
-            || Error::UnknownSubTask(sub_task_id.clone()),
+            || Error::UnknownSubTask(sub_task_id.to_owned()),
             |sub: &mut SubTaskInfo| {
                 if sub.is_finished() {
                     return Ok(Change::Keep(sub.clone()));
@@ -1427,30 +1428,24 @@ impl GroupMarks {
                 std::mem::take(waiters)
             };
             let now = now_rfc3339();
-            let result = state::update_with(
-                &*store,
-                "task",
-                &key,
-                || Error::TaskNotFound(key.key.clone()),
-                |rec: &mut TaskRecord| {
-                    let mut changed = false;
-                    for w in &batch {
-                        let group = rec.groups.get_mut(&w.group).ok_or_else(|| {
-                            Error::State(format!(
-                                "task `{}` has no delegation group `{}`",
-                                rec.task_id, w.group
-                            ))
-                        })?;
-                        changed |= group.mark_finished(w.seq);
-                    }
-                    if changed {
-                        rec.updated_at = Some(now.clone());
-                        Ok(Change::Write(()))
-                    } else {
-                        Ok(Change::Keep(()))
-                    }
-                },
-            )
+            let result = update_task(&*store, &key, |rec: &mut TaskRecord| {
+                let mut changed = false;
+                for w in &batch {
+                    let group = rec.groups.get_mut(&w.group).ok_or_else(|| {
+                        Error::State(format!(
+                            "task `{}` has no delegation group `{}`",
+                            rec.task_id, w.group
+                        ))
+                    })?;
+                    changed |= group.mark_finished(w.seq);
+                }
+                if changed {
+                    rec.updated_at = Some(now.clone());
+                    Ok(Change::Write(()))
+                } else {
+                    Ok(Change::Keep(()))
+                }
+            })
             .await
             .map(|((), stored)| stored)
             .map_err(|e| e.to_string());
