@@ -186,11 +186,12 @@ async fn main() -> soorma::Result<()> {
     let platform = Platform::from_env().await?;
     match mode {
         Mode::Agent(name) => {
+            let running = agent(&name).start(&platform).await?;
             println!(
-                "running `{name}` on the {} platform; Ctrl-C to stop",
+                "`{name}` ready on the {} platform; Ctrl-C to stop",
                 platform.kind()
             );
-            agent(&name).run(&platform).await
+            running.shutdown_on_signal().await
         }
         Mode::Client => submit(&platform, tasks).await,
         Mode::All => {

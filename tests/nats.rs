@@ -157,6 +157,93 @@ async fn a_fan_out_completes_across_a_nats_server_restart() {
     upper.shutdown().await.unwrap();
 }
 
+/// Holds the reply for `"z"` until the test opens the gate.
+static GATE_OPEN: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+
+async fn gated_upper(req: Invocation<String>) -> Result<String, ToolError> {
+    while req.data == "z" && !GATE_OPEN.load(std::sync::atomic::Ordering::SeqCst) {
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    Ok(req.data.to_uppercase())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_fan_in_completes_across_a_nats_server_restart() {
+    let mut server = NatsServer::start();
+    let platform = connect(&server).await;
+    let mut t = TestPlatform::with_platform(platform.clone()).await.unwrap();
+    t.start(scenarios::batcher()).await.unwrap();
+    t.start(
+        Tool::new("upper")
+            .use_registered_handlers(false)
+            .handler(Handler::on_invoke("upper.requested", gated_upper)),
+    )
+    .await
+    .unwrap();
+    let client = t.client().with_timeout(WAIT * 2);
+    let call = tokio::spawn(async move {
+        client
+            .invoke::<Vec<String>>(
+                "batch.requested",
+                json!({"items": ["x", "y", "z"]}),
+                "batch.completed",
+            )
+            .await
+    });
+    // Two of three results are in and fanned in...
+    let deadline = tokio::time::Instant::now() + WAIT;
+    while t.events_of_type("upper.completed").len() < 2 {
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "results did not arrive"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    // ...the server restarts (file storage) while the last sub-task is still running...
+    server.restart();
+    GATE_OPEN.store(true, std::sync::atomic::Ordering::SeqCst);
+    // ...and the last result completes the task, once, with every result.
+    assert_eq!(call.await.unwrap().unwrap(), ["X", "Y", "Z"]);
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    assert_eq!(t.events_of_type("batch.completed").len(), 1);
+    assert_eq!(t.events_of_type("upper.completed").len(), 3);
+}
+
+static SLOW_CALLS: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+
+async fn slow(_req: Invocation<serde_json::Value>) -> Result<String, ToolError> {
+    SLOW_CALLS.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    Ok("done".into())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_handler_slower_than_ack_wait_is_not_redelivered_while_it_works() {
+    let server = NatsServer::start();
+    let platform =
+        soorma::nats::connect(NatsConfig::new(server.url()).with_ack_wait(Duration::from_secs(1)))
+            .await
+            .unwrap();
+    let tool = Tool::new("sloth")
+        .use_registered_handlers(false)
+        .handler(Handler::on_invoke("slow.requested", slow))
+        .start(&platform)
+        .await
+        .unwrap();
+    let answer: String = platform
+        .client("test")
+        .with_timeout(WAIT)
+        .invoke("slow.requested", json!({}), "slow.done")
+        .await
+        .unwrap();
+    assert_eq!(answer, "done");
+    // Three ack-wait periods passed while the handler worked; it still ran exactly once.
+    tokio::time::sleep(Duration::from_millis(1500)).await;
+    assert_eq!(SLOW_CALLS.load(std::sync::atomic::Ordering::SeqCst), 1);
+    tool.shutdown().await.unwrap();
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn registry_entries_expire_when_heartbeats_stop() {
     let server = NatsServer::start();
@@ -183,6 +270,36 @@ async fn registry_entries_expire_when_heartbeats_stop() {
         );
         tokio::time::sleep(Duration::from_millis(200)).await;
     }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn listing_keys_reads_one_tenant_and_skips_deleted_keys() {
+    use soorma::state::StateKey;
+    let server = NatsServer::start();
+    let platform = connect(&server).await;
+    let store = platform.state();
+    assert!(store.keys("notes", "acme").await.unwrap().is_empty());
+    for (tenant, key) in [
+        ("acme", "b"),
+        ("acme", "a.with.dots"),
+        ("acme", "gone"),
+        ("acme", "sp ace"),
+        ("acme-2", "other"),
+        ("globex", "x"),
+    ] {
+        let k = StateKey::new("notes", tenant, key);
+        store.put(&k, b"{}".to_vec()).await.unwrap();
+    }
+    store
+        .delete(&StateKey::new("notes", "acme", "gone"))
+        .await
+        .unwrap();
+    assert_eq!(
+        store.keys("notes", "acme").await.unwrap(),
+        ["a.with.dots", "b", "sp ace"]
+    );
+    assert_eq!(store.keys("notes", "globex").await.unwrap(), ["x"]);
+    assert!(store.keys("notes", "initech").await.unwrap().is_empty());
 }
 
 #[tokio::test]

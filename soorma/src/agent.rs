@@ -451,10 +451,7 @@ impl AgentBuilder {
     /// # }
     /// ```
     pub async fn run(self, platform: &Platform) -> Result<()> {
-        let handle = self.start(platform).await?;
-        shutdown_signal().await;
-        tracing::info!(agent = %handle.definition.name, "shutdown requested");
-        handle.shutdown().await
+        self.start(platform).await?.shutdown_on_signal().await
     }
 }
 
@@ -632,19 +629,27 @@ async fn handle_delivery(
     );
     async move {
         let input = HandlerInput { envelope: env.clone(), runtime: runtime.clone() };
-        let outcome = CatchUnwind((handler.call)(input.clone())).await;
+        // A slow handler keeps its delivery alive, so the platform does not hand the event to
+        // another instance while this one is still working on it.
+        let outcome = delivery
+            .keep_alive_while(CatchUnwind((handler.call)(input.clone())))
+            .await;
         let settlement = match outcome {
             Ok(Ok(value)) => {
                 if handler.kind == HandlerKind::Invoke {
                     let value = value.unwrap_or(Value::Null);
-                    send_reply(&input, ActionReply::success(&env.id, value)).await;
+                    let reply = ActionReply::success(&env.id, value);
+                    reply_or_retry(&input, reply, delivery.attempt, max_deliver).await
+                } else {
+                    Settlement::Ack
                 }
-                Settlement::Ack
             }
             Ok(Err(Failure::Decode(err))) => {
                 tracing::warn!(error = %err, "rejected event: payload does not match the handler's type");
-                if env.response_event.is_some() {
-                    send_reply(&input, ActionReply::failure(&env.id, err.to_string())).await;
+                if env.response_event.is_some()
+                    && let Err(e) = send_reply(&input, ActionReply::failure(&env.id, err.to_string())).await
+                {
+                    tracing::error!(error = %e, "could not publish the error reply");
                 }
                 dead_letter(&input, err.to_string(), delivery.attempt).await
             }
@@ -681,8 +686,8 @@ async fn on_handler_error(
     match kind {
         HandlerKind::Invoke => {
             tracing::info!(error = %message, "tool returned an error; replying with it");
-            send_reply(input, ActionReply::failure(&input.envelope.id, message)).await;
-            Settlement::Ack
+            let reply = ActionReply::failure(&input.envelope.id, message);
+            reply_or_retry(input, reply, attempt, max_deliver).await
         }
         HandlerKind::Task => {
             tracing::warn!(error = %message, "task handler failed; failing the task");
@@ -744,27 +749,38 @@ async fn dead_letter(input: &HandlerInput, reason: String, attempt: u32) -> Sett
     Settlement::DeadLetter { reason }
 }
 
-async fn send_reply(input: &HandlerInput, reply: ActionReply) {
+/// Publishes a tool's reply; the request is acknowledged only once the reply is stored, so a
+/// failed publish (the platform briefly unreachable) redelivers the request instead of losing
+/// the reply.
+async fn reply_or_retry(
+    input: &HandlerInput,
+    reply: ActionReply,
+    attempt: u32,
+    max_deliver: u32,
+) -> Settlement {
+    match send_reply(input, reply).await {
+        Ok(()) => Settlement::Ack,
+        Err(e) => {
+            tracing::warn!(error = %e, attempt, "could not publish the reply; redelivering the request");
+            retry_or_dead_letter(input, e.to_string(), e.is_retryable(), attempt, max_deliver).await
+        }
+    }
+}
+
+/// Publishes `reply` on the request's `response_event` (nothing to do when none is named).
+async fn send_reply(input: &HandlerInput, reply: ActionReply) -> Result<()> {
     let env: &EventEnvelope = &input.envelope;
     let Some(response_event) = env.response_event.clone() else {
         tracing::warn!(event_type = %env.event_type, "request named no response_event; reply dropped");
-        return;
+        return Ok(());
     };
     let bus = input.bus();
-    let data = match serde_json::to_value(reply) {
-        Ok(d) => d,
-        Err(e) => {
-            tracing::error!(error = %e, "could not serialize reply");
-            return;
-        }
-    };
+    let data = serde_json::to_value(reply).map_err(|e| Error::serialize("reply", e))?;
     let mut out = bus.envelope(env.reply_topic(), response_event, data);
     // One reply per request: a redelivered request's reply keeps the id, so the bus drops it.
     out.id = format!("{}-reply", env.id);
     out.correlation_id = Some(env.correlation_id.clone().unwrap_or_else(|| env.id.clone()));
-    if let Err(e) = bus.publish_envelope(out).await {
-        tracing::error!(error = %e, "could not publish reply");
-    }
+    bus.publish_envelope(out).await
 }
 
 async fn settle(delivery: Delivery, settlement: Settlement) {
@@ -803,6 +819,22 @@ pub struct AgentHandle {
 }
 
 impl AgentHandle {
+    /// Serves until Ctrl-C / SIGTERM, then shuts down gracefully (in-flight handlers finish).
+    ///
+    /// ```no_run
+    /// # #[tokio::main(flavor = "current_thread")] async fn main() -> soorma::Result<()> {
+    /// let platform = soorma::Platform::from_env().await?;
+    /// let worker = soorma::Worker::new("researcher").start(&platform).await?;
+    /// println!("ready"); // the agent's consumers exist from here on
+    /// worker.shutdown_on_signal().await
+    /// # }
+    /// ```
+    pub async fn shutdown_on_signal(self) -> Result<()> {
+        shutdown_signal().await;
+        tracing::info!(agent = %self.definition.name, "shutdown requested");
+        self.shutdown().await
+    }
+
     /// The agent's name.
     ///
     /// ```

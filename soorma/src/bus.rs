@@ -195,7 +195,7 @@ pub enum Settlement {
 /// assert_eq!(*log.lock().unwrap(), [Settlement::Ack]);
 /// # Ok(()) }
 /// ```
-pub trait Acker: Send {
+pub trait Acker: Send + Sync {
     /// Reports how the delivery was handled.
     ///
     /// ```
@@ -215,6 +215,42 @@ pub trait Acker: Send {
     /// # Ok(()) }
     /// ```
     fn settle(self: Box<Self>, settlement: Settlement) -> BoxFuture<'static, Result<()>>;
+
+    /// How often [`in_progress`](Acker::in_progress) must be called while a handler is still
+    /// working, or the platform redelivers the event to another instance. `None` (the default)
+    /// means deliveries never time out.
+    ///
+    /// ```
+    /// # use soorma::bus::{Acker, Settlement};
+    /// # struct AutoAck;
+    /// # impl Acker for AutoAck {
+    /// #     fn settle(self: Box<Self>, _: Settlement) -> soorma::BoxFuture<'static, soorma::Result<()>> {
+    /// #         Box::pin(std::future::ready(Ok(())))
+    /// #     }
+    /// # }
+    /// assert_eq!(AutoAck.keep_alive_interval(), None);
+    /// ```
+    fn keep_alive_interval(&self) -> Option<Duration> {
+        None
+    }
+
+    /// Tells the platform the event is still being handled (resets its redelivery timer).
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")] async fn main() -> soorma::Result<()> {
+    /// # use soorma::bus::{Acker, Settlement};
+    /// # struct AutoAck;
+    /// # impl Acker for AutoAck {
+    /// #     fn settle(self: Box<Self>, _: Settlement) -> soorma::BoxFuture<'static, soorma::Result<()>> {
+    /// #         Box::pin(std::future::ready(Ok(())))
+    /// #     }
+    /// # }
+    /// AutoAck.in_progress().await?; // a no-op unless the platform has delivery timeouts
+    /// # Ok(()) }
+    /// ```
+    fn in_progress(&self) -> BoxFuture<'_, Result<()>> {
+        Box::pin(std::future::ready(Ok(())))
+    }
 }
 
 /// One event delivered to a subscription.
@@ -290,6 +326,44 @@ impl Delivery {
         match self.acker {
             Some(acker) => acker.settle(settlement).await,
             None => Ok(()),
+        }
+    }
+
+    /// Runs `work` (the handling of this delivery), telling the platform the event is still in
+    /// progress often enough that it is not redelivered while `work` runs, however long it takes.
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")] async fn main() -> soorma::Result<()> {
+    /// use std::sync::Arc;
+    /// use soorma::bus::{Delivery, Settlement};
+    /// use soorma::{EventEnvelope, Topic};
+    ///
+    /// let env = EventEnvelope::new("e1", "shop", Topic::BusinessFacts, "order.placed");
+    /// let delivery = Delivery::new(Arc::new(env), 1, None);
+    /// let answer = delivery.keep_alive_while(async { 42 }).await;
+    /// assert_eq!(answer, 42);
+    /// delivery.settle(Settlement::Ack).await?;
+    /// # Ok(()) }
+    /// ```
+    pub async fn keep_alive_while<F: Future>(&self, work: F) -> F::Output {
+        let Some((acker, every)) = self
+            .acker
+            .as_deref()
+            .and_then(|a| a.keep_alive_interval().map(|every| (a, every)))
+        else {
+            return work.await;
+        };
+        let mut work = std::pin::pin!(work);
+        loop {
+            tokio::select! {
+                biased;
+                out = &mut work => return out,
+                _ = tokio::time::sleep(every) => {
+                    if let Err(e) = acker.in_progress().await {
+                        tracing::warn!(event_id = %self.envelope.id, error = %e, "could not extend the delivery's deadline");
+                    }
+                }
+            }
         }
     }
 }

@@ -494,9 +494,7 @@ fn main() {
         println!("RATIO nats_events_per_sec {:.3}", sdk.events_per_sec / raw.events_per_sec);
         println!("RATIO nats_fanout_1000 {:.3}", sdk_fan.as_secs_f64() / raw_fan.as_secs_f64());
 
-        // A fresh connection for the memory measurement.
-        drop(platform);
-        let platform = soorma::nats::connect(NatsConfig::new(server.url())).await.expect("connect");
+        // The same connection as the phases above.
         memory(&platform).await;
     });
 }
@@ -537,11 +535,19 @@ async fn memory(platform: &Platform) {
             })
             .await;
         // Wait until every task has delegated (is persisted and pending).
+        let mut last = (0, Instant::now());
         loop {
             let parked = PARKED.load(std::sync::atomic::Ordering::Relaxed);
             if parked >= in_flight {
                 break;
             }
+            if parked > last.0 {
+                last = (parked, Instant::now());
+            }
+            assert!(
+                last.1.elapsed() < Duration::from_secs(60),
+                "the worker stalled: {parked} of {in_flight} tasks persisted, no progress for 60 s"
+            );
             eprintln!(
                 "  ... {parked} of {in_flight} tasks persisted after {:?}",
                 started.elapsed()

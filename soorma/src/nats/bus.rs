@@ -1,6 +1,7 @@
 use std::collections::HashMap;
 use std::pin::Pin;
 use std::sync::Arc;
+use std::time::Duration;
 
 use async_nats::HeaderMap;
 use async_nats::jetstream::{self, AckKind, consumer, stream};
@@ -221,6 +222,8 @@ impl NatsBus {
             bus: self.clone(),
             consumer: name,
             messages,
+            // Well inside `ack_wait`, so a slow handler's event is not redelivered meanwhile.
+            keep_alive: cfg.ack_wait / 3,
         }))
     }
 
@@ -301,6 +304,7 @@ struct DurableSubscription {
     bus: NatsBus,
     consumer: String,
     messages: MessageStream,
+    keep_alive: Duration,
 }
 
 impl Subscription for DurableSubscription {
@@ -328,6 +332,7 @@ impl Subscription for DurableSubscription {
                             subject: msg.subject.to_string(),
                             payload: msg.payload.clone(),
                             acker,
+                            keep_alive: self.keep_alive,
                         };
                         return Some(Delivery::new(envelope, attempt, Some(Box::new(acker))));
                     }
@@ -377,6 +382,7 @@ struct NatsAcker {
     subject: String,
     payload: bytes::Bytes,
     acker: jetstream::message::Acker,
+    keep_alive: Duration,
 }
 
 impl Acker for NatsAcker {
@@ -396,6 +402,19 @@ impl Acker for NatsAcker {
                 .ack_with(kind)
                 .await
                 .map_err(|e| bus_err("ack", e))
+        })
+    }
+
+    fn keep_alive_interval(&self) -> Option<Duration> {
+        Some(self.keep_alive)
+    }
+
+    fn in_progress(&self) -> BoxFuture<'_, Result<()>> {
+        Box::pin(async move {
+            self.acker
+                .ack_with(AckKind::Progress)
+                .await
+                .map_err(|e| bus_err("progress ack", e))
         })
     }
 }

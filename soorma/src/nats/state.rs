@@ -2,7 +2,6 @@ use std::collections::HashMap;
 use std::sync::Arc;
 
 use async_nats::jetstream::{self, kv};
-use futures_util::TryStreamExt;
 use tokio::sync::Mutex;
 
 use super::{NatsConfig, names};
@@ -36,6 +35,52 @@ impl NatsStore {
             config,
             buckets: Arc::default(),
         }
+    }
+
+    /// The live keys of one tenant: the latest entry of each `<tenant>.*` subject (headers
+    /// only), so listing reads that tenant's keys, not the whole bucket.
+    async fn tenant_keys(
+        &self,
+        store: &kv::Store,
+        tenant: &str,
+    ) -> std::result::Result<Vec<String>, Box<dyn std::error::Error + Send + Sync>> {
+        use futures_util::StreamExt;
+        let consumer = store
+            .stream
+            .create_consumer(jetstream::consumer::push::OrderedConfig {
+                deliver_subject: self.js.client().new_inbox(),
+                description: Some("soorma key listing".into()),
+                filter_subject: format!("{}{tenant}.*", store.prefix),
+                headers_only: true,
+                replay_policy: jetstream::consumer::ReplayPolicy::Instant,
+                deliver_policy: jetstream::consumer::DeliverPolicy::LastPerSubject,
+                ..Default::default()
+            })
+            .await?;
+        let mut keys = Vec::new();
+        if consumer.cached_info().num_pending == 0 {
+            return Ok(keys);
+        }
+        let mut messages = consumer.messages().await?;
+        while let Some(message) = messages.next().await {
+            let message = message?;
+            let pending = message.info()?.pending;
+            let removed = message.headers.as_ref().is_some_and(|h| {
+                h.get("KV-Operation").is_some() || h.get("Nats-Marker-Reason").is_some()
+            });
+            if !removed
+                && let Some(key) = message
+                    .subject
+                    .strip_prefix(store.prefix.as_str())
+                    .and_then(|k| names::kv_key_decode(tenant, k))
+            {
+                keys.push(key);
+            }
+            if pending == 0 {
+                break;
+            }
+        }
+        Ok(keys)
     }
 
     /// The KV bucket for `bucket`, created on first use.
@@ -154,17 +199,9 @@ impl StateStore for NatsStore {
         Box::pin(async move {
             names::tenant_token(tenant)?;
             let store = self.bucket(bucket).await?;
-            let all: Vec<String> = store
-                .keys()
-                .await
-                .map_err(|e| Error::State(format!("list `{bucket}`: {e}")))?
-                .try_collect()
-                .await
-                .map_err(|e| Error::State(format!("list `{bucket}`: {e}")))?;
-            let mut keys: Vec<String> = all
-                .iter()
-                .filter_map(|k| names::kv_key_decode(tenant, k))
-                .collect();
+            let mut keys = self.tenant_keys(&store, tenant).await.map_err(|e| {
+                Error::State(format!("list `{bucket}` for tenant `{tenant}`: {e}"))
+            })?;
             keys.sort();
             Ok(keys)
         })
