@@ -96,10 +96,16 @@ impl Drop for AgentProcess {
 #[test]
 fn research_fanout_runs_as_one_process_per_agent() {
     let server = NatsServer::start();
-    let agents: Vec<AgentProcess> = ["sentiment", "entities", "summarizer", "researcher", "researcher"]
-        .into_iter()
-        .map(|name| AgentProcess::spawn(&server, name))
-        .collect();
+    let agents: Vec<AgentProcess> = [
+        "sentiment",
+        "entities",
+        "summarizer",
+        "researcher",
+        "researcher",
+    ]
+    .into_iter()
+    .map(|name| AgentProcess::spawn(&server, name))
+    .collect();
     let tasks = 60;
     let mut client = Command::new(example_binary())
         .args(["--client", "--tasks", &tasks.to_string()])

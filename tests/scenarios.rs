@@ -19,9 +19,12 @@ use soorma::{ActionReply, EventEnvelope, TaskStatus};
 #[derive(Debug, Serialize, Deserialize, JsonSchema)]
 struct Calculate {
     expression: String,
+    /// Decimal places of the result (default: all).
+    #[serde(default)]
+    precision: Option<u8>,
 }
 
-#[derive(Debug, Serialize, Deserialize, JsonSchema, PartialEq)]
+#[derive(Debug, Clone, Serialize, Deserialize, JsonSchema, PartialEq)]
 struct Calculated {
     result: f64,
 }
@@ -32,6 +35,10 @@ async fn calculate(req: Invocation<Calculate>) -> Result<Calculated, ToolError> 
         panic!("calculator exploded");
     }
     soorma_examples::calc::eval(&req.data.expression)
+        .map(|result| match req.data.precision {
+            Some(p) => (result * 10f64.powi(p.into())).round() / 10f64.powi(p.into()),
+            None => result,
+        })
         .map(|result| Calculated { result })
         .map_err(|e| ToolError::new(e.to_string()))
 }
@@ -197,9 +204,16 @@ pub async fn malformed_payload_gets_a_typed_error_reply_naming_event_type_and_pa
 ) {
     t.start(calculator()).await.unwrap();
     let client = t.client();
-    let err = client
-        .invoke::<Calculated>("calculate.requested", json!({"expression": 12}), "r")
+    // A sender that does not check schemas (another SDK, or `skip_validation`).
+    let unchecked = |data: Value| {
+        client
+            .request("calculate.requested", data, "r")
+            .skip_validation()
+    };
+    let err = unchecked(json!({"expression": 12}))
         .await
+        .unwrap()
+        .into_result::<Calculated>()
         .unwrap_err();
     let msg = err.to_string();
     assert!(
@@ -212,9 +226,10 @@ pub async fn malformed_payload_gets_a_typed_error_reply_naming_event_type_and_pa
         "names the serde path: {msg}"
     );
 
-    let missing = client
-        .invoke::<Calculated>("calculate.requested", json!({"nope": true}), "r")
+    let missing = unchecked(json!({"nope": true}))
         .await
+        .unwrap()
+        .into_result::<Calculated>()
         .unwrap_err();
     assert!(
         missing.to_string().contains("missing field `expression`"),
@@ -232,6 +247,109 @@ pub async fn malformed_payload_gets_a_typed_error_reply_naming_event_type_and_pa
         .unwrap();
     assert_eq!(ok.result, 3.0);
     t.shutdown().await.unwrap();
+}
+
+pub async fn requests_are_checked_against_the_consumers_schema_before_publishing(
+    mut t: TestPlatform,
+    wait: Duration,
+) {
+    t.start(calculator()).await.unwrap();
+    t.start(
+        Worker::new("forwarder")
+            .use_registered_handlers(false)
+            .handler(Handler::on_task("forward.requested", forward))
+            .handler(Handler::on_result("forward.calculated", forward_done)),
+    )
+    .await
+    .unwrap();
+    let client = t.client();
+    // Every violation, with its JSON path; nothing is published.
+    let err = client
+        .invoke::<Calculated>(
+            "calculate.requested",
+            json!({"expression": 12, "precision": "high"}),
+            "r",
+        )
+        .await
+        .unwrap_err();
+    let Error::SchemaViolation { event, violations } = &err else {
+        panic!("expected a schema violation, got {err}");
+    };
+    assert_eq!(event, "calculate.requested");
+    let paths: Vec<&str> = violations.iter().map(|v| v.path.as_str()).collect();
+    assert!(paths.contains(&"/expression"), "{err}");
+    assert!(paths.contains(&"/precision"), "{err}");
+    assert!(err.to_string().contains("at `/expression`"), "{err}");
+    let missing = client
+        .invoke::<Calculated>("calculate.requested", json!({}), "r")
+        .await
+        .unwrap_err();
+    assert!(
+        missing
+            .to_string()
+            .contains("\"expression\" is a required property"),
+        "{missing}"
+    );
+    // A delegation breaking the schema fails the task before anything is saved or published.
+    let failed = client
+        .invoke::<Value>(
+            "forward.requested",
+            json!({"expression": false}),
+            "forward.done",
+        )
+        .await
+        .unwrap_err();
+    assert!(
+        failed.to_string().contains("does not match the schema"),
+        "{failed}"
+    );
+    // A valid delegation goes through.
+    let ok: Value = client
+        .invoke(
+            "forward.requested",
+            json!({"expression": "6*7"}),
+            "forward.done",
+        )
+        .await
+        .unwrap();
+    assert_eq!(ok["result"], 42.0);
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    let published: Vec<_> = t.events_of_type("calculate.requested");
+    assert_eq!(published.len(), 1, "only the valid request was published");
+    assert_eq!(published[0].data["expression"], "6*7");
+    // Unknown events are published unchecked; opting out publishes anyway.
+    client
+        .bus()
+        .request("nobody.requested", json!({"any": "thing"}), "nobody.done")
+        .await
+        .unwrap();
+    client
+        .bus()
+        .request("calculate.requested", json!({"expression": 1}), "r")
+        .skip_validation()
+        .await
+        .unwrap();
+    t.expect_matching(
+        |e| e.event_type == "calculate.requested" && e.data["expression"] == 1,
+        wait,
+        "the unchecked request",
+    )
+    .await
+    .unwrap();
+    t.shutdown().await.unwrap();
+}
+
+async fn forward(mut task: TaskContext<Value>) -> soorma::Result<()> {
+    let data = task.data.clone();
+    task.delegate("calculate.requested", data, "forward.calculated")
+        .await?;
+    Ok(())
+}
+
+async fn forward_done(result: ResultContext<Calculated>) -> soorma::Result<()> {
+    let mut task = result.parent().await?;
+    let value = result.data.clone();
+    task.complete(value).await.map(drop)
 }
 
 pub async fn request_without_response_event_is_handled_without_reply_or_crash(
@@ -938,6 +1056,7 @@ macro_rules! for_each_scenario {
             tool_replies_on_a_custom_response_topic,
             panicking_tool_replies_with_an_error_and_keeps_serving,
             malformed_payload_gets_a_typed_error_reply_naming_event_type_and_path,
+            requests_are_checked_against_the_consumers_schema_before_publishing,
             request_without_response_event_is_handled_without_reply_or_crash,
             agent_without_handlers_fails_loudly,
             typed_state_extractor_and_misconfiguration_errors,

@@ -12,7 +12,7 @@ use tokio::sync::{Semaphore, watch};
 use tokio::task::JoinHandle;
 use tracing::Instrument;
 
-use crate::bus::{BusClient, Delivery, EventFilter, Settlement, SubscriptionSpec};
+use crate::bus::{Delivery, EventFilter, Settlement, SubscriptionSpec};
 use crate::error::{Error, Result};
 use crate::extract::{AgentRuntime, Extensions, HandlerInput};
 use crate::handler::{Failure, Handler, HandlerKind, registered_for};
@@ -394,7 +394,7 @@ impl AgentBuilder {
             kind: self.kind,
             platform: platform.clone(),
             extensions: self.extensions,
-            bus: BusClient::new(platform.bus().clone(), self.name.as_str()),
+            bus: platform.bus_client(&self.name),
         });
 
         let mut filters: BTreeMap<Topic, EventFilter> = BTreeMap::new();

@@ -11,6 +11,7 @@ use soorma_common::{EventEnvelope, Topic};
 
 use crate::error::{Error, Result};
 use crate::util::{BoxFuture, new_id, now_rfc3339};
+use crate::validation::RequestValidator;
 
 /// Which event types of a topic a subscription receives.
 ///
@@ -484,6 +485,7 @@ pub struct BusClient {
     bus: Arc<dyn EventBus>,
     source: Arc<str>,
     parent: Option<Arc<EventEnvelope>>,
+    validator: Option<Arc<RequestValidator>>,
 }
 
 impl std::fmt::Debug for BusClient {
@@ -515,6 +517,21 @@ impl BusClient {
             bus,
             source: source.into(),
             parent: None,
+            validator: None,
+        }
+    }
+
+    pub(crate) fn with_validator(mut self, validator: Arc<RequestValidator>) -> Self {
+        self.validator = Some(validator);
+        self
+    }
+
+    /// Checks an action request against the payload schema its consumer registered (a no-op
+    /// for clients made with [`BusClient::new`]).
+    pub(crate) async fn check_request(&self, envelope: &EventEnvelope) -> Result<()> {
+        match &self.validator {
+            Some(v) => v.check(envelope).await,
+            None => Ok(()),
         }
     }
 
@@ -534,6 +551,7 @@ impl BusClient {
             bus: self.bus.clone(),
             source: self.source.clone(),
             parent: Some(parent),
+            validator: self.validator.clone(),
         }
     }
 
@@ -642,6 +660,7 @@ impl BusClient {
             bus: self.bus.clone(),
             kind,
             envelope,
+            validator: self.validator.clone().filter(|_| kind == Kind::Request),
         }
     }
 
@@ -683,6 +702,7 @@ pub struct Publish {
     bus: Arc<dyn EventBus>,
     kind: Kind,
     envelope: Result<EventEnvelope>,
+    validator: Option<Arc<RequestValidator>>,
 }
 
 macro_rules! publish_setters {
@@ -745,6 +765,21 @@ impl Publish {
         self
     }
 
+    /// Publishes a request without checking its payload against the schema its consumer
+    /// registered (requests are checked by default; see [`Error::SchemaViolation`]).
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")] async fn main() -> soorma::Result<()> {
+    /// # let platform = soorma::Platform::embedded();
+    /// let bus = platform.client("svc").bus();
+    /// bus.request("legacy.requested", "free-form", "legacy.done").skip_validation().await?;
+    /// # Ok(()) }
+    /// ```
+    pub fn skip_validation(mut self) -> Self {
+        self.validator = None;
+        self
+    }
+
     /// The envelope as it will be published.
     ///
     /// ```
@@ -801,6 +836,9 @@ impl IntoFuture for Publish {
         Box::pin(async move {
             let env = self.envelope?;
             Self::validate(self.kind, &env)?;
+            if let Some(validator) = &self.validator {
+                validator.check(&env).await?;
+            }
             let id = env.id.clone();
             self.bus.publish(env).await?;
             Ok(id)

@@ -93,7 +93,7 @@ impl Client {
         session: Option<String>,
         timeout: Duration,
     ) -> Self {
-        let bus = BusClient::new(platform.bus().clone(), name.as_str());
+        let bus = platform.bus_client(&name);
         Self {
             inner: Arc::new(Inner {
                 platform,
@@ -401,6 +401,30 @@ impl Call {
     /// ```
     pub fn correlation_id(mut self, id: impl Into<String>) -> Self {
         self.publish = self.publish.correlation_id(id);
+        self
+    }
+
+    /// Sends the request without checking its payload against the schema its consumer
+    /// registered (checked by default; a mismatch is [`Error::SchemaViolation`] and nothing is
+    /// sent).
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")] async fn main() -> soorma::Result<()> {
+    /// # use soorma::prelude::*;
+    /// # async fn double(req: Invocation<i64>) -> Result<i64, ToolError> { Ok(req.data * 2) }
+    /// # let platform = Platform::embedded();
+    /// # let tool = Tool::new("doubler").use_registered_handlers(false)
+    /// #     .handler(Handler::on_invoke("double.requested", double)).start(&platform).await?;
+    /// let client = platform.client("docs");
+    /// let err = client.request("double.requested", "four", "double.completed").await.unwrap_err();
+    /// assert!(matches!(err, soorma::Error::SchemaViolation { .. })); // not sent
+    /// // Unchecked, the tool itself rejects it with an error reply.
+    /// let reply = client.request("double.requested", "four", "double.completed").skip_validation().await?;
+    /// assert!(!reply.is_success());
+    /// # tool.shutdown().await?; Ok(()) }
+    /// ```
+    pub fn skip_validation(mut self) -> Self {
+        self.publish = self.publish.skip_validation();
         self
     }
 

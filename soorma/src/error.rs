@@ -23,6 +23,18 @@ pub enum Error {
         /// What serde reported.
         message: String,
     },
+    /// A request's payload does not match the payload schema its consumer registered; nothing
+    /// was published.
+    #[error(
+        "`{event}` payload does not match the schema its consumer registered:\n  - {}",
+        violations.iter().map(ToString::to_string).collect::<Vec<_>>().join("\n  - ")
+    )]
+    SchemaViolation {
+        /// The requested event.
+        event: String,
+        /// Every violation found.
+        violations: Vec<SchemaViolation>,
+    },
     /// A call was made with an argument the SDK cannot accept.
     #[error("invalid argument: {0}")]
     InvalidArgument(String),
@@ -132,6 +144,47 @@ impl Error {
 
     pub(crate) fn serialize(what: &'static str, source: serde_json::Error) -> Self {
         Error::Serialize { what, source }
+    }
+}
+
+/// One way a payload breaks its schema: where, and what is wrong.
+///
+/// ```
+/// let v = soorma::SchemaViolation::new("/amount", "\"ten\" is not of type \"number\"");
+/// assert_eq!(v.to_string(), "at `/amount`: \"ten\" is not of type \"number\"");
+/// ```
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct SchemaViolation {
+    /// JSON Pointer to the offending value in the payload (`""`: the payload itself).
+    pub path: String,
+    /// What is wrong.
+    pub message: String,
+}
+
+impl SchemaViolation {
+    /// A violation at `path` (a JSON Pointer).
+    ///
+    /// ```
+    /// let v = soorma::SchemaViolation::new("", "\"a\" is a required property");
+    /// assert_eq!(v.path, "");
+    /// ```
+    pub fn new(path: impl Into<String>, message: impl Into<String>) -> Self {
+        Self {
+            path: path.into(),
+            message: message.into(),
+        }
+    }
+}
+
+impl std::fmt::Display for SchemaViolation {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let path = if self.path.is_empty() {
+            "/"
+        } else {
+            &self.path
+        };
+        write!(f, "at `{path}`: {}", self.message)
     }
 }
 

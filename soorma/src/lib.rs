@@ -59,12 +59,13 @@ pub mod state;
 mod task;
 pub mod testing;
 mod util;
+mod validation;
 
 pub use agent::{Agent, AgentBuilder, AgentHandle, Tool, Worker};
 pub use bus::{BusClient, Publish};
 pub use client::{Call, Client, Reply};
 pub use context::{Event, Invocation, ToolError};
-pub use error::{Error, Result};
+pub use error::{Error, Result, SchemaViolation};
 pub use extract::State;
 pub use handler::{Handler, HandlerFn, HandlerKind, HandlerOutput, ToolOutput};
 pub use platform::{NATS_URL_ENV, Platform};

@@ -9,6 +9,7 @@ use crate::error::{Error, Result};
 use crate::registry::{Discovery, Registry};
 use crate::state::StateStore;
 use crate::task::GroupMarks;
+use crate::validation::RequestValidator;
 
 /// The environment variable that selects the NATS platform.
 pub const NATS_URL_ENV: &str = "SOORMA_NATS_URL";
@@ -22,6 +23,7 @@ struct Inner {
     #[cfg(feature = "nats")]
     nats_client: Option<async_nats::Client>,
     group_marks: Arc<GroupMarks>,
+    validator: Arc<RequestValidator>,
 }
 
 /// Where agents run: a bus, a state store and a registry. Cheap to clone.
@@ -47,13 +49,30 @@ impl Platform {
     /// The in-process platform: zero setup.
     pub fn embedded() -> Self {
         let bus = EmbeddedBus::new();
+        Self::build(
+            "embedded",
+            Arc::new(bus.clone()),
+            Arc::new(MemoryStore::new()),
+            Arc::new(MemoryRegistry::new()),
+            Some(bus),
+        )
+    }
+
+    fn build(
+        kind: &'static str,
+        bus: Arc<dyn EventBus>,
+        state: Arc<dyn StateStore>,
+        registry: Arc<dyn Registry>,
+        embedded_bus: Option<EmbeddedBus>,
+    ) -> Self {
         Self {
             inner: Arc::new(Inner {
-                kind: "embedded",
-                bus: Arc::new(bus.clone()),
-                state: Arc::new(MemoryStore::new()),
-                registry: Arc::new(MemoryRegistry::new()),
-                embedded_bus: Some(bus),
+                kind,
+                bus,
+                state,
+                validator: Arc::new(RequestValidator::new(registry.clone())),
+                registry,
+                embedded_bus,
                 #[cfg(feature = "nats")]
                 nats_client: None,
                 group_marks: Arc::default(),
@@ -110,17 +129,11 @@ impl Platform {
         registry: Arc<dyn Registry>,
         client: async_nats::Client,
     ) -> Self {
-        Self {
-            inner: Arc::new(Inner {
-                kind: "nats",
-                bus,
-                state,
-                registry,
-                embedded_bus: None,
-                nats_client: Some(client),
-                group_marks: Arc::default(),
-            }),
+        let mut platform = Self::build("nats", bus, state, registry, None);
+        if let Some(inner) = Arc::get_mut(&mut platform.inner) {
+            inner.nats_client = Some(client);
         }
+        platform
     }
 
     /// A platform from custom parts.
@@ -130,18 +143,7 @@ impl Platform {
         state: Arc<dyn StateStore>,
         registry: Arc<dyn Registry>,
     ) -> Self {
-        Self {
-            inner: Arc::new(Inner {
-                kind,
-                bus,
-                state,
-                registry,
-                embedded_bus: None,
-                #[cfg(feature = "nats")]
-                nats_client: None,
-                group_marks: Arc::default(),
-            }),
-        }
+        Self::build(kind, bus, state, registry, None)
     }
 
     /// `"embedded"`, `"nats"`, or the name given to [`from_parts`](Self::from_parts).
@@ -167,6 +169,12 @@ impl Platform {
     /// Discovery queries over the registry.
     pub fn discovery(&self) -> Discovery {
         Discovery::new(self.inner.registry.clone())
+    }
+
+    /// A bus client publishing as `source`, validating requests against registered schemas.
+    pub(crate) fn bus_client(&self, source: &str) -> crate::BusClient {
+        crate::BusClient::new(self.inner.bus.clone(), source)
+            .with_validator(self.inner.validator.clone())
     }
 
     pub(crate) fn group_marks(&self) -> &Arc<GroupMarks> {

@@ -102,6 +102,7 @@ pub struct Delegation {
     event_type: String,
     data: std::result::Result<Value, String>,
     response_event: String,
+    validate: bool,
 }
 
 impl Delegation {
@@ -122,7 +123,22 @@ impl Delegation {
             event_type: event_type.into(),
             data: serde_json::to_value(data).map_err(|e| e.to_string()),
             response_event: response_event.into(),
+            validate: true,
         }
+    }
+
+    /// Publishes the request without checking its payload against the schema its consumer
+    /// registered (checked by default: a mismatch fails the delegation with
+    /// [`Error::SchemaViolation`] before anything is saved or published).
+    ///
+    /// ```
+    /// let d = soorma::Delegation::new("legacy.requested", &"free-form", "legacy.done").skip_validation();
+    /// # let _ = d;
+    /// ```
+    #[must_use]
+    pub fn skip_validation(mut self) -> Self {
+        self.validate = false;
+        self
     }
 
     /// The request's event type.
@@ -591,8 +607,24 @@ impl<T> TaskContext<T> {
             event_type: event_type.into(),
             data: serde_json::to_value(data).map_err(|e| e.to_string()),
             response_event: response_event.into(),
+            validate: true,
         };
-        let group_id = self.delegate_group(vec![d]).await?;
+        self.delegate_with(d).await
+    }
+
+    /// [`delegate`](Self::delegate) with a prepared [`Delegation`] (e.g. one that skips schema
+    /// validation); returns the sub-task id.
+    ///
+    /// ```
+    /// # use soorma::prelude::*;
+    /// async fn forward(mut task: TaskContext<serde_json::Value>) -> soorma::Result<()> {
+    ///     let legacy = Delegation::new("legacy.requested", &task.data, "legacy.done").skip_validation();
+    ///     task.delegate_with(legacy).await.map(drop)
+    /// }
+    /// # let _ = forward;
+    /// ```
+    pub async fn delegate_with(&mut self, delegation: Delegation) -> Result<String> {
+        let group_id = self.delegate_group(vec![delegation]).await?;
         Ok(sub_task_id(&group_id, 0))
     }
 
@@ -644,16 +676,31 @@ impl<T> TaskContext<T> {
             let data = d
                 .data
                 .map_err(|e| Error::InvalidArgument(format!("delegation data: {e}")))?;
-            planned.push((d.event_type, d.response_event, data));
+            planned.push((d.event_type, d.response_event, data, d.validate));
         }
         let group_id = self.next_group_id();
+        // The requests, each correlated by its sub-task id; checked against their consumers'
+        // schemas before anything is saved, so a rejected delegation leaves no trace.
+        let bus = self.bus();
+        let mut envelopes = Vec::with_capacity(planned.len());
+        for (i, (event_type, response_event, data, validate)) in planned.iter().enumerate() {
+            let id = sub_task_id(&group_id, i as u32);
+            let mut env = bus.envelope(Topic::ActionRequests, event_type.clone(), data.clone());
+            env.id.clone_from(&id);
+            env.correlation_id = Some(id);
+            env.response_event = Some(response_event.clone());
+            if *validate {
+                bus.check_request(&env).await?;
+            }
+            envelopes.push(env);
+        }
         let base_seq = self.record.next_seq;
         let tenant = self.tenant_owned();
         // 1. The sub-task records (a replay finds them already there).
         let infos: Vec<SubTaskInfo> = planned
             .iter()
             .enumerate()
-            .map(|(i, (event_type, response_event, _))| {
+            .map(|(i, (event_type, response_event, _, _))| {
                 let i = i as u32;
                 SubTaskInfo::new(
                     sub_task_id(&group_id, i),
@@ -691,20 +738,7 @@ impl<T> TaskContext<T> {
             }
         })
         .await?;
-        // 3. The requests, each correlated by its sub-task id.
-        let bus = self.bus();
-        let envelopes: Vec<EventEnvelope> = planned
-            .into_iter()
-            .enumerate()
-            .map(|(i, (event_type, response_event, data))| {
-                let id = sub_task_id(&group_id, i as u32);
-                let mut env = bus.envelope(Topic::ActionRequests, event_type, data);
-                env.id.clone_from(&id);
-                env.correlation_id = Some(id);
-                env.response_event = Some(response_event);
-                env
-            })
-            .collect();
+        // 3. The requests.
         concurrently(envelopes, STATE_CONCURRENCY, move |env: EventEnvelope| {
             let bus = bus.clone();
             async move { bus.publish_envelope(env).await }

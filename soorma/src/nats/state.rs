@@ -199,9 +199,10 @@ impl StateStore for NatsStore {
         Box::pin(async move {
             names::tenant_token(tenant)?;
             let store = self.bucket(bucket).await?;
-            let mut keys = self.tenant_keys(&store, tenant).await.map_err(|e| {
-                Error::State(format!("list `{bucket}` for tenant `{tenant}`: {e}"))
-            })?;
+            let mut keys = self
+                .tenant_keys(&store, tenant)
+                .await
+                .map_err(|e| Error::State(format!("list `{bucket}` for tenant `{tenant}`: {e}")))?;
             keys.sort();
             Ok(keys)
         })
