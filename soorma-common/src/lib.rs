@@ -1,8 +1,9 @@
 //! Shared data types for soorma: the event envelope, the topic set, registry DTOs,
-//! state-machine DTOs and persisted task / plan / session records.
+//! state-machine DTOs, persisted task / plan / session records, and A2A agent cards ([`a2a`]).
 //!
 //! These types are plain serde + schemars data with no runtime dependencies, so services
-//! written in other languages and the Rust SDK agree on one wire format (snake_case JSON).
+//! written in other languages and the Rust SDK agree on one wire format (snake_case JSON; the
+//! [`a2a`] types follow the A2A protocol's camelCase JSON instead).
 //!
 //! ```
 //! use soorma_common::{EventEnvelope, Topic};
@@ -14,6 +15,7 @@
 //! ```
 #![warn(missing_docs)]
 
+pub mod a2a;
 mod envelope;
 mod records;
 mod registry;

@@ -74,6 +74,34 @@ pub use util::BoxFuture;
 
 /// The shared DTO crate.
 pub use soorma_common as common;
+
+/// A2A (Agent2Agent v1.0) agent cards: the card types, [`CardBuilder`](a2a::CardBuilder) (a card
+/// from an agent's definition, one skill per capability) and the v0.3.0 rendering.
+///
+/// ```
+/// use soorma::prelude::*;
+/// use soorma::a2a::CardBuilder;
+///
+/// /// Adds two numbers.
+/// async fn add(req: Invocation<(i64, i64)>) -> Result<i64, ToolError> {
+///     Ok(req.data.0 + req.data.1)
+/// }
+///
+/// let tool = Tool::new("calculator")
+///     .version("1.0.0")
+///     .use_registered_handlers(false)
+///     .handler(Handler::on_invoke("add.requested", add));
+/// let def = tool.definition();
+/// let card = CardBuilder::new(&def, "https://agents.example.com/calculator/a2a")
+///     .with_bearer()
+///     .build()
+///     .unwrap();
+/// assert_eq!(card.skills[0].id, "add.requested");
+/// let well_known = serde_json::to_string(&card).unwrap(); // serve at /.well-known/agent-card.json
+/// let legacy = serde_json::to_string(&card.to_v0_3()).unwrap(); // for A2A v0.3 clients
+/// assert!(well_known.contains("\"supportedInterfaces\"") && legacy.contains("\"preferredTransport\""));
+/// ```
+pub use soorma_common::a2a;
 pub use soorma_common::{
     ActionReply, AgentCapability, AgentDefinition, AgentKind, EventDefinition, EventEnvelope,
     SubTaskInfo, SubTaskStatus, TaskProgress, TaskRecord, TaskStatus, Topic,
