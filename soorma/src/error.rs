@@ -121,10 +121,21 @@ pub enum Error {
     /// The platform or client has shut down.
     #[error("the platform is shut down")]
     Closed,
+    /// The LLM client failed (feature `llm`).
+    ///
+    /// ```
+    /// use soorma::llm::LlmError;
+    /// let err = soorma::Error::from(LlmError::MissingEnv { var: "SOORMA_LLM_MODEL" });
+    /// assert_eq!(err.to_string(), "environment variable `SOORMA_LLM_MODEL` is required but not set");
+    /// ```
+    #[cfg(feature = "llm")]
+    #[error(transparent)]
+    Llm(#[from] crate::llm::LlmError),
 }
 
 impl Error {
-    /// Whether retrying the same operation later may succeed.
+    /// Whether retrying the same operation later may succeed (for `Error::Llm`, as
+    /// `LlmError::is_retryable` says: HTTP 408/429/5xx, timeouts, transport errors).
     ///
     /// ```
     /// use soorma::Error;
@@ -132,14 +143,16 @@ impl Error {
     /// assert!(!Error::InvalidArgument("x".into()).is_retryable());
     /// ```
     pub fn is_retryable(&self) -> bool {
-        matches!(
-            self,
+        match self {
             Error::Conflict { .. }
-                | Error::State(_)
-                | Error::Bus(_)
-                | Error::Registry(_)
-                | Error::Timeout { .. }
-        )
+            | Error::State(_)
+            | Error::Bus(_)
+            | Error::Registry(_)
+            | Error::Timeout { .. } => true,
+            #[cfg(feature = "llm")]
+            Error::Llm(e) => e.is_retryable(),
+            _ => false,
+        }
     }
 
     pub(crate) fn serialize(what: &'static str, source: serde_json::Error) -> Self {

@@ -41,6 +41,9 @@
 //!
 //! Platforms: [`Platform::embedded`] runs everything in process;
 //! [`Platform::from_env`] picks NATS when `SOORMA_NATS_URL` is set.
+//!
+//! With the `llm` feature, `soorma::llm` is an OpenAI-compatible LLM client (completions,
+//! streaming, validated structured output) and a scripted model for tests.
 #![warn(missing_docs)]
 
 mod agent;
@@ -51,6 +54,8 @@ pub mod embedded;
 mod error;
 pub mod extract;
 mod handler;
+#[cfg(feature = "llm")]
+pub mod llm;
 #[cfg(feature = "nats")]
 pub mod nats;
 mod platform;
