@@ -455,7 +455,7 @@ impl AgentBuilder {
     }
 }
 
-async fn shutdown_signal() {
+pub(crate) async fn shutdown_signal() {
     #[cfg(unix)]
     {
         let mut term = match tokio::signal::unix::signal(

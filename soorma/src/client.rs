@@ -368,6 +368,17 @@ pub struct Call {
 }
 
 impl Call {
+    /// The request as it will be published (its `id` is the request's event id).
+    ///
+    /// ```
+    /// let platform = soorma::Platform::embedded();
+    /// let call = platform.client("docs").request("double.requested", 4, "double.completed");
+    /// assert_eq!(call.envelope().unwrap().event_type, "double.requested");
+    /// ```
+    pub fn envelope(&self) -> Result<&EventEnvelope> {
+        self.publish.envelope()
+    }
+
     /// Sets how long to wait for the reply.
     ///
     /// ```

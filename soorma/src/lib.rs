@@ -53,6 +53,8 @@ mod context;
 pub mod embedded;
 mod error;
 pub mod extract;
+#[cfg(feature = "gateway")]
+pub mod gateway;
 mod handler;
 #[cfg(feature = "llm")]
 pub mod llm;

@@ -1,4 +1,5 @@
-//! A2A (Agent2Agent protocol v1.0) agent cards.
+//! A2A (Agent2Agent protocol v1.0): agent cards, and the messages and tasks of the JSON-RPC
+//! binding.
 //!
 //! The data types mirror the v1.0 protobuf definition (`lf.a2a.v1`, kept in the repository at
 //! `spec/a2a/a2a.proto`) in its JSON form: camelCase field names, `oneof`s as an object with
@@ -41,6 +42,7 @@ mod provider;
 mod security;
 mod signature;
 mod skill;
+mod task;
 mod v0_3;
 mod validate;
 
@@ -59,6 +61,11 @@ pub use security::{
 };
 pub use signature::AgentCardSignature;
 pub use skill::AgentSkill;
+pub use task::{
+    Artifact, Message, Part, PartContent, Role, SendMessageConfiguration, SendMessageRequest,
+    SendMessageResponse, StreamResponse, Task, TaskArtifactUpdateEvent, TaskIdParams, TaskState,
+    TaskStatus, TaskStatusUpdateEvent,
+};
 pub use v0_3::{AgentCardV03, V0_3_PROTOCOL_VERSION};
 
 /// The media type of the JSON documents soorma agents exchange (`application/json`).
