@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
-# The whole test suite: unit, integration, UI (trybuild) and doc tests, the examples run
-# end to end on the embedded platform, clippy (-D warnings) and rustdoc (-D warnings).
+# The whole test suite: unit, integration, UI (trybuild) and doc tests, the crates `soorma new`
+# generates (built and tested), the examples run end to end on the embedded platform, clippy
+# (-D warnings) and rustdoc (-D warnings).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -20,11 +21,30 @@ fi
 echo "== nats-server: $SOORMA_NATS_SERVER ($("$SOORMA_NATS_SERVER" --version))"
 
 cargo test --workspace
+target_dir="${CARGO_TARGET_DIR:-$PWD/target}"
+
+# `soorma new`: the generated crates build and pass their own tests. This runs here, not in
+# `cargo test` (a nested cargo would deadlock on the build directory lock, which is free now).
+# They share this workspace's target directory, lock file and dev profile, so the compiled
+# dependencies are reused. Distinct names: two crates of one name at their own workspace roots
+# would share build artifacts, and the second `cargo test` could run the first one's binary.
+echo "== soorma new: the generated tool and worker pass their tests"
+scaffold_dir="$(mktemp -d)"
+trap 'rm -rf "$scaffold_dir"' EXIT
+for kind in tool worker; do
+    name="scaffold-check-$kind"
+    "$target_dir/debug/soorma" new "$name" --kind "$kind" --path "$scaffold_dir" --soorma-path "$PWD/soorma"
+    cp Cargo.lock "$scaffold_dir/$name/"
+    CARGO_TARGET_DIR="$target_dir" cargo test --manifest-path "$scaffold_dir/$name/Cargo.toml" \
+        --config 'profile.dev.debug="line-tables-only"' \
+        --config 'profile.dev.package."*".debug=false' 2>&1 | tee "$scaffold_dir/$name.log"
+    grep -q "test result: ok. 1 passed" "$scaffold_dir/$name.log"
+done
 
 echo "== examples (embedded platform)"
 for example in hello_tool business_facts research_fanout; do
     echo "-- $example"
-    timeout 60 "target/debug/examples/$example"
+    timeout 60 "$target_dir/debug/examples/$example"
 done
 
 echo "== clippy"

@@ -1,0 +1,158 @@
+//! `soorma events tail`: live events of the shared platform.
+
+use std::io::{ErrorKind, Write};
+
+use soorma::{EventEnvelope, Topic};
+
+use crate::CliError;
+use crate::platform::connect;
+
+/// How many characters of an event's compact JSON data a line shows.
+pub const DATA_WIDTH: usize = 120;
+
+/// What to tail and how to print it.
+#[derive(Debug, Clone, Default)]
+pub struct TailOptions {
+    /// Only this topic.
+    pub topic: Option<Topic>,
+    /// Only these event types (empty: every type).
+    pub events: Vec<String>,
+    /// Only this correlation id.
+    pub correlation: Option<String>,
+    /// One JSON envelope per line instead of a readable line.
+    pub json: bool,
+}
+
+impl TailOptions {
+    /// Whether an event passes the filters (the topic is filtered by the subscription).
+    ///
+    /// ```
+    /// use soorma::{EventEnvelope, Topic};
+    /// use soorma_cli::events::TailOptions;
+    ///
+    /// let only = TailOptions { events: vec!["order.placed".into()], ..Default::default() };
+    /// assert!(only.matches(&EventEnvelope::new("e1", "shop", Topic::BusinessFacts, "order.placed")));
+    /// assert!(!only.matches(&EventEnvelope::new("e2", "shop", Topic::BusinessFacts, "order.paid")));
+    /// ```
+    pub fn matches(&self, env: &EventEnvelope) -> bool {
+        (self.topic.is_none() || self.topic == Some(env.topic))
+            && (self.events.is_empty() || self.events.contains(&env.event_type))
+            && self
+                .correlation
+                .as_ref()
+                .is_none_or(|c| env.correlation_id.as_deref() == Some(c.as_str()))
+    }
+
+    fn describe(&self) -> String {
+        let mut what = match self.topic {
+            Some(t) => format!("events on {t}"),
+            None => "events on every topic".to_owned(),
+        };
+        if !self.events.is_empty() {
+            what.push_str(&format!(" of type {}", self.events.join(" or ")));
+        }
+        if let Some(c) = &self.correlation {
+            what.push_str(&format!(" with correlation id {c}"));
+        }
+        what
+    }
+}
+
+/// Streams the shared platform's events to stdout until Ctrl-C or SIGTERM.
+///
+/// Prints `tailing ...` on stderr once the subscription is live; events published from then on
+/// are printed. A closed stdout (`soorma events tail | head`) ends the command quietly.
+pub async fn tail(options: TailOptions) -> Result<(), CliError> {
+    let connected = connect("events tail").await?;
+    let mut events = connected.platform.bus().observe(options.topic).await?;
+    eprintln!(
+        "tailing {} on {}; Ctrl-C to stop",
+        options.describe(),
+        connected.url
+    );
+    let signal = crate::shutdown_signal();
+    tokio::pin!(signal);
+    loop {
+        let delivery = tokio::select! {
+            _ = &mut signal => return Ok(()),
+            delivery = events.next() => delivery,
+        };
+        let Some(delivery) = delivery else {
+            return Err(CliError::StreamEnded(connected.url));
+        };
+        let env = &delivery.envelope;
+        if !options.matches(env) {
+            continue;
+        }
+        let line = if options.json {
+            serde_json::to_string(&**env).map_err(|source| CliError::Json {
+                what: "an event",
+                source,
+            })?
+        } else {
+            format_line(env)
+        };
+        let mut out = std::io::stdout().lock();
+        match writeln!(out, "{line}").and_then(|()| out.flush()) {
+            Ok(()) => {}
+            Err(e) if e.kind() == ErrorKind::BrokenPipe => return Ok(()),
+            Err(e) => {
+                return Err(CliError::Io {
+                    what: "cannot write to",
+                    path: "stdout".into(),
+                    source: e,
+                });
+            }
+        }
+    }
+}
+
+/// One readable line: time, topic, event type, source, correlation id and compact data
+/// (at most [`DATA_WIDTH`] characters).
+///
+/// ```
+/// use soorma::{EventEnvelope, Topic};
+///
+/// let env = EventEnvelope::new("e1", "shop", Topic::BusinessFacts, "order.placed")
+///     .with_time("2026-05-01T12:34:56.789Z")
+///     .with_correlation_id("c-1")
+///     .with_data(serde_json::json!({"order": 7}));
+/// assert_eq!(
+///     soorma_cli::events::format_line(&env),
+///     r#"12:34:56.789 business-facts      order.placed             from shop  corr c-1  {"order":7}"#
+/// );
+/// ```
+pub fn format_line(env: &EventEnvelope) -> String {
+    let time = env
+        .time
+        .as_deref()
+        .map(|t| {
+            let t = t.split_once('T').map_or(t, |(_, time)| time);
+            t.trim_end_matches('Z')
+        })
+        .unwrap_or("-");
+    let data = serde_json::to_string(&env.data).unwrap_or_default();
+    format!(
+        "{time} {:<19} {:<24} from {}  corr {}  {}",
+        env.topic.as_str(),
+        env.event_type,
+        env.source,
+        env.correlation_id.as_deref().unwrap_or("-"),
+        truncate(&data, DATA_WIDTH)
+    )
+}
+
+/// `text` cut to at most `max` characters, ending in `…` when cut.
+///
+/// ```
+/// assert_eq!(soorma_cli::events::truncate("abcdef", 4), "abc…");
+/// assert_eq!(soorma_cli::events::truncate("abc", 4), "abc");
+/// ```
+pub fn truncate(text: &str, max: usize) -> String {
+    if text.chars().count() <= max {
+        return text.to_owned();
+    }
+    let mut cut: String = text.chars().take(max.saturating_sub(1)).collect();
+    cut.push('…');
+    cut
+}

@@ -1,0 +1,206 @@
+//! The `soorma` command-line tool.
+//!
+//! ```text
+//! soorma new <name> --kind tool|worker [--path DIR] [--soorma-path PATH]
+//! soorma dev [--port N] [--store DIR]
+//! soorma agents [--json]
+//! soorma card <agent> --url <gateway-url> [--v0-3]
+//! soorma events tail [--topic T] [--event E]... [--correlation ID] [--json]
+//! ```
+//!
+//! `new` scaffolds an agent crate; `dev` runs a local `nats-server -js`; `agents`, `card` and
+//! `events tail` work on the shared platform named by `SOORMA_NATS_URL` (the embedded platform
+//! lives inside one process, so there is nothing for them to see there). See `docs/cli.md`.
+//!
+//! This library holds the commands so they can be documented and unit-tested; the `soorma`
+//! binary parses the command line with [`Cli`] and calls [`run`].
+#![warn(missing_docs)]
+
+pub mod agents;
+pub mod dev;
+mod error;
+pub mod events;
+pub mod platform;
+pub mod scaffold;
+
+use std::path::PathBuf;
+
+use clap::{Args, Parser, Subcommand};
+use soorma::Topic;
+
+pub use error::CliError;
+pub use scaffold::Kind;
+
+/// The command line.
+#[derive(Debug, Parser)]
+#[command(
+    name = "soorma",
+    version,
+    about = "soorma agent SDK: scaffold agents, run a local NATS platform, inspect agents and events",
+    after_help = "Commands other than `new` and `dev` use the platform named by SOORMA_NATS_URL \
+                  (start one with `soorma dev`)."
+)]
+pub struct Cli {
+    /// What to do.
+    #[command(subcommand)]
+    pub command: Command,
+}
+
+/// The subcommands.
+#[derive(Debug, Subcommand)]
+pub enum Command {
+    /// Create a new agent crate (a tool or a worker) with a working agent and its test.
+    New(NewArgs),
+    /// Run a local nats-server with JetStream and print the SOORMA_NATS_URL to export.
+    Dev(DevArgs),
+    /// List the agents registered on the platform.
+    Agents(AgentsArgs),
+    /// Print the A2A agent card of a registered agent.
+    Card(CardArgs),
+    /// Watch the platform's events.
+    Events {
+        /// What to do with events.
+        #[command(subcommand)]
+        command: EventsCommand,
+    },
+}
+
+/// `soorma new`.
+#[derive(Debug, Args)]
+pub struct NewArgs {
+    /// The crate's name (also the agent's name): lowercase letters, digits, `-` and `_`, starting with a
+    /// letter.
+    pub name: String,
+    /// What to generate: `tool` (request → reply) or `worker` (a task that delegates to a
+    /// tool and completes).
+    #[arg(long, value_parser = parse_kind)]
+    pub kind: Kind,
+    /// The directory to create the crate in (the crate goes into `<DIR>/<name>`).
+    #[arg(long, value_name = "DIR", default_value = ".")]
+    pub path: PathBuf,
+    /// Depend on a local soorma checkout: the path of its `soorma/` crate directory.
+    /// Without it the crate depends on the soorma version of this CLI from crates.io.
+    #[arg(long, value_name = "PATH")]
+    pub soorma_path: Option<PathBuf>,
+}
+
+fn parse_kind(s: &str) -> Result<Kind, String> {
+    s.parse()
+}
+
+/// `soorma dev`.
+#[derive(Debug, Args)]
+pub struct DevArgs {
+    /// The port nats-server listens on (127.0.0.1 only).
+    #[arg(long, default_value_t = 4222, value_parser = clap::value_parser!(u16).range(1..))]
+    pub port: u16,
+    /// Where JetStream keeps streams and KV buckets (default: `soorma-dev-<port>` in the
+    /// temporary directory, kept between runs).
+    #[arg(long, value_name = "DIR")]
+    pub store: Option<PathBuf>,
+}
+
+/// `soorma agents`.
+#[derive(Debug, Args)]
+pub struct AgentsArgs {
+    /// Print the agents' registry definitions as JSON.
+    #[arg(long)]
+    pub json: bool,
+}
+
+/// `soorma card`.
+#[derive(Debug, Args)]
+pub struct CardArgs {
+    /// The registered agent's name.
+    pub agent: String,
+    /// The URL where the A2A gateway serves this agent (`https://...`).
+    #[arg(long, value_name = "GATEWAY_URL")]
+    pub url: String,
+    /// Print the A2A v0.3.0 rendering instead of v1.0.
+    #[arg(long = "v0-3")]
+    pub v0_3: bool,
+}
+
+/// `soorma events ...`.
+#[derive(Debug, Subcommand)]
+pub enum EventsCommand {
+    /// Print live events as they are published, until Ctrl-C.
+    Tail(TailArgs),
+}
+
+/// `soorma events tail`.
+#[derive(Debug, Args)]
+pub struct TailArgs {
+    /// Only this topic (e.g. `action-requests`, `business-facts`).
+    #[arg(long)]
+    pub topic: Option<Topic>,
+    /// Only events of this type (repeat for several).
+    #[arg(long = "event", value_name = "EVENT")]
+    pub events: Vec<String>,
+    /// Only events with this correlation id.
+    #[arg(long, value_name = "ID")]
+    pub correlation: Option<String>,
+    /// Print each event's envelope as one line of JSON.
+    #[arg(long)]
+    pub json: bool,
+}
+
+/// Runs a parsed command line.
+pub async fn run(cli: Cli) -> Result<(), CliError> {
+    match cli.command {
+        Command::New(args) => {
+            let options = scaffold::NewOptions {
+                name: args.name,
+                kind: args.kind,
+                parent: args.path,
+                soorma_path: args.soorma_path,
+            };
+            let dir = scaffold::scaffold(&options)?;
+            print!("{}", scaffold::next_steps(&options, &dir));
+            Ok(())
+        }
+        Command::Dev(args) => {
+            dev::run(dev::DevOptions {
+                port: args.port,
+                store: args.store,
+            })
+            .await
+        }
+        Command::Agents(args) => agents::list(args.json).await,
+        Command::Card(args) => agents::card(&args.agent, &args.url, args.v0_3).await,
+        Command::Events {
+            command: EventsCommand::Tail(args),
+        } => {
+            events::tail(events::TailOptions {
+                topic: args.topic,
+                events: args.events,
+                correlation: args.correlation,
+                json: args.json,
+            })
+            .await
+        }
+    }
+}
+
+/// Resolves on Ctrl-C (SIGINT) or SIGTERM.
+pub(crate) async fn shutdown_signal() {
+    #[cfg(unix)]
+    {
+        use tokio::signal::unix::{SignalKind, signal};
+        match signal(SignalKind::terminate()) {
+            Ok(mut term) => {
+                tokio::select! {
+                    _ = tokio::signal::ctrl_c() => {}
+                    _ = term.recv() => {}
+                }
+            }
+            Err(_) => {
+                let _ = tokio::signal::ctrl_c().await;
+            }
+        }
+    }
+    #[cfg(not(unix))]
+    {
+        let _ = tokio::signal::ctrl_c().await;
+    }
+}

@@ -1,0 +1,374 @@
+//! `soorma new`: a new agent crate from the templates in `soorma-cli/templates/`.
+
+use std::fmt;
+use std::path::{Path, PathBuf};
+use std::str::FromStr;
+
+use crate::CliError;
+
+/// The kinds `soorma new` can generate.
+pub const KINDS: &str = "tool, worker";
+
+const CARGO_TOML: &str = include_str!("../templates/Cargo.toml.template");
+const TOOL_MAIN: &str = include_str!("../templates/tool.rs");
+const WORKER_MAIN: &str = include_str!("../templates/worker.rs");
+const README: &str = include_str!("../templates/README.md");
+const GITIGNORE: &str = include_str!("../templates/gitignore");
+
+/// What kind of agent to generate.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Kind {
+    /// A request → reply tool (`#[on_invoke]`).
+    Tool,
+    /// A worker (`#[on_task]` delegating to a tool, `#[on_result]` completing), with the tool.
+    Worker,
+}
+
+impl Kind {
+    /// `tool` or `worker`.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Kind::Tool => "tool",
+            Kind::Worker => "worker",
+        }
+    }
+
+    fn main_template(self) -> &'static str {
+        match self {
+            Kind::Tool => TOOL_MAIN,
+            Kind::Worker => WORKER_MAIN,
+        }
+    }
+
+    fn summary(self, name: &str) -> String {
+        match self {
+            Kind::Tool => format!(
+                "`src/main.rs` is the tool `{name}`: a typed `#[on_invoke(\"{name}.requested\")]` \
+                 handler whose request and reply are Rust types (serde + JsonSchema), so the \
+                 registry publishes their schemas."
+            ),
+            Kind::Worker => format!(
+                "`src/main.rs` is the worker `{name}`: `#[on_task(\"{name}.requested\")]` delegates \
+                 to the tool `{name}-words` (in the same crate) and `#[on_result]` completes the \
+                 task with the tool's result."
+            ),
+        }
+    }
+}
+
+impl fmt::Display for Kind {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+impl FromStr for Kind {
+    type Err = String;
+
+    /// ```
+    /// use soorma_cli::Kind;
+    /// assert_eq!("worker".parse::<Kind>(), Ok(Kind::Worker));
+    /// assert!("planner".parse::<Kind>().unwrap_err().contains("planner layer"));
+    /// ```
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        match s {
+            "tool" => Ok(Kind::Tool),
+            "worker" => Ok(Kind::Worker),
+            "planner" => Err(format!(
+                "the planner template comes with the planner layer, which soorma does not have \
+                 yet; available kinds: {KINDS}"
+            )),
+            other => Err(format!("unknown kind `{other}`; available kinds: {KINDS}")),
+        }
+    }
+}
+
+/// `soorma new` settings.
+#[derive(Debug, Clone)]
+pub struct NewOptions {
+    /// The crate's (and agent's) name.
+    pub name: String,
+    /// What to generate.
+    pub kind: Kind,
+    /// The directory the crate directory is created in.
+    pub parent: PathBuf,
+    /// A local `soorma/` crate directory to depend on (else the CLI's soorma version).
+    pub soorma_path: Option<PathBuf>,
+}
+
+const KEYWORDS: &[&str] = &[
+    "abstract", "as", "async", "await", "become", "box", "break", "const", "continue", "crate",
+    "do", "dyn", "else", "enum", "extern", "false", "final", "fn", "for", "gen", "if", "impl",
+    "in", "let", "loop", "macro", "match", "mod", "move", "mut", "override", "priv", "pub", "ref",
+    "return", "self", "static", "struct", "super", "trait", "true", "try", "type", "typeof",
+    "unsafe", "unsized", "use", "virtual", "where", "while", "yield",
+];
+
+/// Names cargo or the generated crate cannot use: the standard crates, cargo's build
+/// directories, and the generated crate's own dependencies.
+const RESERVED: &[&str] = &[
+    "test",
+    "std",
+    "core",
+    "alloc",
+    "proc_macro",
+    "deps",
+    "examples",
+    "build",
+    "incremental",
+    "soorma",
+    "soorma_common",
+    "soorma_macros",
+    "serde",
+    "schemars",
+    "tokio",
+];
+
+/// Checks that `name` can be the generated crate's name (and its agent's and events' prefix):
+/// 1 to 64 characters, lowercase ASCII letters, digits, `-` and `_`, starting with a letter;
+/// not a Rust keyword, a standard crate, a cargo directory or one of its dependencies.
+///
+/// ```
+/// use soorma_cli::scaffold::validate_name;
+/// assert!(validate_name("order-tools").is_ok());
+/// assert!(validate_name("1tool").unwrap_err().contains("start with a letter"));
+/// assert!(validate_name("fn").unwrap_err().contains("keyword"));
+/// assert!(validate_name("serde").unwrap_err().contains("reserved"));
+/// ```
+pub fn validate_name(name: &str) -> Result<(), String> {
+    let Some(first) = name.chars().next() else {
+        return Err("the name is empty".into());
+    };
+    if name.len() > 64 {
+        return Err("use at most 64 characters".into());
+    }
+    if let Some(bad) = name
+        .chars()
+        .find(|c| !(c.is_ascii_lowercase() || c.is_ascii_digit() || *c == '-' || *c == '_'))
+    {
+        return Err(format!(
+            "`{bad}` is not allowed; use lowercase ASCII letters, digits, `-` and `_`"
+        ));
+    }
+    if !first.is_ascii_lowercase() {
+        return Err("it must start with a letter".into());
+    }
+    let ident = name.replace('-', "_");
+    if KEYWORDS.contains(&ident.as_str()) {
+        return Err("it is a Rust keyword".into());
+    }
+    if RESERVED.contains(&ident.as_str()) {
+        return Err(
+            "it is reserved (a standard crate, a cargo build directory, or a dependency of the \
+             generated crate)"
+                .into(),
+        );
+    }
+    Ok(())
+}
+
+/// `text` with every `{{key}}` replaced by its value.
+///
+/// ```
+/// assert_eq!(soorma_cli::scaffold::render("hi {{name}}!", &[("name", "bob")]), "hi bob!");
+/// ```
+pub fn render(text: &str, vars: &[(&str, &str)]) -> String {
+    vars.iter().fold(text.to_owned(), |out, (key, value)| {
+        out.replace(&format!("{{{{{key}}}}}"), value)
+    })
+}
+
+/// A TOML basic string (quoted, escaped).
+fn toml_string(s: &str) -> String {
+    let mut out = String::with_capacity(s.len() + 2);
+    out.push('"');
+    for c in s.chars() {
+        match c {
+            '"' => out.push_str("\\\""),
+            '\\' => out.push_str("\\\\"),
+            c if c.is_control() => out.push_str(&format!("\\u{:04X}", c as u32)),
+            c => out.push(c),
+        }
+    }
+    out.push('"');
+    out
+}
+
+/// The generated crate's `soorma` dependency line.
+///
+/// ```
+/// use std::path::Path;
+/// use soorma_cli::scaffold::soorma_dependency;
+/// assert_eq!(
+///     soorma_dependency(Some(Path::new("/src/soorma-rs/soorma"))),
+///     r#"soorma = { path = "/src/soorma-rs/soorma", features = ["nats"] }"#
+/// );
+/// assert!(soorma_dependency(None).starts_with(r#"soorma = { version = ""#));
+/// ```
+pub fn soorma_dependency(path: Option<&Path>) -> String {
+    match path {
+        Some(p) => format!(
+            "soorma = {{ path = {}, features = [\"nats\"] }}",
+            toml_string(&p.to_string_lossy())
+        ),
+        None => format!(
+            "soorma = {{ version = \"{}\", features = [\"nats\"] }}",
+            env!("CARGO_PKG_VERSION")
+        ),
+    }
+}
+
+/// The absolute path of a soorma crate directory, or why `path` is not one.
+fn resolve_soorma_path(path: &Path) -> Result<PathBuf, CliError> {
+    let bad = |reason: String| CliError::BadSoormaPath {
+        path: path.to_owned(),
+        reason,
+    };
+    let abs = std::fs::canonicalize(path).map_err(|e| {
+        bad(format!(
+            "{e}; give the `soorma/` directory of a soorma checkout"
+        ))
+    })?;
+    let manifest = std::fs::read_to_string(abs.join("Cargo.toml")).unwrap_or_default();
+    let is_soorma = manifest
+        .lines()
+        .any(|l| l.split_whitespace().collect::<String>() == "name=\"soorma\"");
+    if is_soorma {
+        return Ok(abs);
+    }
+    if abs.join("soorma").join("Cargo.toml").is_file() {
+        return Err(bad(format!(
+            "this looks like the workspace root; give its crate directory `{}`",
+            abs.join("soorma").display()
+        )));
+    }
+    Err(bad(
+        "no `Cargo.toml` of the `soorma` package there; give the `soorma/` directory of a soorma \
+         checkout"
+            .into(),
+    ))
+}
+
+/// Creates `<parent>/<name>` with `Cargo.toml`, `src/main.rs`, `README.md` and `.gitignore`;
+/// returns the crate directory. Refuses (writing nothing) when the name is invalid, the
+/// directory exists or `--soorma-path` is not a soorma crate.
+pub fn scaffold(options: &NewOptions) -> Result<PathBuf, CliError> {
+    let name = options.name.as_str();
+    validate_name(name).map_err(|reason| CliError::InvalidName {
+        name: name.to_owned(),
+        reason,
+    })?;
+    let soorma_path = options
+        .soorma_path
+        .as_deref()
+        .map(resolve_soorma_path)
+        .transpose()?;
+    let dir = options.parent.join(name);
+    // `symlink_metadata`: a dangling symlink is in the way too.
+    if dir.symlink_metadata().is_ok() {
+        return Err(CliError::AlreadyExists(dir));
+    }
+    let io = |what: &'static str, path: &Path| {
+        let path = path.to_owned();
+        move |source| CliError::Io { what, path, source }
+    };
+    std::fs::create_dir_all(&options.parent)
+        .map_err(io("cannot create directory", &options.parent))?;
+    // `create_dir` (not `_all`) fails if the directory appeared meanwhile: never overwrite.
+    std::fs::create_dir(&dir).map_err(|e| {
+        if e.kind() == std::io::ErrorKind::AlreadyExists {
+            CliError::AlreadyExists(dir.clone())
+        } else {
+            io("cannot create directory", &dir)(e)
+        }
+    })?;
+    let dependency = soorma_dependency(soorma_path.as_deref());
+    let summary = options.kind.summary(name);
+    let vars = [
+        ("name", name),
+        ("kind", options.kind.as_str()),
+        ("soorma_dependency", dependency.as_str()),
+        ("summary", summary.as_str()),
+    ];
+    let written = write_files(&dir, options.kind, &vars);
+    if written.is_err() {
+        // The directory is ours (created above): leave no half-written crate behind.
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+    written.map(|()| dir)
+}
+
+fn write_files(dir: &Path, kind: Kind, vars: &[(&str, &str)]) -> Result<(), CliError> {
+    let src = dir.join("src");
+    std::fs::create_dir(&src).map_err(|source| CliError::Io {
+        what: "cannot create directory",
+        path: src.clone(),
+        source,
+    })?;
+    let files = [
+        (dir.join("Cargo.toml"), CARGO_TOML),
+        (src.join("main.rs"), kind.main_template()),
+        (dir.join("README.md"), README),
+        (dir.join(".gitignore"), GITIGNORE),
+    ];
+    for (path, template) in files {
+        std::fs::write(&path, render(template, vars)).map_err(|source| CliError::Io {
+            what: "cannot write",
+            path,
+            source,
+        })?;
+    }
+    Ok(())
+}
+
+/// What `soorma new` prints after creating the crate.
+pub fn next_steps(options: &NewOptions, dir: &Path) -> String {
+    let kind = options.kind;
+    format!(
+        "Created the {kind} `{name}` in {dir}\n\n\
+         \x20 cd {dir}\n\
+         \x20 cargo test    # a round trip on the embedded platform\n\
+         \x20 cargo run     # starts it on the embedded platform and sends it one request\n\n\
+         With `soorma dev` running and SOORMA_NATS_URL exported, `cargo run` serves until Ctrl-C \
+         and `soorma agents` lists it.\n",
+        name = options.name,
+        dir = dir.display(),
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn templates_have_no_unknown_placeholders() {
+        let vars = [
+            ("name", "x"),
+            ("kind", "tool"),
+            ("soorma_dependency", "soorma = \"1\""),
+            ("summary", "s"),
+        ];
+        for template in [CARGO_TOML, TOOL_MAIN, WORKER_MAIN, README, GITIGNORE] {
+            let out = render(template, &vars);
+            assert!(!out.contains("{{"), "placeholder left in:\n{out}");
+        }
+    }
+
+    #[test]
+    fn names() {
+        for ok in ["a", "my-tool", "my_tool2", "z-9"] {
+            assert_eq!(validate_name(ok), Ok(()), "{ok}");
+        }
+        for bad in [
+            "", "-x", "_x", "9x", "My", "a b", "a.b", "é", "self", "type", "test", "tokio",
+        ] {
+            assert!(validate_name(bad).is_err(), "{bad:?} accepted");
+        }
+        assert!(validate_name(&"a".repeat(65)).is_err());
+    }
+
+    #[test]
+    fn toml_escaping() {
+        assert_eq!(toml_string(r#"C:\a "b""#), r#""C:\\a \"b\"""#);
+    }
+}

@@ -1,0 +1,271 @@
+//! `soorma new`, run as the real binary: the files it writes, name validation, overwrite
+//! refusal, kinds and `--soorma-path`.
+//!
+//! Compiling and testing the generated crates needs a nested `cargo`, which cannot run inside
+//! `cargo test` (the build directory lock); `scripts/test.sh` does it right after the
+//! workspace tests.
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+use std::sync::atomic::{AtomicU64, Ordering};
+
+/// A fresh temporary directory, removed on drop.
+struct TempDir(PathBuf);
+
+impl TempDir {
+    fn new() -> Self {
+        static N: AtomicU64 = AtomicU64::new(0);
+        let dir = std::env::temp_dir().join(format!(
+            "soorma-cli-new-{}-{}",
+            std::process::id(),
+            N.fetch_add(1, Ordering::Relaxed)
+        ));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).unwrap();
+        Self(dir)
+    }
+}
+
+impl Drop for TempDir {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
+}
+
+fn soorma(args: &[&str]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_soorma"))
+        .args(args)
+        .output()
+        .expect("run soorma")
+}
+
+fn stderr(out: &Output) -> String {
+    String::from_utf8_lossy(&out.stderr).into_owned()
+}
+
+/// This workspace's `soorma/` crate directory.
+fn soorma_crate() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .parent()
+        .unwrap()
+        .join("soorma")
+}
+
+fn read(path: impl AsRef<Path>) -> String {
+    std::fs::read_to_string(path.as_ref())
+        .unwrap_or_else(|e| panic!("{}: {e}", path.as_ref().display()))
+}
+
+#[test]
+fn new_tool_writes_a_standalone_crate_with_a_typed_tool_and_its_test() {
+    let tmp = TempDir::new();
+    let soorma_path = soorma_crate();
+    let out = soorma(&[
+        "new",
+        "order-tool",
+        "--kind",
+        "tool",
+        "--path",
+        tmp.0.to_str().unwrap(),
+        "--soorma-path",
+        soorma_path.to_str().unwrap(),
+    ]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(stdout.contains("Created the tool `order-tool`"), "{stdout}");
+    assert!(stdout.contains("cargo test"), "{stdout}");
+
+    let dir = tmp.0.join("order-tool");
+    let manifest = read(dir.join("Cargo.toml"));
+    assert!(manifest.contains("name = \"order-tool\""), "{manifest}");
+    let abs = std::fs::canonicalize(&soorma_path).unwrap();
+    let dependency = format!(
+        "soorma = {{ path = \"{}\", features = [\"nats\"] }}",
+        abs.display()
+    );
+    assert!(manifest.contains(&dependency), "{manifest}");
+    for dep in ["serde = ", "schemars = ", "tokio = "] {
+        assert!(manifest.contains(dep), "{dep} missing:\n{manifest}");
+    }
+    assert!(
+        manifest.lines().any(|l| l.trim() == "[workspace]"),
+        "its own workspace table:\n{manifest}"
+    );
+
+    let main = read(dir.join("src/main.rs"));
+    assert!(
+        main.contains("#[on_invoke(\"order-tool.requested\")]"),
+        "{main}"
+    );
+    assert!(main.contains("#[derive(Debug, Serialize, Deserialize, JsonSchema)]"));
+    assert!(main.contains("const AGENT: &str = \"order-tool\";"));
+    assert!(main.contains("#[cfg(test)]") && main.contains("#[tokio::test]"));
+    assert!(main.contains("Platform::embedded()"));
+    assert!(!main.contains("{{"), "unrendered placeholder:\n{main}");
+
+    let readme = read(dir.join("README.md"));
+    assert!(readme.starts_with("# order-tool\n"), "{readme}");
+    assert!(readme.contains("soorma dev"));
+    assert_eq!(read(dir.join(".gitignore")).trim(), "/target");
+}
+
+#[test]
+fn new_worker_includes_the_tool_it_delegates_to() {
+    let tmp = TempDir::new();
+    let out = soorma(&[
+        "new",
+        "reviewer",
+        "--kind",
+        "worker",
+        "--path",
+        tmp.0.to_str().unwrap(),
+    ]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    let dir = tmp.0.join("reviewer");
+    let main = read(dir.join("src/main.rs"));
+    assert!(main.contains("#[on_task(\"reviewer.requested\", agent = \"reviewer\")]"));
+    assert!(main.contains("#[on_result(\"reviewer.count.completed\", agent = \"reviewer\")]"));
+    assert!(
+        main.contains("#[on_invoke(\"reviewer.count.requested\", agent = \"reviewer-words\")]")
+    );
+    assert!(main.contains("task.delegate(") && main.contains("task.complete("));
+    assert!(main.contains("#[tokio::test]"));
+
+    // Without --soorma-path: the soorma version of this CLI.
+    let manifest = read(dir.join("Cargo.toml"));
+    let dependency = format!(
+        "soorma = {{ version = \"{}\", features = [\"nats\"] }}",
+        env!("CARGO_PKG_VERSION")
+    );
+    assert!(manifest.contains(&dependency), "{manifest}");
+}
+
+#[test]
+fn invalid_names_are_refused_with_the_reason_and_nothing_is_written() {
+    let tmp = TempDir::new();
+    let cases = [
+        ("9lives", "must start with a letter"),
+        ("My-Tool", "lowercase"),
+        ("has space", "is not allowed"),
+        ("a.b", "is not allowed"),
+        ("fn", "Rust keyword"),
+        ("tokio", "reserved"),
+        ("test", "reserved"),
+    ];
+    for (name, reason) in cases {
+        let out = soorma(&[
+            "new",
+            name,
+            "--kind",
+            "tool",
+            "--path",
+            tmp.0.to_str().unwrap(),
+        ]);
+        assert_eq!(out.status.code(), Some(1), "{name}");
+        let err = stderr(&out);
+        assert!(
+            err.contains(&format!("invalid crate name `{name}`")) && err.contains(reason),
+            "{name}: {err}"
+        );
+    }
+    assert_eq!(
+        std::fs::read_dir(&tmp.0).unwrap().count(),
+        0,
+        "nothing may be created for an invalid name"
+    );
+}
+
+#[test]
+fn an_existing_directory_is_never_overwritten() {
+    let tmp = TempDir::new();
+    let dir = tmp.0.join("taken");
+    std::fs::create_dir_all(&dir).unwrap();
+    std::fs::write(dir.join("keep.txt"), "mine").unwrap();
+    let out = soorma(&[
+        "new",
+        "taken",
+        "--kind",
+        "tool",
+        "--path",
+        tmp.0.to_str().unwrap(),
+    ]);
+    assert_eq!(out.status.code(), Some(1));
+    let err = stderr(&out);
+    assert!(
+        err.contains("already exists") && err.contains("nothing was written"),
+        "{err}"
+    );
+    assert_eq!(read(dir.join("keep.txt")), "mine");
+    assert!(!dir.join("Cargo.toml").exists());
+
+    // A second `new` of a crate that was just created is refused too.
+    let path = tmp.0.to_str().unwrap();
+    let first = soorma(&["new", "fresh", "--kind", "worker", "--path", path]);
+    assert!(first.status.success(), "{}", stderr(&first));
+    let manifest = read(tmp.0.join("fresh/Cargo.toml"));
+    let second = soorma(&["new", "fresh", "--kind", "tool", "--path", path]);
+    assert_eq!(second.status.code(), Some(1));
+    assert_eq!(read(tmp.0.join("fresh/Cargo.toml")), manifest);
+}
+
+#[test]
+fn planner_is_not_available_yet_and_says_so() {
+    let tmp = TempDir::new();
+    let out = soorma(&[
+        "new",
+        "planner-one",
+        "--kind",
+        "planner",
+        "--path",
+        tmp.0.to_str().unwrap(),
+    ]);
+    assert!(!out.status.success());
+    let err = stderr(&out);
+    assert!(
+        err.contains("the planner template comes with the planner layer")
+            && err.contains("available kinds: tool, worker"),
+        "{err}"
+    );
+    let unknown = soorma(&["new", "x", "--kind", "robot"]);
+    let err = stderr(&unknown);
+    assert!(
+        err.contains("unknown kind `robot`; available kinds: tool, worker"),
+        "{err}"
+    );
+    assert!(!tmp.0.join("planner-one").exists());
+}
+
+#[test]
+fn soorma_path_must_be_the_soorma_crate() {
+    let tmp = TempDir::new();
+    let path = tmp.0.to_str().unwrap();
+    let workspace_root = soorma_crate().parent().unwrap().to_path_buf();
+    let out = soorma(&[
+        "new",
+        "a",
+        "--kind",
+        "tool",
+        "--path",
+        path,
+        "--soorma-path",
+        workspace_root.to_str().unwrap(),
+    ]);
+    assert_eq!(out.status.code(), Some(1));
+    let err = stderr(&out);
+    assert!(err.contains("looks like the workspace root"), "{err}");
+
+    let missing = tmp.0.join("nowhere");
+    let out = soorma(&[
+        "new",
+        "a",
+        "--kind",
+        "tool",
+        "--path",
+        path,
+        "--soorma-path",
+        missing.to_str().unwrap(),
+    ]);
+    assert_eq!(out.status.code(), Some(1));
+    assert!(stderr(&out).contains("--soorma-path"), "{}", stderr(&out));
+    assert!(!tmp.0.join("a").exists());
+}
