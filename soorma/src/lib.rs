@@ -42,6 +42,9 @@
 //! Platforms: [`Platform::embedded`] runs everything in process;
 //! [`Platform::from_env`] picks NATS when `SOORMA_NATS_URL` is set.
 //!
+//! [`expr`] is the expression language of plan-transition conditions and action data templates
+//! (`data.count > 0 && data.status == "ok"`, `{"query": "{{goal.topic}}"}`).
+//!
 //! With the `llm` feature, `soorma::llm` is an OpenAI-compatible LLM client (completions,
 //! streaming, validated structured output) and a scripted model for tests.
 #![warn(missing_docs)]
@@ -52,6 +55,7 @@ mod client;
 mod context;
 pub mod embedded;
 mod error;
+pub mod expr;
 pub mod extract;
 #[cfg(feature = "gateway")]
 pub mod gateway;
