@@ -351,3 +351,49 @@ async fn from_env_selects_nats_when_the_url_is_set() {
     unsafe { std::env::remove_var("SOORMA_NATS_URL") };
     assert_eq!(platform.kind(), "nats");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_plan_survives_a_planner_restart() {
+    let server = NatsServer::start();
+    // The first planner process starts the plan; its search request waits for a tool.
+    let first = connect(&server).await;
+    let planner = scenarios::research_planner(false)
+        .start(&first)
+        .await
+        .unwrap();
+    // The tools ran before (their consumers exist) but are down now.
+    scenarios::research_tools()
+        .start(&first)
+        .await
+        .unwrap()
+        .shutdown()
+        .await
+        .unwrap();
+    let client_platform = connect(&server).await;
+    let t = TestPlatform::with_platform(client_platform.clone())
+        .await
+        .unwrap();
+    let client = client_platform.client("test").with_timeout(WAIT * 2);
+    let goal = tokio::spawn(async move {
+        client
+            .invoke::<serde_json::Value>("research.goal", json!({"topic": "kv"}), "research.done")
+            .await
+    });
+    t.expect_event("search.requested", WAIT).await.unwrap();
+    // The planner process goes away (its connection too)...
+    planner.shutdown().await.unwrap();
+    drop(first);
+    // ...the tools come back, and a new planner process finishes the plan from KV.
+    let second = connect(&server).await;
+    let tools = scenarios::research_tools().start(&second).await.unwrap();
+    let planner = scenarios::research_planner(false)
+        .start(&second)
+        .await
+        .unwrap();
+    let report = goal.await.unwrap().unwrap();
+    assert_eq!(report["summary"], "2 sources about kv");
+    assert_eq!(t.events_of_type("research.done").len(), 1);
+    planner.shutdown().await.unwrap();
+    tools.shutdown().await.unwrap();
+    t.shutdown().await.unwrap();
+}

@@ -1071,6 +1071,228 @@ macro_rules! for_each_scenario {
             task_handler_errors_and_panics_fail_the_task_with_an_error_reply,
             concurrent_fan_in_of_1000_results_completes_exactly_once_with_all_results,
             tenants_never_see_each_others_state_or_events,
+            planner_runs_its_state_machine_with_conditions_and_templates,
+            planner_pauses_and_resumes_with_input,
         );
     };
+}
+
+// ---------------------------------------------------------------------------------------------
+// Planner
+// ---------------------------------------------------------------------------------------------
+
+async fn search(req: Invocation<Value>) -> Result<Value, ToolError> {
+    let q = req.data["q"].as_str().unwrap_or_default().to_owned();
+    if q == "broken" {
+        return Err(ToolError::new("the search index is down"));
+    }
+    let items: Vec<String> = if q == "nothing" {
+        Vec::new()
+    } else {
+        vec![format!("{q} book"), format!("{q} blog")]
+    };
+    Ok(json!({"count": items.len(), "items": items}))
+}
+
+async fn analyze(req: Invocation<Value>) -> Result<Value, ToolError> {
+    let items = req.data["items"].as_array().cloned().unwrap_or_default();
+    Ok(
+        json!({"summary": format!("{} sources about {}", items.len(), req.data["topic"].as_str().unwrap_or("?"))}),
+    )
+}
+
+/// Search and analysis tools for the planner scenarios.
+pub fn research_tools() -> AgentBuilder {
+    Tool::new("research-tools")
+        .use_registered_handlers(false)
+        .handler(Handler::on_invoke("search.requested", search))
+        .handler(Handler::on_invoke("analyze.requested", analyze))
+}
+
+/// search → analyze → done, or → no_results (a failed terminal state) when nothing is found;
+/// `approval` inserts a state the plan pauses in until `approval.given`.
+pub fn research_plan(approval: bool) -> soorma::planner::Plan {
+    use soorma::common::{PlanDefinition, StateAction, StateConfig, StateTransition};
+    let after_search = if approval { "approving" } else { "analyzing" };
+    let mut def = PlanDefinition::new("research", "search, analyze, report")
+        .with_state(
+            StateConfig::new("start", "search the topic")
+                .with_action(
+                    StateAction::new("search.requested", "search.completed")
+                        .with_data(json!({"q": "{{goal.topic}}"})),
+                )
+                .with_transition(
+                    StateTransition::new("search.completed", after_search)
+                        .with_condition("data.success && data.result.count > 0"),
+                )
+                .with_transition(
+                    StateTransition::new("search.completed", "no_results")
+                        .with_condition("data.success && data.result.count == 0"),
+                ),
+        )
+        .with_state(
+            StateConfig::new("analyzing", "analyze what was found")
+                .with_action(
+                    StateAction::new("analyze.requested", "analyze.completed").with_data(json!({
+                        "items": "{{results.start.items}}",
+                        "topic": "{{goal.topic}}"
+                    })),
+                )
+                .with_transition(StateTransition::new("analyze.completed", "done")),
+        )
+        .with_state(
+            StateConfig::new("done", "report")
+                .terminal()
+                .with_result(json!({
+                    "summary": "{{results.analyzing.summary}}",
+                    "found": "{{results.start.count}}",
+                    "note": "found {{results.start.count}} sources"
+                })),
+        )
+        .with_state(
+            StateConfig::new("no_results", "nothing found")
+                .failed()
+                .with_result(json!("nothing found for {{goal.topic}}")),
+        );
+    if approval {
+        def = def.with_state(
+            StateConfig::new("approving", "a person approves the analysis")
+                .with_transition(StateTransition::new("approval.given", "analyzing")),
+        );
+    }
+    soorma::planner::Plan::new(def).expect("a valid plan")
+}
+
+async fn research_goal(goal: GoalContext, plan: State<Arc<Plan>>) -> soorma::Result<()> {
+    goal.start(&plan).await.map(drop)
+}
+
+/// A planner whose plan pauses in `approving` until `approval.given` resumes it.
+async fn research_transition(mut plan: PlanContext) -> soorma::Result<()> {
+    let trigger = plan.trigger().cloned().expect("a trigger");
+    if trigger.event_type == "approval.given" && plan.status() == soorma::common::PlanStatus::Paused
+    {
+        plan.resume(trigger.data.clone()).await?;
+    }
+    plan.execute_next().await?;
+    if plan.current_state() == "approving" && plan.status() == soorma::common::PlanStatus::Running {
+        plan.pause("waiting for approval").await?;
+    }
+    Ok(())
+}
+
+/// The research planner (with the default transition handler, or the approval one).
+pub fn research_planner(approval: bool) -> AgentBuilder {
+    let mut planner = Planner::new("research-planner")
+        .use_registered_handlers(false)
+        .with_state(Arc::new(research_plan(approval)))
+        .handler(Handler::on_goal("research.goal", research_goal));
+    if approval {
+        planner = planner.handler(Handler::on_transition(research_transition));
+    }
+    planner
+}
+
+pub async fn planner_runs_its_state_machine_with_conditions_and_templates(
+    mut t: TestPlatform,
+    wait: Duration,
+) {
+    t.start(research_tools()).await.unwrap();
+    t.start(research_planner(false)).await.unwrap();
+    let client = t.client().with_timeout(wait);
+    let report: Value = client
+        .invoke("research.goal", json!({"topic": "rust"}), "research.done")
+        .await
+        .unwrap();
+    assert_eq!(
+        report,
+        json!({"summary": "2 sources about rust", "found": 2, "note": "found 2 sources"})
+    );
+    // The analysis got the search's items through the template (an array, not a string).
+    let analyze = t.expect_event("analyze.requested", wait).await.unwrap();
+    assert_eq!(analyze.data["items"], json!(["rust book", "rust blog"]));
+    // The other branch: a condition sends the plan to a failed terminal state.
+    let err = client
+        .invoke::<Value>(
+            "research.goal",
+            json!({"topic": "nothing"}),
+            "research.done",
+        )
+        .await
+        .unwrap_err();
+    assert!(
+        err.to_string().contains("nothing found for nothing"),
+        "{err}"
+    );
+    // An action that fails with no transition for it fails the plan with its error.
+    let err = client
+        .invoke::<Value>("research.goal", json!({"topic": "broken"}), "research.done")
+        .await
+        .unwrap_err();
+    assert!(
+        err.to_string().contains("the search index is down"),
+        "{err}"
+    );
+    // Lifecycle events on system-events, and the persisted plan.
+    let completed = t.expect_event("plan.completed", wait).await.unwrap();
+    assert_eq!(completed.topic, Topic::SystemEvents);
+    let plan_id = completed.data["plan_id"].as_str().unwrap().to_owned();
+    let changes: Vec<_> = t
+        .events_of_type("plan.state_changed")
+        .into_iter()
+        .filter(|e| e.data["plan_id"] == plan_id.as_str())
+        .map(|e| e.data["to"].as_str().unwrap().to_owned())
+        .collect();
+    assert_eq!(changes, ["start", "analyzing", "done"]);
+    assert_eq!(t.events_of_type("plan.failed").len(), 2);
+    let key = soorma::state::StateKey::new(soorma::planner::PLANS_BUCKET, "default", &plan_id);
+    let stored = t.platform().state().get(&key).await.unwrap().unwrap();
+    let record: soorma::common::PlanRecord = serde_json::from_slice(&stored.value).unwrap();
+    assert_eq!(record.status, soorma::common::PlanStatus::Completed);
+    assert_eq!(record.current_state, "done");
+    assert!(record.reply_sent);
+    assert_eq!(record.history.len(), 3);
+    t.shutdown().await.unwrap();
+}
+
+pub async fn planner_pauses_and_resumes_with_input(mut t: TestPlatform, wait: Duration) {
+    t.start(research_tools()).await.unwrap();
+    t.start(research_planner(true)).await.unwrap();
+    let client = t.client().with_timeout(wait * 2);
+    let goal = tokio::spawn({
+        let client = client.clone();
+        async move {
+            client
+                .invoke::<Value>("research.goal", json!({"topic": "tea"}), "research.done")
+                .await
+        }
+    });
+    let paused = t.expect_event("plan.paused", wait).await.unwrap();
+    let plan_id = paused.data["plan_id"].as_str().unwrap().to_owned();
+    assert_eq!(paused.data["reason"], "waiting for approval");
+    // A stray event while paused is kept, not lost, and moves nothing.
+    client
+        .bus()
+        .publish(Topic::ActionResults, "unrelated.noise", json!({}))
+        .correlation_id(plan_id.as_str())
+        .await
+        .unwrap();
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    assert!(!goal.is_finished());
+    // The approval resumes it.
+    client
+        .bus()
+        .publish(Topic::ActionResults, "approval.given", json!({"by": "ada"}))
+        .correlation_id(plan_id.as_str())
+        .await
+        .unwrap();
+    let report = goal.await.unwrap().unwrap();
+    assert_eq!(report["summary"], "2 sources about tea");
+    t.expect_event("plan.resumed", wait).await.unwrap();
+    let key = soorma::state::StateKey::new(soorma::planner::PLANS_BUCKET, "default", &plan_id);
+    let stored = t.platform().state().get(&key).await.unwrap().unwrap();
+    let record: soorma::common::PlanRecord = serde_json::from_slice(&stored.value).unwrap();
+    assert_eq!(record.results["user_input"], json!({"by": "ada"}));
+    assert!(record.deferred.is_empty());
+    t.shutdown().await.unwrap();
 }

@@ -1,5 +1,5 @@
 //! Compile-time (UI) tests for the handler attributes `#[on_event]`, `#[on_invoke]`,
-//! `#[on_task]` and `#[on_result]`, run with [`trybuild`].
+//! `#[on_task]`, `#[on_result]`, `#[on_goal]` and `#[on_transition]`, run with [`trybuild`].
 //!
 //! Layout: `ui/<attribute>/pass/*.rs` must compile (and run), `ui/<attribute>/fail/*.rs` must
 //! fail to compile with exactly the diagnostics in the `.stderr` file next to it.

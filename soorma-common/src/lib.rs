@@ -25,8 +25,8 @@ mod topic;
 
 pub use envelope::{EventEnvelope, SPEC_VERSION};
 pub use records::{
-    PlanRecord, PlanStatus, SessionRecord, SubTaskGroup, SubTaskInfo, SubTaskStatus, TaskRecord,
-    TaskStatus,
+    PlanRecord, PlanStatus, PlanStep, SessionRecord, SubTaskGroup, SubTaskInfo, SubTaskStatus,
+    TaskRecord, TaskStatus,
 };
 pub use registry::{AgentCapability, AgentDefinition, AgentKind, EventDefinition};
 pub use reply::{ActionReply, TaskProgress};

@@ -443,12 +443,75 @@ pub struct PlanRecord {
     /// User.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub user_id: Option<String>,
+    /// The state machine the plan runs (kept with the plan, so any instance can restore it).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub definition: Option<crate::PlanDefinition>,
+    /// Working memory of the plan (e.g. `pause_reason`, the awaited human input).
+    #[serde(default, skip_serializing_if = "Map::is_empty")]
+    pub state: Map<String, Value>,
+    /// The final result (completed plans).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub result: Option<Value>,
+    /// The error (failed plans).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub error: Option<String>,
+    /// Whether the reply to the goal was published.
+    #[serde(default)]
+    pub reply_sent: bool,
+    /// How many actions the plan has published (action ids are derived from it).
+    #[serde(default)]
+    pub actions: u32,
+    /// The id of the event that caused the latest transition (a redelivery of it republishes
+    /// the current action instead of transitioning twice).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub last_trigger: Option<String>,
+    /// States entered, in order, with the event that caused each.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub history: Vec<PlanStep>,
+    /// Events that arrived while the plan was paused, applied on resume.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub deferred: Vec<crate::EventEnvelope>,
     /// Creation time (RFC 3339).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub created_at: Option<String>,
     /// Last update time (RFC 3339).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub updated_at: Option<String>,
+}
+
+/// One state a plan entered.
+///
+/// ```
+/// use soorma_common::PlanStep;
+/// let step = PlanStep::new("searching", Some("search.completed".into()), "2026-01-01T00:00:00Z");
+/// assert_eq!(step.state, "searching");
+/// ```
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[non_exhaustive]
+pub struct PlanStep {
+    /// The state entered.
+    pub state: String,
+    /// The event type that caused it (`None` for the initial state and default transitions).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub on_event: Option<String>,
+    /// When (RFC 3339).
+    pub at: String,
+}
+
+impl PlanStep {
+    /// A step into `state`.
+    ///
+    /// ```
+    /// let s = soorma_common::PlanStep::new("done", None, "2026-01-01T00:00:00Z");
+    /// assert!(s.on_event.is_none());
+    /// ```
+    pub fn new(state: impl Into<String>, on_event: Option<String>, at: impl Into<String>) -> Self {
+        Self {
+            state: state.into(),
+            on_event,
+            at: at.into(),
+        }
+    }
 }
 
 impl PlanRecord {
@@ -477,6 +540,15 @@ impl PlanRecord {
             parent_plan_id: None,
             tenant_id: None,
             user_id: None,
+            definition: None,
+            state: Map::new(),
+            result: None,
+            error: None,
+            reply_sent: false,
+            actions: 0,
+            last_trigger: None,
+            history: Vec::new(),
+            deferred: Vec::new(),
             created_at: None,
             updated_at: None,
         }

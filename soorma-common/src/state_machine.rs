@@ -129,6 +129,13 @@ pub struct StateConfig {
     /// Whether the plan ends here.
     #[serde(default)]
     pub is_terminal: bool,
+    /// For a terminal state: whether reaching it fails the plan (the goal gets an error reply).
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub fails: bool,
+    /// For a terminal state: a data template for the plan's result (or, when it fails, its
+    /// error message); default: every state's result by state name.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub result: Option<Value>,
 }
 
 impl StateConfig {
@@ -146,6 +153,8 @@ impl StateConfig {
             transitions: Vec::new(),
             default_next: None,
             is_terminal: false,
+            fails: false,
+            result: None,
         }
     }
 
@@ -195,6 +204,33 @@ impl StateConfig {
     #[must_use]
     pub fn terminal(mut self) -> Self {
         self.is_terminal = true;
+        self
+    }
+
+    /// Makes this a terminal state that fails the plan.
+    ///
+    /// ```
+    /// use soorma_common::StateConfig;
+    /// let s = StateConfig::new("gave_up", "no results").failed();
+    /// assert!(s.is_terminal && s.fails);
+    /// ```
+    #[must_use]
+    pub fn failed(mut self) -> Self {
+        self.is_terminal = true;
+        self.fails = true;
+        self
+    }
+
+    /// Sets the template of the plan's result when it ends in this (terminal) state.
+    ///
+    /// ```
+    /// use soorma_common::StateConfig;
+    /// let s = StateConfig::new("done", "").terminal().with_result(serde_json::json!({"summary": "{{results.analyze.summary}}"}));
+    /// assert!(s.result.is_some());
+    /// ```
+    #[must_use]
+    pub fn with_result(mut self, template: Value) -> Self {
+        self.result = Some(template);
         self
     }
 }

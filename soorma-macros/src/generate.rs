@@ -41,8 +41,12 @@ pub(crate) fn generate(model: &HandlerModel) -> TokenStream {
         let variant = &topic.variant;
         quote_spanned!(topic.lit.span()=> ::soorma::__private::Topic::#variant,)
     });
-    let handler = quote_spanned! {span=>
-        ::soorma::__private::Handler::#constructor(#topic_arg #event, #fn_ident)
+    let handler = if *kind == HandlerKind::Transition {
+        quote_spanned! {span=> ::soorma::__private::Handler::#constructor(#fn_ident) }
+    } else {
+        quote_spanned! {span=>
+            ::soorma::__private::Handler::#constructor(#topic_arg #event, #fn_ident)
+        }
     };
 
     let with_description = (!description.is_empty()).then(|| {
@@ -218,6 +222,30 @@ mod tests {
             out.contains("new (:: core :: option :: Option :: None , \"on_order\" ,"),
             "{out}"
         );
+    }
+
+    #[test]
+    fn goal_and_transition_constructors() {
+        let out = expand(
+            HandlerKind::Goal,
+            quote!("research.goal", agent = "planner"),
+            quote!(
+                async fn research(g: GoalContext<Research>) {}
+            ),
+        );
+        assert!(
+            out.contains("Handler :: on_goal (\"research.goal\" , research)"),
+            "{out}"
+        );
+        let out = expand(
+            HandlerKind::Transition,
+            quote!(agent = "planner"),
+            quote!(
+                async fn advance(plan: PlanContext) {}
+            ),
+        );
+        assert!(out.contains("Handler :: on_transition (advance)"), "{out}");
+        assert!(out.contains("Option :: Some (\"planner\")"), "{out}");
     }
 
     #[test]

@@ -129,6 +129,48 @@ pub fn on_result(args: TokenStream, item: TokenStream) -> TokenStream {
     expand(HandlerKind::Result, args, item)
 }
 
+/// Registers an `async fn` as a planner's goal handler: a goal request that
+/// usually starts a plan.
+///
+/// The first argument must be a `GoalContext<T>`; extractors such as
+/// `State<S>` may follow.
+///
+/// Arguments: the event name (positional or `event = "..."`), `agent`,
+/// `description`, `name`.
+///
+/// ```ignore
+/// use soorma::prelude::*;
+///
+/// /// Researches a topic.
+/// #[on_goal("research.goal", agent = "research-planner")]
+/// async fn research(goal: GoalContext<Research>, plan: State<Arc<Plan>>) -> soorma::Result<()> {
+///     goal.start(&plan).await.map(drop)
+/// }
+/// ```
+#[proc_macro_attribute]
+pub fn on_goal(args: TokenStream, item: TokenStream) -> TokenStream {
+    expand(HandlerKind::Goal, args, item)
+}
+
+/// Registers an `async fn` as a planner's transition handler: it receives
+/// every event that belongs to one of the planner's plans, as the restored
+/// `PlanContext`.
+///
+/// Arguments: `agent`, `description` (no event name).
+///
+/// ```ignore
+/// use soorma::prelude::*;
+///
+/// #[on_transition(agent = "research-planner")]
+/// async fn advance(mut plan: PlanContext) -> soorma::Result<()> {
+///     plan.execute_next().await
+/// }
+/// ```
+#[proc_macro_attribute]
+pub fn on_transition(args: TokenStream, item: TokenStream) -> TokenStream {
+    expand(HandlerKind::Transition, args, item)
+}
+
 /// parse → model → generate. On error, emits the errors plus the original
 /// item unchanged, so that one misuse does not cascade into unrelated
 /// "cannot find function" errors.

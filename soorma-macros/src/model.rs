@@ -15,15 +15,21 @@ pub(crate) enum HandlerKind {
     Task,
     /// `#[on_result]`: a result of previously delegated work.
     Result,
+    /// `#[on_goal]`: a goal that starts a plan.
+    Goal,
+    /// `#[on_transition]`: an event moving one of the planner's plans.
+    Transition,
 }
 
 impl HandlerKind {
     /// All kinds, in declaration order.
-    pub(crate) const ALL: [HandlerKind; 4] = [
+    pub(crate) const ALL: [HandlerKind; 6] = [
         HandlerKind::Event,
         HandlerKind::Invoke,
         HandlerKind::Task,
         HandlerKind::Result,
+        HandlerKind::Goal,
+        HandlerKind::Transition,
     ];
 
     /// The attribute name, which is also the name of the `Handler` constructor.
@@ -33,6 +39,8 @@ impl HandlerKind {
             HandlerKind::Invoke => "on_invoke",
             HandlerKind::Task => "on_task",
             HandlerKind::Result => "on_result",
+            HandlerKind::Goal => "on_goal",
+            HandlerKind::Transition => "on_transition",
         }
     }
 
@@ -48,6 +56,16 @@ impl HandlerKind {
             HandlerKind::Invoke => "Invocation",
             HandlerKind::Task => "TaskContext",
             HandlerKind::Result => "ResultContext",
+            HandlerKind::Goal => "GoalContext",
+            HandlerKind::Transition => "PlanContext",
+        }
+    }
+
+    /// The context type as shown in diagnostics: `TaskContext<T>`, or `PlanContext` (not generic).
+    pub(crate) fn context_display(self) -> String {
+        match self {
+            HandlerKind::Transition => self.context_type().to_owned(),
+            _ => format!("{}<T>", self.context_type()),
         }
     }
 
@@ -58,6 +76,8 @@ impl HandlerKind {
             HandlerKind::Invoke => "req: Invocation<Calculate>",
             HandlerKind::Task => "task: TaskContext<Research>",
             HandlerKind::Result => "result: ResultContext<Findings>",
+            HandlerKind::Goal => "goal: GoalContext<Research>",
+            HandlerKind::Transition => "plan: PlanContext",
         }
     }
 
@@ -69,6 +89,8 @@ impl HandlerKind {
             HandlerKind::Invoke => "use `#[on_invoke]` to handle invocations",
             HandlerKind::Task => "use `#[on_task]` to handle tasks",
             HandlerKind::Result => "use `#[on_result]` to handle results",
+            HandlerKind::Goal => "use `#[on_goal]` to handle goals",
+            HandlerKind::Transition => "use `#[on_transition]` to handle plan transitions",
         }
     }
 
@@ -81,6 +103,8 @@ impl HandlerKind {
             HandlerKind::Invoke => "`#[on_invoke(\"calculate.requested\")]`",
             HandlerKind::Task => "`#[on_task(\"research.requested\")]`",
             HandlerKind::Result => "`#[on_result(\"research.completed\")]`",
+            HandlerKind::Goal => "`#[on_goal(\"research.goal\")]`",
+            HandlerKind::Transition => "`#[on_transition]`",
         }
     }
 
@@ -91,6 +115,8 @@ impl HandlerKind {
             HandlerKind::Invoke => "\"calculate.requested\"",
             HandlerKind::Task => "\"research.requested\"",
             HandlerKind::Result => "\"research.completed\"",
+            HandlerKind::Goal => "\"research.goal\"",
+            HandlerKind::Transition => "\"*\"",
         }
     }
 
@@ -99,8 +125,11 @@ impl HandlerKind {
     pub(crate) fn allowed_args(self) -> &'static [&'static str] {
         match self {
             HandlerKind::Event => &["topic", "event", "agent", "description"],
-            HandlerKind::Invoke | HandlerKind::Task => &["event", "agent", "description", "name"],
+            HandlerKind::Invoke | HandlerKind::Task | HandlerKind::Goal => {
+                &["event", "agent", "description", "name"]
+            }
             HandlerKind::Result => &["event", "agent", "description"],
+            HandlerKind::Transition => &["agent", "description"],
         }
     }
 

@@ -55,11 +55,15 @@ pub(crate) fn parse_handler(
             "internal error in soorma-macros",
         ));
     };
-    let Some(event_lit) = args.event else {
-        return Err(syn::Error::new(
-            Span::call_site(),
-            "internal error in soorma-macros",
-        ));
+    let event_lit = match (kind, args.event) {
+        (HandlerKind::Transition, _) => LitStr::new("*", Span::call_site()),
+        (_, Some(lit)) => lit,
+        (_, None) => {
+            return Err(syn::Error::new(
+                Span::call_site(),
+                "internal error in soorma-macros",
+            ));
+        }
     };
     let description = match &args.description {
         Some(lit) => lit.value().trim().to_owned(),
@@ -242,7 +246,16 @@ fn parse_args(kind: HandlerKind, tokens: &TokenStream, errors: &mut Errors) -> O
             merge_positional(kind, "topic", &mut topic, pos_topic, errors);
             merge_positional(kind, "event", &mut event, pos_event, errors);
         }
-        HandlerKind::Invoke | HandlerKind::Task | HandlerKind::Result => {
+        HandlerKind::Transition => {
+            for extra in positional {
+                errors.push(syn::Error::new(
+                    extra.span(),
+                    "`#[on_transition]` takes no event name: it receives every event of its \
+                     planner's plans; pass `agent = \"...\"` by name",
+                ));
+            }
+        }
+        HandlerKind::Invoke | HandlerKind::Task | HandlerKind::Result | HandlerKind::Goal => {
             let pos_event = positional.next();
             for extra in positional {
                 errors.push(syn::Error::new(
@@ -295,7 +308,7 @@ fn parse_args(kind: HandlerKind, tokens: &TokenStream, errors: &mut Errors) -> O
 
     // Event name.
     let event = match event {
-        None if had_invalid => None,
+        None if had_invalid || kind == HandlerKind::Transition => None,
         None => {
             errors.push(attr_error(
                 tokens,
@@ -559,9 +572,9 @@ fn validate_signature(kind: HandlerKind, sig: &Signature, errors: &mut Errors) {
         None => errors.push(syn::Error::new(
             sig.paren_token.span.join(),
             format!(
-                "{attr} handler must take {} `{}<T>` as its first argument",
+                "{attr} handler must take {} `{}` as its first argument",
                 article(kind.context_type()),
-                kind.context_type()
+                kind.context_display()
             ),
         )),
         // An `impl Trait` first argument has already been reported.
@@ -626,8 +639,9 @@ fn check_context_type(kind: HandlerKind, ty: &Type, errors: &mut Errors) {
     errors.push(syn::Error::new_spanned(
         ty,
         format!(
-            "{} handler's first argument must be `{expected}<T>`; found `{}`; {hint}",
+            "{} handler's first argument must be `{}`; found `{}`; {hint}",
             kind.attr(),
+            kind.context_display(),
             type_to_string(ty)
         ),
     ));
@@ -745,7 +759,7 @@ mod tests {
     use super::*;
     use quote::quote;
 
-    const ALL: [HandlerKind; 4] = HandlerKind::ALL;
+    const ALL: [HandlerKind; 6] = HandlerKind::ALL;
 
     fn parse(kind: HandlerKind, args: TokenStream, item: TokenStream) -> syn::Result<HandlerModel> {
         parse_handler(kind, args, item)
@@ -784,6 +798,7 @@ mod tests {
     fn args(kind: HandlerKind) -> TokenStream {
         match kind {
             HandlerKind::Event => quote!(topic = "business-facts", event = "order.placed"),
+            HandlerKind::Transition => quote!(),
             _ => quote!("some.event"),
         }
     }
@@ -808,6 +823,16 @@ mod tests {
             ),
             HandlerKind::Result => quote!(
                 async fn handle(r: ResultContext<Findings>) {}
+            ),
+            HandlerKind::Goal => quote!(
+                async fn handle(g: GoalContext<Research>) -> soorma::Result<()> {
+                    todo!()
+                }
+            ),
+            HandlerKind::Transition => quote!(
+                async fn handle(mut plan: PlanContext) -> soorma::Result<()> {
+                    todo!()
+                }
             ),
         }
     }

@@ -88,6 +88,30 @@ impl Worker {
     }
 }
 
+/// Goal-driven planners (`#[on_goal]`, `#[on_transition]`); see [`crate::planner`].
+///
+/// ```
+/// let planner = soorma::planner::Planner::new("research-planner");
+/// assert_eq!(planner.definition().kind, soorma::AgentKind::Planner);
+/// ```
+#[derive(Debug)]
+#[non_exhaustive]
+pub struct Planner;
+
+impl Planner {
+    /// A builder for a planner named `name`. Without an `#[on_transition]` handler, the planner
+    /// advances its plans with [`PlanContext::execute_next`](crate::planner::PlanContext::execute_next).
+    ///
+    /// ```
+    /// let planner = soorma::planner::Planner::new("research-planner");
+    /// # let _ = planner;
+    /// ```
+    #[allow(clippy::new_ret_no_self)]
+    pub fn new(name: impl Into<String>) -> AgentBuilder {
+        AgentBuilder::new(name, AgentKind::Planner)
+    }
+}
+
 const DEFAULT_CONCURRENCY: usize = 1024;
 const DEFAULT_MAX_DELIVER: u32 = 5;
 
@@ -341,7 +365,12 @@ impl AgentBuilder {
     /// # Ok(()) }
     /// ```
     pub async fn start(self, platform: &Platform) -> Result<AgentHandle> {
-        let handlers = self.collect_handlers();
+        let mut handlers = self.collect_handlers();
+        if handlers.iter().any(|h| h.kind == HandlerKind::Goal)
+            && !handlers.iter().any(|h| h.kind == HandlerKind::Transition)
+        {
+            handlers.push(Handler::on_transition(advance_plan));
+        }
         if handlers.is_empty() {
             return Err(Error::NoHandlers { agent: self.name });
         }
@@ -455,6 +484,11 @@ impl AgentBuilder {
     }
 }
 
+/// The transition handler of planners that define none.
+async fn advance_plan(mut plan: crate::planner::PlanContext) -> Result<()> {
+    plan.execute_next().await
+}
+
 pub(crate) async fn shutdown_signal() {
     #[cfg(unix)]
     {
@@ -532,7 +566,8 @@ fn definition(
             .with_description(desc.clone())
             .with_payload_schema((h.payload_schema)());
         match h.kind {
-            HandlerKind::Invoke | HandlerKind::Task => {
+            HandlerKind::Transition => {}
+            HandlerKind::Invoke | HandlerKind::Task | HandlerKind::Goal => {
                 let mut consumed = consumed;
                 let mut cap_produced =
                     EventDefinition::new(produced_event_name(&h.event), Topic::ActionResults)
@@ -695,6 +730,27 @@ async fn on_handler_error(
                 Ok(_) => Settlement::Ack,
                 Err(e) => {
                     tracing::error!(error = %e, "could not record the task failure");
+                    retry_or_dead_letter(
+                        input,
+                        e.to_string(),
+                        e.is_retryable(),
+                        attempt,
+                        max_deliver,
+                    )
+                    .await
+                }
+            }
+        }
+        HandlerKind::Goal | HandlerKind::Transition => {
+            tracing::warn!(error = %message, "planner handler failed; failing the plan");
+            match crate::planner::fail_plan(input, message.clone(), kind == HandlerKind::Goal).await
+            {
+                Ok(true) => Settlement::Ack,
+                Ok(false) => {
+                    retry_or_dead_letter(input, message, false, attempt, max_deliver).await
+                }
+                Err(e) => {
+                    tracing::error!(error = %e, "could not record the plan failure");
                     retry_or_dead_letter(
                         input,
                         e.to_string(),

@@ -101,6 +101,17 @@ pub enum Error {
         /// What we waited for.
         what: String,
     },
+    /// A plan definition is invalid; every problem is listed.
+    #[error("plan `{plan_type}` is invalid:\n  - {}", problems.join("\n  - "))]
+    InvalidPlan {
+        /// The plan type.
+        plan_type: String,
+        /// Every problem found.
+        problems: Vec<String>,
+    },
+    /// No plan with that id is stored.
+    #[error("plan `{0}` not found")]
+    PlanNotFound(String),
     /// No task with that id is stored.
     #[error("task `{0}` not found")]
     TaskNotFound(String),

@@ -14,6 +14,7 @@ use soorma_common::Topic;
 use crate::context::{Event, Invocation, decode_payload};
 use crate::error::Error;
 use crate::extract::{Extensions, FromHandlerInput, HandlerInput};
+use crate::planner::{GoalContext, PlanContext};
 use crate::task::{ResultContext, TaskContext};
 use crate::util::BoxFuture;
 
@@ -40,6 +41,10 @@ pub enum HandlerKind {
     Task,
     /// `#[on_result]`: a sub-task result.
     Result,
+    /// `#[on_goal]`: a goal that starts a plan.
+    Goal,
+    /// `#[on_transition]`: an event moving a running plan.
+    Transition,
 }
 
 impl HandlerKind {
@@ -56,6 +61,8 @@ impl HandlerKind {
             HandlerKind::Invoke => "on_invoke",
             HandlerKind::Task => "on_task",
             HandlerKind::Result => "on_result",
+            HandlerKind::Goal => "on_goal",
+            HandlerKind::Transition => "on_transition",
         }
     }
 }
@@ -452,6 +459,99 @@ impl Handler {
             Topic::ActionResults,
             event.into(),
             schema_of::<T>,
+            H::checks(),
+            call,
+        )
+    }
+
+    /// A planner's goal handler for goals of type `event` on `action-requests`; it usually
+    /// starts a plan with [`GoalContext::start`]. A failure fails the plan (or, before one was
+    /// started, replies to the goal with the error).
+    ///
+    /// ```
+    /// use soorma::prelude::*;
+    /// use soorma::planner::{GoalContext, Plan};
+    ///
+    /// async fn research(goal: GoalContext, plan: State<std::sync::Arc<Plan>>) -> soorma::Result<()> {
+    ///     goal.start(&plan).await.map(drop)
+    /// }
+    ///
+    /// let h = Handler::on_goal("research.goal", research);
+    /// assert_eq!(h.kind(), soorma::HandlerKind::Goal);
+    /// ```
+    pub fn on_goal<H, T, Args>(event: impl Into<String>, handler: H) -> Self
+    where
+        H: HandlerFn<GoalContext<T>, Args>,
+        H::Output: HandlerOutput,
+        T: DeserializeOwned + JsonSchema + Send + 'static,
+    {
+        let call: ErasedFn = Arc::new(move |input: HandlerInput| {
+            let handler = handler.clone();
+            Box::pin(async move {
+                let data = decode_payload::<T>(&input.envelope.event_type, &input.envelope.data)
+                    .map_err(Failure::Decode)?;
+                let fut = handler
+                    .call(GoalContext::new(data, &input), &input)
+                    .map_err(extractor_failure)?;
+                fut.await.into_outcome().map(|()| None)
+            })
+        });
+        Self::new(
+            HandlerKind::Goal,
+            Topic::ActionRequests,
+            event.into(),
+            schema_of::<T>,
+            H::checks(),
+            call,
+        )
+    }
+
+    /// A planner's transition handler: every event on `action-results` that belongs to one of
+    /// the planner's plans (its correlation id is the plan id) arrives as the restored
+    /// [`PlanContext`]; other results are ignored. A planner without one advances its plans
+    /// with [`PlanContext::execute_next`].
+    ///
+    /// ```
+    /// use soorma::prelude::*;
+    /// use soorma::planner::PlanContext;
+    ///
+    /// async fn advance(mut plan: PlanContext) -> soorma::Result<()> {
+    ///     if plan.trigger().is_some_and(|e| e.event_type == "approval.needed") {
+    ///         return plan.pause("waiting for a person").await;
+    ///     }
+    ///     plan.execute_next().await
+    /// }
+    ///
+    /// let h = Handler::on_transition(advance);
+    /// assert_eq!(h.kind(), soorma::HandlerKind::Transition);
+    /// ```
+    pub fn on_transition<H, Args>(handler: H) -> Self
+    where
+        H: HandlerFn<PlanContext, Args>,
+        H::Output: HandlerOutput,
+    {
+        let call: ErasedFn = Arc::new(move |input: HandlerInput| {
+            let handler = handler.clone();
+            Box::pin(async move {
+                let plan = PlanContext::for_event(&input)
+                    .await
+                    .map_err(|e| Failure::Handler {
+                        retryable: e.is_retryable(),
+                        message: e.to_string(),
+                    })?;
+                let Some(plan) = plan else {
+                    tracing::trace!(event_type = %input.envelope.event_type, "not an event of this planner's plans; ignored");
+                    return Ok(None);
+                };
+                let fut = handler.call(plan, &input).map_err(extractor_failure)?;
+                fut.await.into_outcome().map(|()| None)
+            })
+        });
+        Self::new(
+            HandlerKind::Transition,
+            Topic::ActionResults,
+            "*".into(),
+            schema_of::<Value>,
             H::checks(),
             call,
         )

@@ -9,7 +9,8 @@
 //!   caller's `response_event`.
 //! - **Worker** — [`#[on_task(event)]`](on_task) and [`#[on_result(event)]`](on_result):
 //!   asynchronous tasks with [`TaskContext`] (save, delegate, fan-out, fan-in, complete).
-//! - **Planner** — goal-driven state machines (coming with the planner layer).
+//! - **Planner** — [`#[on_goal(event)]`](on_goal) and [`#[on_transition]`](on_transition):
+//!   goal-driven, event-driven state machines with [`planner::PlanContext`].
 //!
 //! ```
 //! use soorma::prelude::*;
@@ -64,6 +65,7 @@ mod handler;
 pub mod llm;
 #[cfg(feature = "nats")]
 pub mod nats;
+pub mod planner;
 mod platform;
 pub mod registry;
 pub mod state;
@@ -118,15 +120,16 @@ pub use soorma_common::{
     SubTaskInfo, SubTaskStatus, TaskProgress, TaskRecord, TaskStatus, Topic,
 };
 
-pub use soorma_macros::{on_event, on_invoke, on_result, on_task};
+pub use soorma_macros::{on_event, on_goal, on_invoke, on_result, on_task, on_transition};
 
 /// Everything a handler module needs: `use soorma::prelude::*;`.
 pub mod prelude {
+    pub use crate::planner::{GoalContext, Plan, PlanContext, Planner};
     pub use crate::{
         Agent, AgentBuilder, BusClient, Client, Delegation, Error, Event, Handler, Invocation,
         Platform, ResultContext, State, TaskContext, Tool, ToolError, Topic, Worker,
     };
-    pub use soorma_macros::{on_event, on_invoke, on_result, on_task};
+    pub use soorma_macros::{on_event, on_goal, on_invoke, on_result, on_task, on_transition};
 }
 
 /// Items used by code the macros generate. Not public API.
