@@ -31,7 +31,7 @@ target_dir="${CARGO_TARGET_DIR:-$PWD/target}"
 echo "== soorma new: the generated tool and worker pass their tests"
 scaffold_dir="$(mktemp -d)"
 trap 'rm -rf "$scaffold_dir"' EXIT
-for kind in tool worker; do
+for kind in tool worker planner; do
     name="scaffold-check-$kind"
     "$target_dir/debug/soorma" new "$name" --kind "$kind" --path "$scaffold_dir" --soorma-path "$PWD/soorma"
     cp Cargo.lock "$scaffold_dir/$name/"

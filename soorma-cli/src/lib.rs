@@ -1,7 +1,7 @@
 //! The `soorma` command-line tool.
 //!
 //! ```text
-//! soorma new <name> --kind tool|worker [--path DIR] [--soorma-path PATH]
+//! soorma new <name> --kind tool|worker|planner [--path DIR] [--soorma-path PATH]
 //! soorma dev [--port N] [--store DIR]
 //! soorma agents [--json]
 //! soorma card <agent> --url <gateway-url> [--v0-3]

@@ -7,11 +7,12 @@ use std::str::FromStr;
 use crate::CliError;
 
 /// The kinds `soorma new` can generate.
-pub const KINDS: &str = "tool, worker";
+pub const KINDS: &str = "tool, worker, planner";
 
 const CARGO_TOML: &str = include_str!("../templates/Cargo.toml.template");
 const TOOL_MAIN: &str = include_str!("../templates/tool.rs");
 const WORKER_MAIN: &str = include_str!("../templates/worker.rs");
+const PLANNER_MAIN: &str = include_str!("../templates/planner.rs");
 const README: &str = include_str!("../templates/README.md");
 const GITIGNORE: &str = include_str!("../templates/gitignore");
 
@@ -22,6 +23,8 @@ pub enum Kind {
     Tool,
     /// A worker (`#[on_task]` delegating to a tool, `#[on_result]` completing), with the tool.
     Worker,
+    /// A planner (`#[on_goal]` starting a plan whose action calls a tool), with the tool.
+    Planner,
 }
 
 impl Kind {
@@ -30,6 +33,7 @@ impl Kind {
         match self {
             Kind::Tool => "tool",
             Kind::Worker => "worker",
+            Kind::Planner => "planner",
         }
     }
 
@@ -37,6 +41,7 @@ impl Kind {
         match self {
             Kind::Tool => TOOL_MAIN,
             Kind::Worker => WORKER_MAIN,
+            Kind::Planner => PLANNER_MAIN,
         }
     }
 
@@ -51,6 +56,12 @@ impl Kind {
                 "`src/main.rs` is the worker `{name}`: `#[on_task(\"{name}.requested\")]` delegates \
                  to the tool `{name}-words` (in the same crate) and `#[on_result]` completes the \
                  task with the tool's result."
+            ),
+            Kind::Planner => format!(
+                "`src/main.rs` is the planner `{name}`: `#[on_goal(\"{name}.goal\")]` starts a plan \
+                 whose first state asks the tool `{name}-words` (in the same crate) to count words, \
+                 then follows a transition on the reply (conditions pick `short` or `long`; a tool \
+                 error goes to `failed`) and replies with a result template."
             ),
         }
     }
@@ -68,16 +79,14 @@ impl FromStr for Kind {
     /// ```
     /// use soorma_cli::Kind;
     /// assert_eq!("worker".parse::<Kind>(), Ok(Kind::Worker));
-    /// assert!("planner".parse::<Kind>().unwrap_err().contains("planner layer"));
+    /// assert_eq!("planner".parse::<Kind>(), Ok(Kind::Planner));
+    /// assert!("robot".parse::<Kind>().unwrap_err().contains("available kinds"));
     /// ```
     fn from_str(s: &str) -> Result<Self, Self::Err> {
         match s {
             "tool" => Ok(Kind::Tool),
             "worker" => Ok(Kind::Worker),
-            "planner" => Err(format!(
-                "the planner template comes with the planner layer, which soorma does not have \
-                 yet; available kinds: {KINDS}"
-            )),
+            "planner" => Ok(Kind::Planner),
             other => Err(format!("unknown kind `{other}`; available kinds: {KINDS}")),
         }
     }
@@ -348,9 +357,17 @@ mod tests {
             ("soorma_dependency", "soorma = \"1\""),
             ("summary", "s"),
         ];
-        for template in [CARGO_TOML, TOOL_MAIN, WORKER_MAIN, README, GITIGNORE] {
+        for template in [CARGO_TOML, TOOL_MAIN, WORKER_MAIN, PLANNER_MAIN, README, GITIGNORE] {
             let out = render(template, &vars);
-            assert!(!out.contains("{{"), "placeholder left in:\n{out}");
+            // What is left are the plan's own data templates (`{{goal.text}}`).
+            for (i, _) in out.match_indices("{{") {
+                let rest = &out[i + 2..];
+                assert!(
+                    rest.starts_with("goal.") || rest.starts_with("results."),
+                    "placeholder left in:\n{}",
+                    &out[i..(i + 40).min(out.len())]
+                );
+            }
         }
     }
 

@@ -209,7 +209,7 @@ fn an_existing_directory_is_never_overwritten() {
 }
 
 #[test]
-fn planner_is_not_available_yet_and_says_so() {
+fn new_planner_includes_its_plan_and_the_tool_it_calls() {
     let tmp = TempDir::new();
     let out = soorma(&[
         "new",
@@ -219,20 +219,25 @@ fn planner_is_not_available_yet_and_says_so() {
         "--path",
         tmp.0.to_str().unwrap(),
     ]);
-    assert!(!out.status.success());
-    let err = stderr(&out);
-    assert!(
-        err.contains("the planner template comes with the planner layer")
-            && err.contains("available kinds: tool, worker"),
-        "{err}"
-    );
+    assert!(out.status.success(), "{}", stderr(&out));
+    let main = std::fs::read_to_string(tmp.0.join("planner-one/src/main.rs")).unwrap();
+    for expected in [
+        "#[on_goal(\"planner-one.goal\", agent = \"planner-one\")]",
+        "#[on_invoke(\"planner-one.count.requested\", agent = \"planner-one-words\")]",
+        "Planner::new(PLANNER)",
+        "with_condition(\"data.success && data.result <= 5\")",
+        "{{goal.text}}",
+        "async fn a_plan_round_trip()",
+    ] {
+        assert!(main.contains(expected), "missing {expected:?}");
+    }
+    assert!(!main.contains("{{name}}"), "every placeholder is substituted");
     let unknown = soorma(&["new", "x", "--kind", "robot"]);
     let err = stderr(&unknown);
     assert!(
-        err.contains("unknown kind `robot`; available kinds: tool, worker"),
+        err.contains("unknown kind `robot`; available kinds: tool, worker, planner"),
         "{err}"
     );
-    assert!(!tmp.0.join("planner-one").exists());
 }
 
 #[test]
