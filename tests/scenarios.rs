@@ -1073,6 +1073,7 @@ macro_rules! for_each_scenario {
             tenants_never_see_each_others_state_or_events,
             planner_runs_its_state_machine_with_conditions_and_templates,
             planner_pauses_and_resumes_with_input,
+            discovery_finds_agents_by_requirements_with_their_schemas,
         );
     };
 }
@@ -1294,5 +1295,72 @@ pub async fn planner_pauses_and_resumes_with_input(mut t: TestPlatform, wait: Du
     let record: soorma::common::PlanRecord = serde_json::from_slice(&stored.value).unwrap();
     assert_eq!(record.results["user_input"], json!({"by": "ada"}));
     assert!(record.deferred.is_empty());
+    t.shutdown().await.unwrap();
+}
+
+pub async fn discovery_finds_agents_by_requirements_with_their_schemas(
+    mut t: TestPlatform,
+    _wait: Duration,
+) {
+    use soorma::AgentKind;
+    use soorma::registry::Requirements;
+    t.start(calculator()).await.unwrap();
+    t.start(batcher()).await.unwrap();
+    t.start(research_planner(false)).await.unwrap();
+    let discovery = t.platform().discovery();
+    let tools = discovery
+        .discover(&Requirements::new().kind(AgentKind::Tool))
+        .await
+        .unwrap();
+    assert_eq!(tools.len(), 1);
+    assert_eq!(tools[0].name, "calculator");
+    let cap = &tools[0].capabilities[0];
+    assert_eq!(cap.description, "Evaluates an arithmetic expression.");
+    // Consumed events: capabilities, and the events of #[on_result] handlers.
+    let by_result = discovery
+        .discover(&Requirements::new().consumes("upper.completed"))
+        .await
+        .unwrap();
+    assert_eq!(by_result[0].name, "batcher");
+    let planners = discovery
+        .discover(
+            &Requirements::new()
+                .consumes("research.goal")
+                .kind(AgentKind::Planner),
+        )
+        .await
+        .unwrap();
+    assert_eq!(planners[0].name, "research-planner");
+    assert!(
+        discovery
+            .discover(
+                &Requirements::new()
+                    .capability("calculate.requested")
+                    .kind(AgentKind::Worker)
+            )
+            .await
+            .unwrap()
+            .is_empty()
+    );
+    // The request and reply schemas come from the handlers' Rust types.
+    let request = discovery
+        .request_schema("calculate.requested")
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(request["required"], json!(["expression"]));
+    assert_eq!(
+        request["properties"]["precision"]["description"],
+        "Decimal places of the result (default: all)."
+    );
+    let reply = discovery
+        .response_schema("calculate.requested")
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(reply["required"], json!(["result"]));
+    let produced = &cap.produced_events[0];
+    assert_eq!(produced.topic, Topic::ActionResults);
+    assert!(produced.payload_schema.is_some());
     t.shutdown().await.unwrap();
 }

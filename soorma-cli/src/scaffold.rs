@@ -357,7 +357,14 @@ mod tests {
             ("soorma_dependency", "soorma = \"1\""),
             ("summary", "s"),
         ];
-        for template in [CARGO_TOML, TOOL_MAIN, WORKER_MAIN, PLANNER_MAIN, README, GITIGNORE] {
+        for template in [
+            CARGO_TOML,
+            TOOL_MAIN,
+            WORKER_MAIN,
+            PLANNER_MAIN,
+            README,
+            GITIGNORE,
+        ] {
             let out = render(template, &vars);
             // What is left are the plan's own data templates (`{{goal.text}}`).
             for (i, _) in out.match_indices("{{") {

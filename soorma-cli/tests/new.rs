@@ -231,7 +231,10 @@ fn new_planner_includes_its_plan_and_the_tool_it_calls() {
     ] {
         assert!(main.contains(expected), "missing {expected:?}");
     }
-    assert!(!main.contains("{{name}}"), "every placeholder is substituted");
+    assert!(
+        !main.contains("{{name}}"),
+        "every placeholder is substituted"
+    );
     let unknown = soorma(&["new", "x", "--kind", "robot"]);
     let err = stderr(&unknown);
     assert!(
