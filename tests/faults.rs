@@ -103,10 +103,19 @@ async fn fault_child_process() {
     let platform = soorma::nats::connect(NatsConfig::new(url).with_ack_wait(ACK_WAIT))
         .await
         .expect("child connects");
-    let _worker = worker(&instance)
-        .start(&platform)
-        .await
-        .expect("worker starts");
+    let mut running = Vec::new();
+    if instance == "approval-planner" {
+        for agent in soorma_tests::scenarios::approval_agents() {
+            running.push(agent.start(&platform).await.expect("planner starts"));
+        }
+    } else {
+        running.push(
+            worker(&instance)
+                .start(&platform)
+                .await
+                .expect("worker starts"),
+        );
+    }
     println!("READY {instance}");
     tokio::time::sleep(Duration::from_secs(3600)).await;
 }
@@ -309,4 +318,43 @@ async fn two_competing_worker_processes_complete_1000_tasks_exactly_once() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn four_competing_worker_processes_complete_1000_tasks_exactly_once() {
     competing_workers(4).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_human_input_timeout_fires_after_the_planner_that_asked_was_killed() {
+    soorma_tests::init_tracing();
+    let server = NatsServer::start();
+    let platform = soorma::nats::connect(config(&server)).await.unwrap();
+    let mut t = TestPlatform::with_platform(platform.clone()).await.unwrap();
+    let asker = WorkerProcess::spawn(&server, "approval-planner");
+    let client = t.client().with_timeout(FINISH);
+    let goal = tokio::spawn(async move {
+        client
+            .invoke::<serde_json::Value>(
+                "post.goal",
+                serde_json::json!({"topic": "timers", "timeout_ms": 3000}),
+                "post.done",
+            )
+            .await
+    });
+    wait_for("the question", || {
+        !t.events_of_type("notification.human_input").is_empty()
+    })
+    .await;
+    // The planner that asked dies (with its in-process timer); its timer is in the store...
+    asker.kill();
+    let stored = platform
+        .state()
+        .keys(soorma::planner::TIMERS_BUCKET, "default")
+        .await
+        .unwrap();
+    assert_eq!(stored.len(), 1, "{stored:?}");
+    // ...and the next planner instance fires it: the plan expires, the caller learns why.
+    for agent in soorma_tests::scenarios::approval_agents() {
+        t.start(agent).await.unwrap();
+    }
+    let err = goal.await.unwrap().unwrap_err();
+    assert!(err.to_string().contains("in time"), "{err}");
+    assert_eq!(t.events_of_type("plan.timeout").len(), 1);
+    t.shutdown().await.unwrap();
 }

@@ -1074,6 +1074,8 @@ macro_rules! for_each_scenario {
             planner_runs_its_state_machine_with_conditions_and_templates,
             planner_pauses_and_resumes_with_input,
             discovery_finds_agents_by_requirements_with_their_schemas,
+            planner_asks_a_person_and_handles_the_answer_and_the_timeout,
+            worker_asks_a_person_and_handles_the_answer_and_the_timeout,
         );
     };
 }
@@ -1362,5 +1364,254 @@ pub async fn discovery_finds_agents_by_requirements_with_their_schemas(
     let produced = &cap.produced_events[0];
     assert_eq!(produced.topic, Topic::ActionResults);
     assert!(produced.payload_schema.is_some());
+    t.shutdown().await.unwrap();
+}
+
+async fn draft(req: Invocation<Value>) -> Result<Value, ToolError> {
+    Ok(json!({"text": format!("A post about {}", req.data["topic"].as_str().unwrap_or("?"))}))
+}
+
+/// draft → approving (a person answers, or the question times out) → published | rejected | expired.
+pub fn approval_plan() -> soorma::planner::Plan {
+    use soorma::common::{PlanDefinition, StateAction, StateConfig, StateTransition};
+    soorma::planner::Plan::new(
+        PlanDefinition::new("approval", "draft, then ask a person")
+            .with_initial_state("drafting")
+            .with_state(
+                StateConfig::new("drafting", "write a draft")
+                    .with_action(
+                        StateAction::new("draft.requested", "draft.completed")
+                            .with_data(json!({"topic": "{{goal.topic}}"})),
+                    )
+                    .with_transition(StateTransition::new("draft.completed", "approving")),
+            )
+            .with_state(
+                StateConfig::new("approving", "a person approves the draft")
+                    .with_transition(
+                        StateTransition::new("approval.answered", "published")
+                            .with_condition("data.approved == true"),
+                    )
+                    .with_transition(StateTransition::new("approval.answered", "rejected"))
+                    .with_transition(StateTransition::new("plan.timeout", "expired")),
+            )
+            .with_state(
+                StateConfig::new("published", "")
+                    .terminal()
+                    .with_result(json!({
+                        "text": "{{results.drafting.text}}",
+                        "approved_by": "{{results.approving.by}}"
+                    })),
+            )
+            .with_state(
+                StateConfig::new("rejected", "")
+                    .failed()
+                    .with_result(json!("rejected by {{results.approving.by}}")),
+            )
+            .with_state(StateConfig::new("expired", "").failed().with_result(json!(
+                "nobody approved \"{{results.approving.question}}\" in time"
+            ))),
+    )
+    .expect("a valid plan")
+}
+
+async fn approval_goal(goal: GoalContext, plan: State<Arc<Plan>>) -> soorma::Result<()> {
+    goal.start(&plan).await.map(drop)
+}
+
+async fn approval_transition(mut plan: PlanContext) -> soorma::Result<()> {
+    plan.execute_next().await?;
+    if plan.current_state() == "approving" && plan.status() == soorma::common::PlanStatus::Running {
+        let ms = plan.record().goal_data["timeout_ms"]
+            .as_u64()
+            .unwrap_or(10_000);
+        plan.request_human_input_within(
+            "Publish this draft?",
+            "approval.answered",
+            Duration::from_millis(ms),
+        )
+        .await?;
+    }
+    Ok(())
+}
+
+/// The drafting tool and the approval planner.
+pub fn approval_agents() -> [AgentBuilder; 2] {
+    [
+        Tool::new("drafter")
+            .use_registered_handlers(false)
+            .handler(Handler::on_invoke("draft.requested", draft)),
+        Planner::new("approval-planner")
+            .use_registered_handlers(false)
+            .with_state(Arc::new(approval_plan()))
+            .handler(Handler::on_goal("post.goal", approval_goal))
+            .handler(Handler::on_transition(approval_transition)),
+    ]
+}
+
+pub async fn planner_asks_a_person_and_handles_the_answer_and_the_timeout(
+    mut t: TestPlatform,
+    wait: Duration,
+) {
+    for agent in approval_agents() {
+        t.start(agent).await.unwrap();
+    }
+    let client = t.client().with_timeout(wait * 2);
+    // Answered: the question goes out on notification-events; the answer resumes the plan.
+    let pending = tokio::spawn({
+        let client = client.clone();
+        async move {
+            client
+                .invoke::<Value>(
+                    "post.goal",
+                    json!({"topic": "kv stores", "timeout_ms": 20_000}),
+                    "post.done",
+                )
+                .await
+        }
+    });
+    let question = t
+        .expect_event("notification.human_input", wait)
+        .await
+        .unwrap();
+    assert_eq!(question.topic, Topic::NotificationEvents);
+    assert_eq!(question.data["question"], "Publish this draft?");
+    assert_eq!(question.data["response_event"], "approval.answered");
+    assert_eq!(question.data["timeout_seconds"], 20.0);
+    assert_eq!(
+        question.response_event.as_deref(),
+        Some("approval.answered")
+    );
+    let plan_id = question.correlation_id.clone().unwrap();
+    client
+        .bus()
+        .publish(
+            Topic::ActionResults,
+            "approval.answered",
+            json!({"approved": true, "by": "grace"}),
+        )
+        .correlation_id(plan_id.as_str())
+        .await
+        .unwrap();
+    let post = pending.await.unwrap().unwrap();
+    assert_eq!(
+        post,
+        json!({"text": "A post about kv stores", "approved_by": "grace"})
+    );
+    // Answered in time: its timer is gone.
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    let timers = t
+        .platform()
+        .state()
+        .keys(soorma::planner::TIMERS_BUCKET, "default")
+        .await
+        .unwrap();
+    assert!(timers.is_empty(), "{timers:?}");
+
+    // Not answered: the timeout moves the plan to `expired`, which fails it.
+    let err = client
+        .invoke::<Value>(
+            "post.goal",
+            json!({"topic": "queues", "timeout_ms": 300}),
+            "post.done",
+        )
+        .await
+        .unwrap_err();
+    assert!(
+        err.to_string()
+            .contains("nobody approved \"Publish this draft?\" in time"),
+        "{err}"
+    );
+    let timeout = t.expect_event("plan.timeout", wait).await.unwrap();
+    assert_eq!(timeout.topic, Topic::ActionResults);
+    // A late answer changes nothing.
+    client
+        .bus()
+        .publish(
+            Topic::ActionResults,
+            "approval.answered",
+            json!({"approved": true, "by": "late"}),
+        )
+        .correlation_id(timeout.correlation_id.clone().unwrap())
+        .await
+        .unwrap();
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    assert_eq!(t.events_of_type("post.done").len(), 2);
+    t.shutdown().await.unwrap();
+}
+
+async fn publish_post(mut task: TaskContext<Value>) -> soorma::Result<()> {
+    let ms = task.data["timeout_ms"].as_u64().unwrap_or(10_000);
+    task.request_human_input(
+        "Publish this post?",
+        "post.reviewed",
+        Some(Duration::from_millis(ms)),
+    )
+    .await
+    .map(drop)
+}
+
+async fn post_reviewed(result: ResultContext<Value>) -> soorma::Result<()> {
+    let mut task = result.record_in_parent().await?;
+    match &result.data {
+        Some(answer) => task.complete(json!({"published": answer["ok"]})).await,
+        None => task.fail(result.error.clone().unwrap_or_default()).await,
+    }
+    .map(drop)
+}
+
+/// A worker that asks a person before publishing.
+pub fn publisher() -> AgentBuilder {
+    Worker::new("publisher")
+        .use_registered_handlers(false)
+        .handler(Handler::on_task("post.requested", publish_post))
+        .handler(Handler::on_result("post.reviewed", post_reviewed))
+        .handler(Handler::on_result(
+            soorma::TASK_TIMEOUT_EVENT,
+            post_reviewed,
+        ))
+}
+
+pub async fn worker_asks_a_person_and_handles_the_answer_and_the_timeout(
+    mut t: TestPlatform,
+    wait: Duration,
+) {
+    t.start(publisher()).await.unwrap();
+    let client = t.client().with_timeout(wait * 2);
+    let pending = tokio::spawn({
+        let client = client.clone();
+        async move {
+            client
+                .invoke::<Value>("post.requested", json!({"timeout_ms": 20_000}), "post.done")
+                .await
+        }
+    });
+    let question = t
+        .expect_event("notification.human_input", wait)
+        .await
+        .unwrap();
+    assert_eq!(question.topic, Topic::NotificationEvents);
+    assert_eq!(question.data["question"], "Publish this post?");
+    assert_eq!(question.data["response_event"], "post.reviewed");
+    let sub_task = question.correlation_id.clone().unwrap();
+    client
+        .bus()
+        .publish(Topic::ActionResults, "post.reviewed", json!({"ok": true}))
+        .correlation_id(sub_task.as_str())
+        .await
+        .unwrap();
+    assert_eq!(pending.await.unwrap().unwrap(), json!({"published": true}));
+
+    let err = client
+        .invoke::<Value>("post.requested", json!({"timeout_ms": 300}), "post.done")
+        .await
+        .unwrap_err();
+    assert!(
+        err.to_string()
+            .contains("no answer to \"Publish this post?\" within 0.3 s"),
+        "{err}"
+    );
+    t.expect_event(soorma::TASK_TIMEOUT_EVENT, wait)
+        .await
+        .unwrap();
     t.shutdown().await.unwrap();
 }

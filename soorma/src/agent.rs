@@ -460,6 +460,20 @@ impl AgentBuilder {
             )));
         }
         platform.registry().register(def.clone()).await?;
+        if matches!(self.kind, AgentKind::Planner | AgentKind::Worker) {
+            // Human-input timers of an instance that stopped fire from here on.
+            let tenant = self
+                .tenant
+                .as_deref()
+                .unwrap_or(soorma_common::DEFAULT_TENANT);
+            match crate::planner::recover_timers(platform, tenant).await {
+                Ok(0) => {}
+                Ok(n) => tracing::info!(agent = %self.name, timers = n, "pending timers restored"),
+                Err(e) => {
+                    tracing::warn!(agent = %self.name, error = %e, "could not restore pending timers")
+                }
+            }
+        }
         tracing::info!(agent = %self.name, agent_id = %agent_id, handlers = handlers.len(), "agent started");
         Ok(AgentHandle {
             definition: def,

@@ -82,7 +82,9 @@ pub use error::{Error, Result, SchemaViolation};
 pub use extract::State;
 pub use handler::{Handler, HandlerFn, HandlerKind, HandlerOutput, ToolOutput};
 pub use platform::{NATS_URL_ENV, Platform};
-pub use task::{Delegation, ResultContext, SUBTASKS_BUCKET, TASKS_BUCKET, TaskContext};
+pub use task::{
+    Delegation, ResultContext, SUBTASKS_BUCKET, TASK_TIMEOUT_EVENT, TASKS_BUCKET, TaskContext,
+};
 pub use util::BoxFuture;
 
 /// The shared DTO crate.

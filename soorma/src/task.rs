@@ -103,6 +103,7 @@ pub struct Delegation {
     data: std::result::Result<Value, String>,
     response_event: String,
     validate: bool,
+    topic: Topic,
 }
 
 impl Delegation {
@@ -124,6 +125,7 @@ impl Delegation {
             data: serde_json::to_value(data).map_err(|e| e.to_string()),
             response_event: response_event.into(),
             validate: true,
+            topic: Topic::ActionRequests,
         }
     }
 
@@ -608,8 +610,67 @@ impl<T> TaskContext<T> {
             data: serde_json::to_value(data).map_err(|e| e.to_string()),
             response_event: response_event.into(),
             validate: true,
+            topic: Topic::ActionRequests,
         };
         self.delegate_with(d).await
+    }
+
+    /// Asks a person, as a sub-task: publishes `notification.human_input` on
+    /// `notification-events` (`{task_id, question, response_event, timeout_seconds}`, correlation
+    /// id = the returned sub-task id). The answer — `response_event` on `action-results` with that
+    /// correlation id — arrives at the worker's `#[on_result(response_event)]` handler like any
+    /// sub-task result. With a `timeout`, a `task.timeout` error result for the same sub-task
+    /// arrives instead when nobody answered in time (handle `#[on_result("task.timeout")]`); the
+    /// first of the two wins. The timer is durable (stored; a restarted worker fires it).
+    ///
+    /// ```
+    /// # use soorma::prelude::*;
+    /// async fn publish(mut task: TaskContext<String>) -> soorma::Result<()> {
+    ///     let within = Some(std::time::Duration::from_secs(3600));
+    ///     task.request_human_input("Publish this post?", "post.reviewed", within).await.map(drop)
+    /// }
+    /// # let _ = publish;
+    /// ```
+    pub async fn request_human_input(
+        &mut self,
+        question: impl Into<String>,
+        response_event: impl Into<String>,
+        timeout: Option<std::time::Duration>,
+    ) -> Result<String> {
+        let question = question.into();
+        let response_event = response_event.into();
+        let timeout_seconds = timeout.map(|t| t.as_secs_f64());
+        let ask = Delegation {
+            event_type: "notification.human_input".into(),
+            data: Ok(serde_json::json!({
+                "task_id": self.record.task_id,
+                "question": question,
+                "response_event": response_event,
+                "timeout_seconds": timeout_seconds,
+            })),
+            response_event: response_event.clone(),
+            validate: false,
+            topic: Topic::NotificationEvents,
+        };
+        let sub_task = self.delegate_with(ask).await?;
+        if let Some(after) = timeout {
+            let reply = ActionReply::failure(
+                &sub_task,
+                format!(
+                    "no answer to \"{question}\" within {} s",
+                    after.as_secs_f64()
+                ),
+            );
+            let data = serde_json::to_value(reply).map_err(|e| Error::serialize("timeout", e))?;
+            let mut env =
+                self.bus()
+                    .envelope(Topic::ActionResults, TASK_TIMEOUT_EVENT.into(), data);
+            env.id = format!("{sub_task}-timeout");
+            env.correlation_id = Some(sub_task.clone());
+            env.tenant_id.clone_from(&self.record.tenant_id);
+            crate::planner::schedule_timer(&self.runtime.platform, env, after).await?;
+        }
+        Ok(sub_task)
     }
 
     /// [`delegate`](Self::delegate) with a prepared [`Delegation`] (e.g. one that skips schema
@@ -676,16 +737,20 @@ impl<T> TaskContext<T> {
             let data = d
                 .data
                 .map_err(|e| Error::InvalidArgument(format!("delegation data: {e}")))?;
-            planned.push((d.event_type, d.response_event, data, d.validate));
+            planned.push((d.event_type, d.response_event, data, (d.validate, d.topic)));
         }
         let group_id = self.next_group_id();
         // The requests, each correlated by its sub-task id; checked against their consumers'
         // schemas before anything is saved, so a rejected delegation leaves no trace.
         let bus = self.bus();
         let mut envelopes = Vec::with_capacity(planned.len());
-        for (i, (event_type, response_event, data, validate)) in planned.iter().enumerate() {
+        for (i, (event_type, response_event, data, (validate, topic))) in planned.iter().enumerate()
+        {
             let id = sub_task_id(&group_id, i as u32);
-            let mut env = bus.envelope(Topic::ActionRequests, event_type.clone(), data.clone());
+            let mut env = bus.envelope(*topic, event_type.clone(), data.clone());
+            if *topic != Topic::ActionRequests {
+                env.response_topic = Some(Topic::ActionResults);
+            }
             env.id.clone_from(&id);
             env.correlation_id = Some(id);
             env.response_event = Some(response_event.clone());
@@ -1007,6 +1072,10 @@ pub(crate) async fn fail_task(input: &HandlerInput, error: String) -> Result<boo
     let mut task = TaskContext::from_request((), input);
     task.fail(error).await
 }
+
+/// The event type of the error result a worker gets when a person did not answer a
+/// [`TaskContext::request_human_input`] question in time.
+pub const TASK_TIMEOUT_EVENT: &str = "task.timeout";
 
 /// A sub-task's result, for `#[on_result]` handlers.
 ///

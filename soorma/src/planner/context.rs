@@ -287,8 +287,36 @@ impl PlanContext {
         let Some(trigger) = self.trigger.clone() else {
             return self.transact(machine::start).await;
         };
+        let asked = self.awaiting_id();
         self.transact(move |plan, record| machine::on_event(plan, record, &trigger))
-            .await
+            .await?;
+        self.forget_timer(asked).await;
+        Ok(())
+    }
+
+    fn awaiting_id(&self) -> Option<String> {
+        self.record
+            .state
+            .get("awaiting_id")
+            .and_then(Value::as_str)
+            .map(str::to_owned)
+    }
+
+    /// Cancels the timeout of a question that is no longer awaited.
+    async fn forget_timer(&self, asked: Option<String>) {
+        let Some(asked) = asked else { return };
+        if self.awaiting_id().as_deref() == Some(asked.as_str()) {
+            return;
+        }
+        let tenant = self
+            .record
+            .tenant_id
+            .as_deref()
+            .unwrap_or(soorma_common::DEFAULT_TENANT);
+        let timer = format!("{asked}-timeout");
+        if let Err(e) = super::timers::cancel(&self.runtime.platform, tenant, &timer).await {
+            tracing::debug!(error = %e, "could not cancel a human-input timer");
+        }
     }
 
     /// Completes the plan now with `result` (replied to the goal).
@@ -346,7 +374,8 @@ impl PlanContext {
     /// `notification.human_input` on `notification-events` with the question, the response
     /// event and the plan id as correlation id. The answer — `response_event` published on
     /// `action-results` with that correlation id — resumes the plan by itself, is recorded as
-    /// the current state's result, and moves the plan by the state's transitions on it.
+    /// the current state's result, and moves the plan by the state's transitions on it. No
+    /// timeout; see [`request_human_input_within`](Self::request_human_input_within).
     ///
     /// ```
     /// # async fn f(mut plan: soorma::planner::PlanContext) -> soorma::Result<()> {
@@ -358,42 +387,89 @@ impl PlanContext {
         question: impl Into<String>,
         response_event: impl Into<String>,
     ) -> Result<()> {
-        let question = question.into();
-        let response_event = response_event.into();
+        self.ask(question.into(), response_event.into(), None).await
+    }
+
+    /// [`request_human_input`](Self::request_human_input) with a deadline: without an answer
+    /// after `timeout`, a `plan.timeout` event (on `action-results`, correlated with the plan)
+    /// resumes the plan and moves it by the state's transition on `plan.timeout` — or fails it
+    /// when the state has none. The timer is durable: it is stored, and fires even if the
+    /// planner restarted meanwhile.
+    ///
+    /// ```
+    /// # async fn f(mut plan: soorma::planner::PlanContext) -> soorma::Result<()> {
+    /// use std::time::Duration;
+    /// plan.request_human_input_within("Publish the report?", "report.approval", Duration::from_secs(3600)).await
+    /// # }
+    /// ```
+    pub async fn request_human_input_within(
+        &mut self,
+        question: impl Into<String>,
+        response_event: impl Into<String>,
+        timeout: std::time::Duration,
+    ) -> Result<()> {
+        self.ask(question.into(), response_event.into(), Some(timeout))
+            .await
+    }
+
+    async fn ask(
+        &mut self,
+        question: String,
+        response_event: String,
+        timeout: Option<std::time::Duration>,
+    ) -> Result<()> {
         if response_event.trim().is_empty() {
             return Err(Error::InvalidArgument(
                 "request_human_input needs a response_event for the answer".into(),
             ));
         }
-        let awaited = response_event.clone();
+        let ask_id = format!(
+            "{}-ask-{}-{}",
+            self.record.plan_id,
+            self.record.current_state,
+            self.record.history.len()
+        );
+        let (awaited, id, q) = (response_event.clone(), ask_id.clone(), question.clone());
         self.transact(move |_, record| {
             Ok(machine::pause(
                 record,
                 "waiting for human input",
-                Some(&awaited),
+                Some((&awaited, &id, &q)),
             ))
         })
         .await?;
         let record = &self.record;
         let bus = self.runtime.bus.in_context_of(self.envelope.clone());
+        let timeout_seconds = timeout.map(|t| t.as_secs_f64());
+        if let Some(after) = timeout {
+            let data = serde_json::json!({
+                "plan_id": record.plan_id,
+                "state": record.current_state,
+                "awaiting": response_event,
+                "awaiting_id": ask_id,
+                "question": question,
+                "timeout_seconds": timeout_seconds,
+            });
+            let mut env = bus.envelope(Topic::ActionResults, machine::TIMEOUT_EVENT.into(), data);
+            env.id = format!("{ask_id}-timeout");
+            env.correlation_id = Some(record.plan_id.clone());
+            env.plan_id = Some(record.plan_id.clone());
+            env.tenant_id.clone_from(&record.tenant_id);
+            super::timers::schedule(&self.runtime.platform, env, after).await?;
+        }
         let data = serde_json::json!({
             "plan_id": record.plan_id,
             "state": record.current_state,
             "question": question,
             "response_event": response_event,
-            "timeout_seconds": Value::Null,
+            "timeout_seconds": timeout_seconds,
         });
         let mut env = bus.envelope(
             Topic::NotificationEvents,
             "notification.human_input".into(),
             data,
         );
-        env.id = format!(
-            "{}-ask-{}-{}",
-            record.plan_id,
-            record.current_state,
-            record.history.len()
-        );
+        env.id = ask_id;
         env.correlation_id = Some(record.plan_id.clone());
         env.plan_id = Some(record.plan_id.clone());
         env.response_event = Some(response_event);
@@ -414,8 +490,11 @@ impl PlanContext {
     /// ```
     pub async fn resume(&mut self, input: impl Serialize) -> Result<()> {
         let input = serde_json::to_value(input).map_err(|e| Error::serialize("resume input", e))?;
+        let asked = self.awaiting_id();
         self.transact(move |plan, record| machine::resume(plan, record, input.clone()))
-            .await
+            .await?;
+        self.forget_timer(asked).await;
+        Ok(())
     }
 
     fn store(&self) -> &dyn StateStore {

@@ -119,6 +119,9 @@ pub(crate) fn on_event(
         resend(plan, record, Some(trigger), &mut fx);
         return Ok(fx);
     }
+    if record.status == PlanStatus::Paused && trigger.event_type == TIMEOUT_EVENT {
+        return on_timeout(plan, record, trigger);
+    }
     if record.status == PlanStatus::Paused {
         let awaited = record.state.get("awaiting_event").and_then(Value::as_str);
         if awaited != Some(trigger.event_type.as_str()) {
@@ -156,7 +159,7 @@ pub(crate) fn on_event(
             Err(e) => json!({"error": e}),
         };
         record.results.insert(current.clone(), stored);
-        record.state.remove("awaiting_event");
+        clear_awaiting(record);
         fx.changed = true;
     }
     let ctx = condition_context(record, trigger);
@@ -218,6 +221,85 @@ pub(crate) fn on_event(
         Some(trigger),
         &mut fx,
     )?;
+    Ok(fx)
+}
+
+/// The event a human-input timer publishes (on `action-results`, correlated with the plan).
+pub(crate) const TIMEOUT_EVENT: &str = "plan.timeout";
+
+fn clear_awaiting(record: &mut PlanRecord) {
+    for key in ["awaiting_event", "awaiting_id", "awaiting_question"] {
+        record.state.remove(key);
+    }
+}
+
+/// A human-input timer fired: if the plan still waits for that answer, it resumes and follows
+/// its transition on `plan.timeout`, or fails when it has none. A stale timer changes nothing.
+fn on_timeout(plan: &Plan, record: &mut PlanRecord, trigger: &EventEnvelope) -> Result<Effects> {
+    let mut fx = Effects::default();
+    let waiting_for = record.state.get("awaiting_id").and_then(Value::as_str);
+    if waiting_for.is_none()
+        || trigger.data.get("awaiting_id").and_then(Value::as_str) != waiting_for
+    {
+        tracing::debug!(plan_id = %record.plan_id, "a stale human-input timer; ignored");
+        return Ok(fx);
+    }
+    let question = record
+        .state
+        .get("awaiting_question")
+        .and_then(Value::as_str)
+        .unwrap_or_default()
+        .to_owned();
+    resume_status(record, &mut fx);
+    clear_awaiting(record);
+    let current = record.current_state.clone();
+    record.results.insert(
+        current.clone(),
+        json!({"timeout": true, "question": question}),
+    );
+    let Some(state) = plan.definition().states.get(&current) else {
+        fail(
+            record,
+            format!("the plan is in unknown state `{current}`"),
+            &mut fx,
+        );
+        return Ok(fx);
+    };
+    let ctx = condition_context(record, trigger);
+    for (i, t) in state.transitions.iter().enumerate() {
+        if t.on_event != TIMEOUT_EVENT {
+            continue;
+        }
+        let passes = match plan.condition(&current, i) {
+            None => true,
+            Some(cond) => cond.eval(&ctx).map_err(|e| Error::Handler(e.to_string()))?,
+        };
+        if passes {
+            record.last_trigger = Some(trigger.id.clone());
+            let to = t.to_state.clone();
+            enter(
+                plan,
+                record,
+                to,
+                Some(TIMEOUT_EVENT.to_owned()),
+                Some(trigger),
+                &mut fx,
+            )?;
+            return Ok(fx);
+        }
+    }
+    let seconds = trigger
+        .data
+        .get("timeout_seconds")
+        .and_then(Value::as_f64)
+        .unwrap_or_default();
+    fail(
+        record,
+        format!(
+            "no answer to \"{question}\" within {seconds} s (state `{current}` has no `{TIMEOUT_EVENT}` transition)"
+        ),
+        &mut fx,
+    );
     Ok(fx)
 }
 
@@ -418,7 +500,11 @@ pub(crate) fn fail(record: &mut PlanRecord, error: String, fx: &mut Effects) {
 }
 
 /// Pauses a running plan; `awaiting` names the event that resumes it by itself.
-pub(crate) fn pause(record: &mut PlanRecord, reason: &str, awaiting: Option<&str>) -> Effects {
+pub(crate) fn pause(
+    record: &mut PlanRecord,
+    reason: &str,
+    awaiting: Option<(&str, &str, &str)>,
+) -> Effects {
     let mut fx = Effects::default();
     if matches!(record.status, PlanStatus::Completed | PlanStatus::Failed) {
         return fx;
@@ -427,10 +513,16 @@ pub(crate) fn pause(record: &mut PlanRecord, reason: &str, awaiting: Option<&str
     record
         .state
         .insert("pause_reason".into(), Value::String(reason.to_owned()));
-    if let Some(event) = awaiting {
-        record
-            .state
-            .insert("awaiting_event".into(), Value::String(event.to_owned()));
+    if let Some((event, id, question)) = awaiting {
+        for (key, value) in [
+            ("awaiting_event", event),
+            ("awaiting_id", id),
+            ("awaiting_question", question),
+        ] {
+            record
+                .state
+                .insert(key.into(), Value::String(value.to_owned()));
+        }
     }
     fx.changed = true;
     fx.tracker.push((
@@ -448,7 +540,7 @@ pub(crate) fn resume(plan: &Plan, record: &mut PlanRecord, input: Value) -> Resu
         return Ok(fx);
     }
     record.results.insert("user_input".into(), input);
-    record.state.remove("awaiting_event");
+    clear_awaiting(record);
     resume_status(record, &mut fx);
     for event in std::mem::take(&mut record.deferred) {
         let more = on_event(plan, record, &event)?;

@@ -54,10 +54,13 @@
 mod context;
 mod definition;
 mod machine;
+mod timers;
 
 pub(crate) use context::fail_plan;
 pub use context::{GoalContext, PLANS_BUCKET, PlanContext};
 pub use definition::Plan;
 pub use machine::MAX_ACTIONS;
+pub use timers::TIMERS_BUCKET;
+pub(crate) use timers::{recover as recover_timers, schedule as schedule_timer};
 
 pub use crate::agent::Planner;
