@@ -102,6 +102,42 @@ impl Plan {
         Self::new(definition)
     }
 
+    /// Parses and validates a plan definition in YAML (feature `yaml`).
+    ///
+    /// ```
+    /// let plan = soorma::planner::Plan::from_yaml("
+    /// plan_type: ping
+    /// states:
+    ///   start:
+    ///     state_name: start
+    ///     action: {event_type: ping.requested, response_event: ping.done, data: {to: '{{goal.host}}'}}
+    ///     transitions:
+    ///       - {on_event: ping.done, to_state: done, condition: 'data.success'}
+    ///   done: {state_name: done, is_terminal: true}
+    /// ")?;
+    /// assert_eq!(plan.definition().states.len(), 2);
+    /// # Ok::<(), soorma::Error>(())
+    /// ```
+    #[cfg(feature = "yaml")]
+    pub fn from_yaml(yaml: &str) -> Result<Self> {
+        let definition: PlanDefinition = serde_path_to_error::deserialize(
+            serde_norway::Deserializer::from_str(yaml),
+        )
+        .map_err(|e| {
+            let path = e.path().to_string();
+            let inner = e.into_inner();
+            let at = inner
+                .location()
+                .map(|l| format!(" (line {}, column {})", l.line(), l.column()))
+                .unwrap_or_default();
+            Error::InvalidPlan {
+                plan_type: String::new(),
+                problems: vec![format!("not a plan definition: at `{path}`{at}: {inner}")],
+            }
+        })?;
+        Self::new(definition)
+    }
+
     /// The definition.
     ///
     /// ```
@@ -349,6 +385,20 @@ mod tests {
         let err = Plan::new(def).unwrap_err().to_string();
         assert!(err.contains("gaol"), "{err}");
         assert!(err.contains("dta"), "{err}");
+    }
+
+    #[cfg(feature = "yaml")]
+    #[test]
+    fn yaml_errors_name_the_path_and_line() {
+        let err = Plan::from_yaml("plan_type: p\nstates:\n  start:\n    state_name: [1]\n")
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains("states.start.state_name"), "{err}");
+        assert!(err.contains("line 4"), "{err}");
+        let invalid = Plan::from_yaml("plan_type: p\nstates:\n  start: {state_name: start}\n")
+            .unwrap_err()
+            .to_string();
+        assert!(invalid.contains("no terminal state"), "{invalid}");
     }
 
     #[test]
