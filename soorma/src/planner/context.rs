@@ -165,10 +165,12 @@ impl std::fmt::Debug for PlanContext {
 
 impl PlanContext {
     /// Restores the plan an event belongs to (its correlation id is the plan id); `None` when
-    /// no plan of the event's tenant has that id.
+    /// no plan of the event's tenant has that id. Only the correlation id counts: events that
+    /// merely happened within a plan (a worker's own sub-task results carry the plan's
+    /// `plan_id` too) are not the plan's to act on.
     pub(crate) async fn for_event(input: &HandlerInput) -> Result<Option<Self>> {
         let env = &input.envelope;
-        let Some(plan_id) = env.plan_id.as_deref().or(env.correlation_id.as_deref()) else {
+        let Some(plan_id) = env.correlation_id.as_deref() else {
             return Ok(None);
         };
         let tenant = env.tenant();
