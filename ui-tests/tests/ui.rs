@@ -5,11 +5,11 @@
 //! fail to compile with exactly the diagnostics in the `.stderr` file next to it.
 //! `ui/builder/pass/` covers the run-time builder API (`Handler::on_invoke(..)` etc.).
 //!
-//! Run with `cargo test -p soorma-tests --test ui`. After changing a diagnostic (or adding a
+//! Run with `cargo test -p soorma-ui-tests --test ui`. After changing a diagnostic (or adding a
 //! fail case), regenerate the expected output and review the diff:
 //!
 //! ```text
-//! TRYBUILD=overwrite cargo test -p soorma-tests --test ui
+//! TRYBUILD=overwrite cargo test -p soorma-ui-tests --test ui
 //! ```
 //!
 //! The expected output depends on the compiler version (the workspace's `rust-version` and

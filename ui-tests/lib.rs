@@ -1,0 +1,1 @@
+//! Compile-time (trybuild) tests of the soorma handler attributes; see `tests/ui.rs`.
