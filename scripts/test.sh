@@ -42,7 +42,7 @@ for kind in tool worker planner; do
 done
 
 echo "== examples (embedded platform)"
-for example in hello_tool business_facts research_fanout planner_state_machine human_approval; do
+for example in hello_tool business_facts research_fanout planner_state_machine human_approval llm_planner; do
     echo "-- $example"
     timeout 60 "$target_dir/debug/examples/$example"
 done

@@ -443,6 +443,10 @@ pub struct PlanRecord {
     /// User.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub user_id: Option<String>,
+    /// The planner (agent name) running the plan: other planners on the platform ignore its
+    /// events. `None` (records written before it existed): any planner handles them.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub planner: Option<String>,
     /// The state machine the plan runs (kept with the plan, so any instance can restore it).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub definition: Option<crate::PlanDefinition>,
@@ -540,6 +544,7 @@ impl PlanRecord {
             parent_plan_id: None,
             tenant_id: None,
             user_id: None,
+            planner: None,
             definition: None,
             state: Map::new(),
             result: None,

@@ -142,6 +142,17 @@ pub enum Error {
     #[cfg(feature = "llm")]
     #[error(transparent)]
     Llm(#[from] crate::llm::LlmError),
+    /// LLM planning rejected what a model proposed: an unknown request event, a payload its
+    /// schema rejects, or no acceptable proposal within the attempts (feature `llm`).
+    ///
+    /// ```
+    /// use soorma::planner::llm::PlanningError;
+    /// let err = soorma::Error::from(PlanningError::InvalidAction("`fail` needs an `error`".into()));
+    /// assert!(matches!(err, soorma::Error::Planning(_)));
+    /// ```
+    #[cfg(feature = "llm")]
+    #[error(transparent)]
+    Planning(#[from] crate::planner::llm::PlanningError),
 }
 
 impl Error {

@@ -47,7 +47,8 @@
 //! (`data.count > 0 && data.status == "ok"`, `{"query": "{{goal.topic}}"}`).
 //!
 //! With the `llm` feature, `soorma::llm` is an OpenAI-compatible LLM client (completions,
-//! streaming, validated structured output) and a scripted model for tests.
+//! streaming, validated structured output) and a scripted model for tests, and
+//! `soorma::planner::llm` lets a model write plans or choose a plan's next actions.
 #![warn(missing_docs)]
 
 mod agent;

@@ -644,3 +644,67 @@ async fn scripted_and_http_models_are_interchangeable() {
     assert_eq!(replies, ["from script", "from http"]);
     assert_eq!(server.requests()[0].messages()[1].0, "user");
 }
+
+// ---------------------------------------------------------------------------------------------
+// LLM planning over HTTP
+// ---------------------------------------------------------------------------------------------
+
+#[tokio::test]
+async fn create_plan_over_http_sends_the_problems_back_and_accepts_the_fix() {
+    use soorma::planner::llm::{PlanningOptions, create_plan};
+    use soorma::{AgentCapability, EventDefinition, Topic};
+
+    let plan = |to: &str| {
+        format!(
+            "Here is the plan:\n```json\n{}\n```",
+            json!({
+                "plan_type": "lookup",
+                "states": {
+                    "start": {"state_name": "start",
+                              "action": {"event_type": "lookup.requested", "response_event": "lookup.completed",
+                                         "data": {"word": "{{goal.word}}"}},
+                              "transitions": [{"on_event": "lookup.completed", "to_state": to}]},
+                    "done": {"state_name": "done", "is_terminal": true, "result": "{{results.start}}"}
+                }
+            })
+        )
+    };
+    let (bad, good) = (plan("finished"), plan("done"));
+    let server =
+        TestServer::start(move |i, _| Reply::completion(if i == 0 { &bad } else { &good })).await;
+    let client = server.client(LlmConfig::new("planner-model"));
+    let lookup = AgentCapability::new(
+        "lookup",
+        EventDefinition::new("lookup.requested", Topic::ActionRequests)
+            .with_description("Looks a word up in the dictionary."),
+    );
+    let plan = create_plan(
+        &client,
+        &json!({"word": "serendipity"}),
+        &[lookup],
+        &PlanningOptions::default(),
+    )
+    .await
+    .unwrap();
+    assert_eq!(plan.definition().plan_type, "lookup");
+    let requests = server.requests();
+    assert_eq!(requests.len(), 2);
+    assert_eq!(requests[0].body["model"], "planner-model");
+    let first = requests[0].messages();
+    assert!(first[0].1.contains("JSON Schema"), "{}", first[0].1);
+    assert!(
+        first[1].1.contains("request event: `lookup.requested`"),
+        "{}",
+        first[1].1
+    );
+    assert!(first[1].1.contains("serendipity"), "{}", first[1].1);
+    let second = requests[1].messages();
+    assert_eq!(second.len(), 4);
+    assert_eq!(second[2].0, "assistant");
+    assert_eq!(second[3].0, "user");
+    assert!(
+        second[3].1.contains("goes to unknown state `finished`"),
+        "{}",
+        second[3].1
+    );
+}

@@ -4,7 +4,7 @@ use std::sync::Arc;
 
 use serde::Serialize;
 use serde_json::Value;
-use soorma_common::{ActionReply, EventEnvelope, PlanRecord, PlanStatus, Topic};
+use soorma_common::{ActionReply, AgentCapability, EventEnvelope, PlanRecord, PlanStatus, Topic};
 
 use super::definition::Plan;
 use super::machine::{self, Effects};
@@ -80,6 +80,32 @@ impl<T> GoalContext<T> {
         self.envelope.id.clone()
     }
 
+    /// The capabilities the plan can request: the capabilities taking action requests (tools,
+    /// workers, other planners' goals) of the agents registered on the platform that serve the
+    /// goal's tenant (or every tenant), without this planner's own; one per request event, the
+    /// first by agent name.
+    ///
+    /// ```
+    /// # use soorma::planner::GoalContext;
+    /// async fn tools(goal: &GoalContext) -> soorma::Result<Vec<String>> {
+    ///     let caps = goal.capabilities().await?;
+    ///     Ok(caps.into_iter().map(|c| c.consumed_event.event_name).collect())
+    /// }
+    /// ```
+    pub async fn capabilities(&self) -> Result<Vec<AgentCapability>> {
+        discover_capabilities(&self.runtime, self.envelope.tenant()).await
+    }
+
+    /// The definition of the plan already stored for this goal (a redelivered goal), if any.
+    pub(crate) async fn stored_definition(&self) -> Result<Option<soorma_common::PlanDefinition>> {
+        let key = plan_key(self.envelope.tenant(), &self.envelope.id);
+        Ok(
+            state::load::<PlanRecord>(&**self.runtime.platform.state(), "plan", &key)
+                .await?
+                .and_then(|stored| stored.value.definition),
+        )
+    }
+
     /// Starts `plan` for this goal: saves the plan, enters its initial state and publishes that
     /// state's action. Idempotent: a redelivered goal continues the plan it started.
     ///
@@ -103,6 +129,7 @@ impl<T> GoalContext<T> {
         record.tenant_id.clone_from(&env.tenant_id);
         record.user_id.clone_from(&env.user_id);
         record.parent_plan_id.clone_from(&env.plan_id);
+        record.planner = Some(self.runtime.name.to_string());
         record.definition = Some(def.clone());
         record.created_at = Some(crate::util::now_rfc3339());
         let tenant = record
@@ -180,6 +207,15 @@ impl PlanContext {
         else {
             return Ok(None);
         };
+        if stored
+            .value
+            .planner
+            .as_deref()
+            .is_some_and(|owner| owner != &*input.runtime.name)
+        {
+            // Another planner's plan (every planner sees every action result).
+            return Ok(None);
+        }
         let Some(def) = stored.value.definition.clone() else {
             return Err(Error::Handler(format!(
                 "plan `{plan_id}` has no stored definition"
@@ -273,6 +309,29 @@ impl PlanContext {
     /// ```
     pub fn trigger(&self) -> Option<&EventEnvelope> {
         self.trigger.as_deref()
+    }
+
+    /// The capabilities the plan can request; see [`GoalContext::capabilities`].
+    ///
+    /// ```
+    /// # async fn f(plan: &soorma::planner::PlanContext) -> soorma::Result<usize> {
+    /// Ok(plan.capabilities().await?.len())
+    /// # }
+    /// ```
+    pub async fn capabilities(&self) -> Result<Vec<AgentCapability>> {
+        let tenant = self
+            .record
+            .tenant_id
+            .as_deref()
+            .unwrap_or(soorma_common::DEFAULT_TENANT);
+        discover_capabilities(&self.runtime, tenant).await
+    }
+
+    /// The id of the event being handled: the trigger's, or the goal's for a plan just started.
+    pub(crate) fn handled_event_id(&self) -> &str {
+        self.trigger
+            .as_deref()
+            .map_or(self.envelope.id.as_str(), |t| t.id.as_str())
     }
 
     /// Applies the event being handled: records it as the result of the current state's
@@ -525,7 +584,7 @@ impl PlanContext {
 
     /// Applies `step` to the stored record (revision-checked, re-applied to a fresh copy on a
     /// conflict), then publishes its effects: actions, tracker events, the reply.
-    async fn transact(
+    pub(crate) async fn transact(
         &mut self,
         step: impl Fn(&Plan, &mut PlanRecord) -> Result<Effects>,
     ) -> Result<()> {
@@ -633,6 +692,28 @@ impl PlanContext {
         self.revision = Some(stored.revision);
         Ok(())
     }
+}
+
+/// The action-request capabilities of the other agents registered on the platform, for
+/// `tenant` (agents of another tenant are left out), one per request event.
+async fn discover_capabilities(
+    runtime: &AgentRuntime,
+    tenant: &str,
+) -> Result<Vec<AgentCapability>> {
+    let agents = runtime
+        .platform
+        .discovery()
+        .discover(&crate::registry::Requirements::new())
+        .await?;
+    let mut seen = std::collections::BTreeSet::new();
+    Ok(agents
+        .into_iter()
+        .filter(|a| a.name != *runtime.name)
+        .filter(|a| a.tenant_id.as_deref().is_none_or(|t| t == tenant))
+        .flat_map(|a| a.capabilities)
+        .filter(|c| c.consumed_event.topic == Topic::ActionRequests)
+        .filter(|c| seen.insert(c.consumed_event.event_name.clone()))
+        .collect())
 }
 
 /// Fails the plan a failed handler was working on (or replies to a goal whose plan never

@@ -62,7 +62,7 @@ fn condition_context(record: &PlanRecord, trigger: &EventEnvelope) -> Value {
 }
 
 /// What a reply event says: the result of a success, or `Err(error)`; other events as is.
-fn reply_outcome(data: &Value) -> std::result::Result<Value, String> {
+pub(crate) fn reply_outcome(data: &Value) -> std::result::Result<Value, String> {
     match data.get("success").and_then(Value::as_bool) {
         Some(true) if data.get("request_id").is_some() => {
             Ok(data.get("result").cloned().unwrap_or(Value::Null))
@@ -303,7 +303,7 @@ fn on_timeout(plan: &Plan, record: &mut PlanRecord, trigger: &EventEnvelope) -> 
     Ok(fx)
 }
 
-fn resume_status(record: &mut PlanRecord, fx: &mut Effects) {
+pub(crate) fn resume_status(record: &mut PlanRecord, fx: &mut Effects) {
     record.status = PlanStatus::Running;
     record.state.remove("pause_reason");
     fx.changed = true;

@@ -13,6 +13,9 @@
 //! replies), and report their lifecycle on `system-events` (`plan.started`,
 //! `plan.state_changed`, `plan.paused`, `plan.resumed`, `plan.completed`, `plan.failed`).
 //!
+//! With the `llm` feature, [`llm`] lets a model plan: write a plan definition for a goal
+//! ([`llm::create_plan`]), or choose each next action of a plan ([`llm::reason_next_action`]).
+//!
 //! ```
 //! # #[tokio::main(flavor = "current_thread")] async fn main() -> soorma::Result<()> {
 //! use std::sync::Arc;
@@ -53,6 +56,8 @@
 
 mod context;
 mod definition;
+#[cfg(feature = "llm")]
+pub mod llm;
 mod machine;
 mod timers;
 
