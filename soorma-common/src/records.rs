@@ -443,6 +443,9 @@ pub struct PlanRecord {
     /// User.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub user_id: Option<String>,
+    /// The planner (agent name) running the plan: only its instances advance it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub planner: Option<String>,
     /// The state machine the plan runs (kept with the plan, so any instance can restore it).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub definition: Option<crate::PlanDefinition>,
@@ -540,6 +543,7 @@ impl PlanRecord {
             parent_plan_id: None,
             tenant_id: None,
             user_id: None,
+            planner: None,
             definition: None,
             state: Map::new(),
             result: None,
@@ -604,6 +608,43 @@ impl SessionRecord {
             metadata: Map::new(),
             created_at: None,
         }
+    }
+
+    /// Sets the user the session belongs to.
+    ///
+    /// ```
+    /// # use soorma_common::SessionRecord;
+    /// assert_eq!(SessionRecord::new("s").with_user_id("ada").user_id.as_deref(), Some("ada"));
+    /// ```
+    #[must_use]
+    pub fn with_user_id(mut self, user_id: impl Into<String>) -> Self {
+        self.user_id = Some(user_id.into());
+        self
+    }
+
+    /// Sets the display name.
+    ///
+    /// ```
+    /// # use soorma_common::SessionRecord;
+    /// assert_eq!(SessionRecord::new("s").with_name("Trip to Lisbon").name.as_deref(), Some("Trip to Lisbon"));
+    /// ```
+    #[must_use]
+    pub fn with_name(mut self, name: impl Into<String>) -> Self {
+        self.name = Some(name.into());
+        self
+    }
+
+    /// Adds a metadata entry.
+    ///
+    /// ```
+    /// # use soorma_common::SessionRecord;
+    /// let s = SessionRecord::new("s").with_metadata("channel", serde_json::json!("web"));
+    /// assert_eq!(s.metadata["channel"], "web");
+    /// ```
+    #[must_use]
+    pub fn with_metadata(mut self, key: impl Into<String>, value: Value) -> Self {
+        self.metadata.insert(key.into(), value);
+        self
     }
 }
 

@@ -103,6 +103,7 @@ impl<T> GoalContext<T> {
         record.tenant_id.clone_from(&env.tenant_id);
         record.user_id.clone_from(&env.user_id);
         record.parent_plan_id.clone_from(&env.plan_id);
+        record.planner = Some(self.runtime.name.to_string());
         record.definition = Some(def.clone());
         record.created_at = Some(crate::util::now_rfc3339());
         let tenant = record
@@ -126,6 +127,11 @@ impl<T> GoalContext<T> {
         };
         if ctx.revision.is_none() {
             ctx.reload().await?;
+        }
+        if let Some(session) = ctx.record.session_id.clone() {
+            let user = ctx.record.user_id.as_deref();
+            super::sessions::add_plan(store.as_ref(), &tenant, &session, user, &ctx.record.plan_id)
+                .await?;
         }
         ctx.transact(machine::start).await?;
         Ok(ctx)
@@ -178,6 +184,14 @@ impl PlanContext {
         else {
             return Ok(None);
         };
+        if stored
+            .value
+            .planner
+            .as_deref()
+            .is_some_and(|p| p != &*input.runtime.name)
+        {
+            return Ok(None); // another planner's plan (e.g. a sub-plan this one started)
+        }
         let Some(def) = stored.value.definition.clone() else {
             return Err(Error::Handler(format!(
                 "plan `{plan_id}` has no stored definition"
@@ -482,6 +496,17 @@ impl PlanContext {
     async fn publish(&mut self, fx: Effects) -> Result<()> {
         let bus = self.runtime.bus.in_context_of(self.envelope.clone());
         let record = &self.record;
+        // Lifecycle events first: the plan's next step can only follow its action's reply, so
+        // every plan's events are published in the order they happened.
+        for (event_type, data) in fx.tracker {
+            let mut env = bus.envelope(Topic::SystemEvents, event_type.to_owned(), data);
+            env.plan_id = Some(record.plan_id.clone());
+            env.tenant_id.clone_from(&record.tenant_id);
+            env.session_id.clone_from(&record.session_id);
+            if let Err(e) = bus.publish_envelope(env).await {
+                tracing::warn!(error = %e, event_type, "could not publish a plan lifecycle event");
+            }
+        }
         for action in fx.actions {
             let mut env = bus.envelope(Topic::ActionRequests, action.event_type, action.data);
             env.id = action.id;
@@ -493,14 +518,6 @@ impl PlanContext {
             env.session_id.clone_from(&record.session_id);
             bus.check_request(&env).await?;
             bus.publish_envelope(env).await?;
-        }
-        for (event_type, data) in fx.tracker {
-            let mut env = bus.envelope(Topic::SystemEvents, event_type.to_owned(), data);
-            env.plan_id = Some(record.plan_id.clone());
-            env.tenant_id.clone_from(&record.tenant_id);
-            if let Err(e) = bus.publish_envelope(env).await {
-                tracing::warn!(error = %e, event_type, "could not publish a plan lifecycle event");
-            }
         }
         if let Some(outcome) = fx.reply {
             self.reply(outcome).await?;

@@ -13,6 +13,11 @@
 //! replies), and report their lifecycle on `system-events` (`plan.started`,
 //! `plan.state_changed`, `plan.paused`, `plan.resumed`, `plan.completed`, `plan.failed`).
 //!
+//! [`Sessions`] group the plans started in one session, [`Plans`] lists stored plans by session,
+//! status or parent, and a [`Tracker`] is a read model fed by the plans' events: where a plan
+//! is, what happened, which tasks ran. A plan action whose event is a planner's goal event
+//! starts a sub-plan, whose reply moves the parent plan.
+//!
 //! ```
 //! # #[tokio::main(flavor = "current_thread")] async fn main() -> soorma::Result<()> {
 //! use std::sync::Arc;
@@ -54,10 +59,14 @@
 mod context;
 mod definition;
 mod machine;
+mod sessions;
+mod tracker;
 
 pub(crate) use context::fail_plan;
 pub use context::{GoalContext, PLANS_BUCKET, PlanContext};
 pub use definition::Plan;
 pub use machine::MAX_ACTIONS;
+pub use sessions::{PlanFilter, Plans, SESSIONS_BUCKET, Sessions};
+pub use tracker::{PlanEvent, PlanView, TaskState, TaskView, Tracker, TrackerBuilder, ViewSource};
 
 pub use crate::agent::Planner;
