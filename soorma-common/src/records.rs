@@ -610,6 +610,43 @@ impl SessionRecord {
             created_at: None,
         }
     }
+
+    /// Sets the user the session belongs to.
+    ///
+    /// ```
+    /// # use soorma_common::SessionRecord;
+    /// assert_eq!(SessionRecord::new("s").with_user_id("ada").user_id.as_deref(), Some("ada"));
+    /// ```
+    #[must_use]
+    pub fn with_user_id(mut self, user_id: impl Into<String>) -> Self {
+        self.user_id = Some(user_id.into());
+        self
+    }
+
+    /// Sets the display name.
+    ///
+    /// ```
+    /// # use soorma_common::SessionRecord;
+    /// assert_eq!(SessionRecord::new("s").with_name("Trip to Lisbon").name.as_deref(), Some("Trip to Lisbon"));
+    /// ```
+    #[must_use]
+    pub fn with_name(mut self, name: impl Into<String>) -> Self {
+        self.name = Some(name.into());
+        self
+    }
+
+    /// Adds a metadata entry.
+    ///
+    /// ```
+    /// # use soorma_common::SessionRecord;
+    /// let s = SessionRecord::new("s").with_metadata("channel", serde_json::json!("web"));
+    /// assert_eq!(s.metadata["channel"], "web");
+    /// ```
+    #[must_use]
+    pub fn with_metadata(mut self, key: impl Into<String>, value: Value) -> Self {
+        self.metadata.insert(key.into(), value);
+        self
+    }
 }
 
 #[cfg(test)]

@@ -186,6 +186,32 @@ impl Platform {
         self.inner.embedded_bus.as_ref()
     }
 
+    /// The sessions of the default tenant (`.for_tenant(..)` for another): create, get, list.
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")] async fn main() -> soorma::Result<()> {
+    /// let platform = soorma::Platform::embedded();
+    /// platform.sessions().create(soorma::common::SessionRecord::new("chat-1")).await?;
+    /// assert_eq!(platform.sessions().list().await?.len(), 1);
+    /// # Ok(()) }
+    /// ```
+    pub fn sessions(&self) -> crate::planner::Sessions {
+        crate::planner::Sessions::new(self)
+    }
+
+    /// Queries over the stored plans of the default tenant (`.for_tenant(..)` for another): by
+    /// id, session, status, parent plan.
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")] async fn main() -> soorma::Result<()> {
+    /// let platform = soorma::Platform::embedded();
+    /// assert!(platform.plans().get("plan-1").await?.is_none());
+    /// # Ok(()) }
+    /// ```
+    pub fn plans(&self) -> crate::planner::Plans {
+        crate::planner::Plans::new(self)
+    }
+
     /// A client for code outside agents: publish, and request with awaited replies.
     ///
     /// ```

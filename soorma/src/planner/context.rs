@@ -97,6 +97,7 @@ impl<T> GoalContext<T> {
     }
 
     /// The definition of the plan already stored for this goal (a redelivered goal), if any.
+    #[cfg(feature = "llm")]
     pub(crate) async fn stored_definition(&self) -> Result<Option<soorma_common::PlanDefinition>> {
         let key = plan_key(self.envelope.tenant(), &self.envelope.id);
         Ok(
@@ -153,6 +154,11 @@ impl<T> GoalContext<T> {
         };
         if ctx.revision.is_none() {
             ctx.reload().await?;
+        }
+        if let Some(session) = ctx.record.session_id.clone() {
+            let user = ctx.record.user_id.as_deref();
+            super::sessions::add_plan(store.as_ref(), &tenant, &session, user, &ctx.record.plan_id)
+                .await?;
         }
         ctx.transact(machine::start).await?;
         Ok(ctx)
@@ -328,6 +334,7 @@ impl PlanContext {
     }
 
     /// The id of the event being handled: the trigger's, or the goal's for a plan just started.
+    #[cfg(feature = "llm")]
     pub(crate) fn handled_event_id(&self) -> &str {
         self.trigger
             .as_deref()
@@ -622,6 +629,17 @@ impl PlanContext {
     async fn publish(&mut self, fx: Effects) -> Result<()> {
         let bus = self.runtime.bus.in_context_of(self.envelope.clone());
         let record = &self.record;
+        // Lifecycle events first: the plan's next step can only follow its action's reply, so
+        // every plan's events are published in the order they happened.
+        for (event_type, data) in fx.tracker {
+            let mut env = bus.envelope(Topic::SystemEvents, event_type.to_owned(), data);
+            env.plan_id = Some(record.plan_id.clone());
+            env.tenant_id.clone_from(&record.tenant_id);
+            env.session_id.clone_from(&record.session_id);
+            if let Err(e) = bus.publish_envelope(env).await {
+                tracing::warn!(error = %e, event_type, "could not publish a plan lifecycle event");
+            }
+        }
         for action in fx.actions {
             let mut env = bus.envelope(Topic::ActionRequests, action.event_type, action.data);
             env.id = action.id;
@@ -633,14 +651,6 @@ impl PlanContext {
             env.session_id.clone_from(&record.session_id);
             bus.check_request(&env).await?;
             bus.publish_envelope(env).await?;
-        }
-        for (event_type, data) in fx.tracker {
-            let mut env = bus.envelope(Topic::SystemEvents, event_type.to_owned(), data);
-            env.plan_id = Some(record.plan_id.clone());
-            env.tenant_id.clone_from(&record.tenant_id);
-            if let Err(e) = bus.publish_envelope(env).await {
-                tracing::warn!(error = %e, event_type, "could not publish a plan lifecycle event");
-            }
         }
         if let Some(outcome) = fx.reply {
             self.reply(outcome).await?;

@@ -87,7 +87,13 @@ pub(crate) fn start(plan: &Plan, record: &mut PlanRecord) -> Result<Effects> {
     record.status = PlanStatus::Running;
     fx.tracker.push((
         "plan.started",
-        json!({"plan_id": record.plan_id, "plan_type": record.plan_type, "state": plan.definition().initial_state}),
+        json!({
+            "plan_id": record.plan_id,
+            "plan_type": record.plan_type,
+            "state": plan.definition().initial_state,
+            "parent_plan_id": record.parent_plan_id,
+            "session_id": record.session_id,
+        }),
     ));
     let initial = plan.definition().initial_state.clone();
     enter(plan, record, initial, None, None, &mut fx)?;

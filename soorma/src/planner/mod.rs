@@ -15,6 +15,10 @@
 //!
 //! With the `llm` feature, [`llm`] lets a model plan: write a plan definition for a goal
 //! ([`llm::create_plan`]), or choose each next action of a plan ([`llm::reason_next_action`]).
+//! [`Sessions`] group the plans started in one session, [`Plans`] lists stored plans by session,
+//! status or parent, and a [`Tracker`] is a read model fed by the plans' events: where a plan
+//! is, what happened, which tasks ran. A plan action whose event is a planner's goal event
+//! starts a sub-plan, whose reply moves the parent plan.
 //!
 //! ```
 //! # #[tokio::main(flavor = "current_thread")] async fn main() -> soorma::Result<()> {
@@ -59,13 +63,17 @@ mod definition;
 #[cfg(feature = "llm")]
 pub mod llm;
 mod machine;
+mod sessions;
 mod timers;
+mod tracker;
 
 pub(crate) use context::fail_plan;
 pub use context::{GoalContext, PLANS_BUCKET, PlanContext};
 pub use definition::Plan;
 pub use machine::MAX_ACTIONS;
+pub use sessions::{PlanFilter, Plans, SESSIONS_BUCKET, Sessions};
 pub use timers::TIMERS_BUCKET;
 pub(crate) use timers::{recover as recover_timers, schedule as schedule_timer};
+pub use tracker::{PlanEvent, PlanView, TaskState, TaskView, Tracker, TrackerBuilder, ViewSource};
 
 pub use crate::agent::Planner;
