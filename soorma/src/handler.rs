@@ -317,17 +317,7 @@ impl Handler {
         H::Output: HandlerOutput,
         T: DeserializeOwned + JsonSchema + Send + 'static,
     {
-        let call: ErasedFn = Arc::new(move |input: HandlerInput| {
-            let handler = handler.clone();
-            Box::pin(async move {
-                let data = decode_payload::<T>(&input.envelope.event_type, &input.envelope.data)
-                    .map_err(Failure::Decode)?;
-                let fut = handler
-                    .call(Event::new(data, &input), &input)
-                    .map_err(extractor_failure)?;
-                fut.await.into_outcome().map(|()| None)
-            })
-        });
+        let call = payload_call(handler, Event::new);
         Self::new(
             HandlerKind::Event,
             topic,
@@ -405,17 +395,7 @@ impl Handler {
         H::Output: HandlerOutput,
         T: DeserializeOwned + JsonSchema + Send + 'static,
     {
-        let call: ErasedFn = Arc::new(move |input: HandlerInput| {
-            let handler = handler.clone();
-            Box::pin(async move {
-                let data = decode_payload::<T>(&input.envelope.event_type, &input.envelope.data)
-                    .map_err(Failure::Decode)?;
-                let fut = handler
-                    .call(TaskContext::from_request(data, &input), &input)
-                    .map_err(extractor_failure)?;
-                fut.await.into_outcome().map(|()| None)
-            })
-        });
+        let call = payload_call(handler, TaskContext::from_request);
         Self::new(
             HandlerKind::Task,
             Topic::ActionRequests,
@@ -485,17 +465,7 @@ impl Handler {
         H::Output: HandlerOutput,
         T: DeserializeOwned + JsonSchema + Send + 'static,
     {
-        let call: ErasedFn = Arc::new(move |input: HandlerInput| {
-            let handler = handler.clone();
-            Box::pin(async move {
-                let data = decode_payload::<T>(&input.envelope.event_type, &input.envelope.data)
-                    .map_err(Failure::Decode)?;
-                let fut = handler
-                    .call(GoalContext::new(data, &input), &input)
-                    .map_err(extractor_failure)?;
-                fut.await.into_outcome().map(|()| None)
-            })
-        });
+        let call = payload_call(handler, GoalContext::new);
         Self::new(
             HandlerKind::Goal,
             Topic::ActionRequests,
@@ -643,6 +613,28 @@ impl Handler {
             None => format!("#[{}(\"{}\")]", self.kind.attribute(), self.event),
         }
     }
+}
+
+/// The erased call of a handler whose context is built from the decoded payload: decode `T`
+/// (a mismatch is a decode failure), build the context, run the handler; no reply value.
+fn payload_call<C, T, H, Args>(handler: H, context: fn(T, &HandlerInput) -> C) -> ErasedFn
+where
+    H: HandlerFn<C, Args>,
+    H::Output: HandlerOutput,
+    T: DeserializeOwned + Send + 'static,
+    C: Send + 'static,
+{
+    Arc::new(move |input: HandlerInput| {
+        let handler = handler.clone();
+        Box::pin(async move {
+            let data = decode_payload::<T>(&input.envelope.event_type, &input.envelope.data)
+                .map_err(Failure::Decode)?;
+            let fut = handler
+                .call(context(data, &input), &input)
+                .map_err(extractor_failure)?;
+            fut.await.into_outcome().map(|()| None)
+        })
+    })
 }
 
 fn extractor_failure(message: String) -> Failure {
