@@ -397,3 +397,40 @@ async fn a_plan_survives_a_planner_restart() {
     tools.shutdown().await.unwrap();
     t.shutdown().await.unwrap();
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn listing_keys_sees_every_key_while_they_are_being_updated() {
+    use soorma::state::StateKey;
+    let server = NatsServer::start();
+    let platform = connect(&server).await;
+    let store = platform.state().clone();
+    let names: Vec<String> = (0..8).map(|i| format!("plan-{i}")).collect();
+    for n in &names {
+        store
+            .put(&StateKey::new("plans-stress", "default", n), b"{}".to_vec())
+            .await
+            .unwrap();
+    }
+    let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let writer = tokio::spawn({
+        let (store, names, stop) = (store.clone(), names.clone(), stop.clone());
+        async move {
+            let mut i = 0u64;
+            while !stop.load(std::sync::atomic::Ordering::Relaxed) {
+                let n = &names[(i % names.len() as u64) as usize];
+                let value = format!("{{\"v\": {i}}}").into_bytes();
+                store
+                    .put(&StateKey::new("plans-stress", "default", n), value)
+                    .await
+                    .unwrap();
+                i += 1;
+            }
+        }
+    });
+    for round in 0..100 {
+        let keys = store.keys("plans-stress", "default").await.unwrap();
+        assert_eq!(keys, names, "round {round}");
+    }
+    stop.store(true, std::sync::atomic::Ordering::Relaxed);
+    writer.await.unwrap();
+}

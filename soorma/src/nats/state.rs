@@ -9,6 +9,10 @@ use crate::error::{Error, Result};
 use crate::state::{Revision, StateKey, StateStore, Versioned};
 use crate::util::BoxFuture;
 
+/// How long a key listing waits for the next entry before it gives up on subjects that
+/// vanished since it started.
+const LISTING_IDLE: std::time::Duration = std::time::Duration::from_secs(2);
+
 /// The state store on JetStream KV: one bucket per state bucket (`soorma_tasks`, ...), keys
 /// `<tenant>.<key>`, revision-checked `create` / `update`.
 #[derive(Clone)]
@@ -39,48 +43,64 @@ impl NatsStore {
 
     /// The live keys of one tenant: the latest entry of each `<tenant>.*` subject (headers
     /// only), so listing reads that tenant's keys, not the whole bucket.
+    ///
+    /// The consumer's pending count is no end marker while keys are being written (an update
+    /// replaces a key's message, and the listing stopped short under concurrent updates), so
+    /// the listing first takes the set of subjects the stream holds and reads until each has
+    /// been seen; a later message of a subject overrides an earlier one.
     async fn tenant_keys(
         &self,
         store: &kv::Store,
         tenant: &str,
     ) -> std::result::Result<Vec<String>, Box<dyn std::error::Error + Send + Sync>> {
-        use futures_util::StreamExt;
+        use futures_util::{StreamExt, TryStreamExt};
+        let filter = format!("{}{tenant}.*", store.prefix);
+        let mut unseen: std::collections::HashSet<String> = store
+            .stream
+            .info_with_subjects(&filter)
+            .await?
+            .map_ok(|(subject, _count)| subject)
+            .try_collect()
+            .await?;
+        if unseen.is_empty() {
+            return Ok(Vec::new());
+        }
         let consumer = store
             .stream
             .create_consumer(jetstream::consumer::push::OrderedConfig {
                 deliver_subject: self.js.client().new_inbox(),
                 description: Some("soorma key listing".into()),
-                filter_subject: format!("{}{tenant}.*", store.prefix),
+                filter_subject: filter,
                 headers_only: true,
                 replay_policy: jetstream::consumer::ReplayPolicy::Instant,
                 deliver_policy: jetstream::consumer::DeliverPolicy::LastPerSubject,
                 ..Default::default()
             })
             .await?;
-        let mut keys = Vec::new();
-        if consumer.cached_info().num_pending == 0 {
-            return Ok(keys);
-        }
         let mut messages = consumer.messages().await?;
-        while let Some(message) = messages.next().await {
+        let mut live: HashMap<String, bool> = HashMap::new();
+        while !unseen.is_empty() {
+            // A subject of the snapshot that vanished since (expired) never comes: stop when
+            // nothing arrives for a while.
+            let next = tokio::time::timeout(LISTING_IDLE, messages.next()).await;
+            let Ok(Some(message)) = next else { break };
             let message = message?;
-            let pending = message.info()?.pending;
             let removed = message.headers.as_ref().is_some_and(|h| {
                 h.get("KV-Operation").is_some() || h.get("Nats-Marker-Reason").is_some()
             });
-            if !removed
-                && let Some(key) = message
-                    .subject
+            let subject = message.subject.to_string();
+            unseen.remove(&subject);
+            live.insert(subject, !removed);
+        }
+        Ok(live
+            .into_iter()
+            .filter(|(_, is_live)| *is_live)
+            .filter_map(|(subject, _)| {
+                subject
                     .strip_prefix(store.prefix.as_str())
                     .and_then(|k| names::kv_key_decode(tenant, k))
-            {
-                keys.push(key);
-            }
-            if pending == 0 {
-                break;
-            }
-        }
-        Ok(keys)
+            })
+            .collect())
     }
 
     /// The KV bucket for `bucket`, created on first use.
