@@ -2,7 +2,6 @@ use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 
 use async_nats::jetstream::{self, kv};
-use futures_util::TryStreamExt;
 use soorma_common::AgentDefinition;
 use tokio::task::JoinHandle;
 
@@ -16,6 +15,7 @@ use crate::util::BoxFuture;
 #[derive(Clone)]
 pub struct NatsRegistry {
     store: kv::Store,
+    client: async_nats::Client,
     config: Arc<NatsConfig>,
     heartbeats: Arc<Mutex<HashMap<String, JoinHandle<()>>>>,
 }
@@ -51,6 +51,7 @@ impl NatsRegistry {
                 )
             })?;
         Ok(Self {
+            client: js.client(),
             store,
             config,
             heartbeats: Arc::default(),
@@ -126,12 +127,7 @@ impl Registry for NatsRegistry {
 
     fn agents(&self) -> BoxFuture<'_, Result<Vec<AgentDefinition>>> {
         Box::pin(async move {
-            let keys: Vec<String> = self
-                .store
-                .keys()
-                .await
-                .map_err(|e| reg_err("list agents", e))?
-                .try_collect()
+            let keys = super::state::live_keys(&self.client, &self.store, ">")
                 .await
                 .map_err(|e| reg_err("list agents", e))?;
             let mut agents = Vec::new();

@@ -41,65 +41,17 @@ impl NatsStore {
         }
     }
 
-    /// The live keys of one tenant: the latest entry of each `<tenant>.*` subject (headers
-    /// only), so listing reads that tenant's keys, not the whole bucket.
-    ///
-    /// The consumer's pending count is no end marker while keys are being written (an update
-    /// replaces a key's message, and the listing stopped short under concurrent updates), so
-    /// the listing first takes the set of subjects the stream holds and reads until each has
-    /// been seen; a later message of a subject overrides an earlier one.
+    /// The live keys of one tenant: the latest entry of each `<tenant>.*` subject, so listing
+    /// reads that tenant's keys, not the whole bucket.
     async fn tenant_keys(
         &self,
         store: &kv::Store,
         tenant: &str,
-    ) -> std::result::Result<Vec<String>, Box<dyn std::error::Error + Send + Sync>> {
-        use futures_util::{StreamExt, TryStreamExt};
-        let filter = format!("{}{tenant}.*", store.prefix);
-        let mut unseen: std::collections::HashSet<String> = store
-            .stream
-            .info_with_subjects(&filter)
+    ) -> std::result::Result<Vec<String>, BoxError> {
+        Ok(live_keys(&self.js.client(), store, &format!("{tenant}.*"))
             .await?
-            .map_ok(|(subject, _count)| subject)
-            .try_collect()
-            .await?;
-        if unseen.is_empty() {
-            return Ok(Vec::new());
-        }
-        let consumer = store
-            .stream
-            .create_consumer(jetstream::consumer::push::OrderedConfig {
-                deliver_subject: self.js.client().new_inbox(),
-                description: Some("soorma key listing".into()),
-                filter_subject: filter,
-                headers_only: true,
-                replay_policy: jetstream::consumer::ReplayPolicy::Instant,
-                deliver_policy: jetstream::consumer::DeliverPolicy::LastPerSubject,
-                ..Default::default()
-            })
-            .await?;
-        let mut messages = consumer.messages().await?;
-        let mut live: HashMap<String, bool> = HashMap::new();
-        while !unseen.is_empty() {
-            // A subject of the snapshot that vanished since (expired) never comes: stop when
-            // nothing arrives for a while.
-            let next = tokio::time::timeout(LISTING_IDLE, messages.next()).await;
-            let Ok(Some(message)) = next else { break };
-            let message = message?;
-            let removed = message.headers.as_ref().is_some_and(|h| {
-                h.get("KV-Operation").is_some() || h.get("Nats-Marker-Reason").is_some()
-            });
-            let subject = message.subject.to_string();
-            unseen.remove(&subject);
-            live.insert(subject, !removed);
-        }
-        Ok(live
             .into_iter()
-            .filter(|(_, is_live)| *is_live)
-            .filter_map(|(subject, _)| {
-                subject
-                    .strip_prefix(store.prefix.as_str())
-                    .and_then(|k| names::kv_key_decode(tenant, k))
-            })
+            .filter_map(|k| names::kv_key_decode(tenant, &k))
             .collect())
     }
 
@@ -227,4 +179,68 @@ impl StateStore for NatsStore {
             Ok(keys)
         })
     }
+}
+
+type BoxError = Box<dyn std::error::Error + Send + Sync>;
+
+/// The live (not deleted) keys of `store` matching `pattern` (`*`/`>` wildcards), from the last
+/// entry of each subject, headers only.
+///
+/// A consumer's pending count is no end marker while keys are being written (an update replaces
+/// a key's message; listings stopped short under concurrent updates), so this takes the set of
+/// subjects the stream holds first and reads until each has been seen; a later message of a
+/// subject overrides an earlier one.
+pub(crate) async fn live_keys(
+    client: &async_nats::Client,
+    store: &kv::Store,
+    pattern: &str,
+) -> std::result::Result<Vec<String>, BoxError> {
+    use futures_util::{StreamExt, TryStreamExt};
+    let filter = format!("{}{pattern}", store.prefix);
+    let mut unseen: std::collections::HashSet<String> = store
+        .stream
+        .info_with_subjects(&filter)
+        .await?
+        .map_ok(|(subject, _count)| subject)
+        .try_collect()
+        .await?;
+    if unseen.is_empty() {
+        return Ok(Vec::new());
+    }
+    let consumer = store
+        .stream
+        .create_consumer(jetstream::consumer::push::OrderedConfig {
+            deliver_subject: client.new_inbox(),
+            description: Some("soorma key listing".into()),
+            filter_subject: filter,
+            headers_only: true,
+            replay_policy: jetstream::consumer::ReplayPolicy::Instant,
+            deliver_policy: jetstream::consumer::DeliverPolicy::LastPerSubject,
+            ..Default::default()
+        })
+        .await?;
+    let mut messages = consumer.messages().await?;
+    let mut live: HashMap<String, bool> = HashMap::new();
+    while !unseen.is_empty() {
+        // A subject of the snapshot that vanished since (expired) never comes: stop when
+        // nothing arrives for a while.
+        let next = tokio::time::timeout(LISTING_IDLE, messages.next()).await;
+        let Ok(Some(message)) = next else { break };
+        let message = message?;
+        let removed = message.headers.as_ref().is_some_and(|h| {
+            h.get("KV-Operation").is_some() || h.get("Nats-Marker-Reason").is_some()
+        });
+        let subject = message.subject.to_string();
+        unseen.remove(&subject);
+        live.insert(subject, !removed);
+    }
+    Ok(live
+        .into_iter()
+        .filter(|(_, is_live)| *is_live)
+        .filter_map(|(subject, _)| {
+            subject
+                .strip_prefix(store.prefix.as_str())
+                .map(str::to_owned)
+        })
+        .collect())
 }
