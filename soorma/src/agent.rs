@@ -838,7 +838,7 @@ async fn reply_or_retry(
 }
 
 /// Publishes `reply` on the request's `response_event` (nothing to do when none is named).
-async fn send_reply(input: &HandlerInput, reply: ActionReply) -> Result<()> {
+pub(crate) async fn send_reply(input: &HandlerInput, reply: ActionReply) -> Result<()> {
     let env: &EventEnvelope = &input.envelope;
     let Some(response_event) = env.response_event.clone() else {
         tracing::warn!(event_type = %env.event_type, "request named no response_event; reply dropped");

@@ -206,15 +206,11 @@ impl PlanContext {
         let Some(plan_id) = env.correlation_id.as_deref() else {
             return Ok(None);
         };
-        let tenant = env.tenant();
-        let key = plan_key(tenant, plan_id);
-        let Some(stored) =
-            state::load::<PlanRecord>(&**input.runtime.platform.state(), "plan", &key).await?
-        else {
+        let Some(plan) = Self::load(input, plan_id, Some(env.clone())).await? else {
             return Ok(None);
         };
-        if stored
-            .value
+        if plan
+            .record
             .planner
             .as_deref()
             .is_some_and(|owner| owner != &*input.runtime.name)
@@ -222,6 +218,21 @@ impl PlanContext {
             // Another planner's plan (every planner sees every action result).
             return Ok(None);
         }
+        Ok(Some(plan))
+    }
+
+    /// The stored plan `plan_id` of the handled event's tenant, handling `trigger`.
+    async fn load(
+        input: &HandlerInput,
+        plan_id: &str,
+        trigger: Option<Arc<EventEnvelope>>,
+    ) -> Result<Option<Self>> {
+        let key = plan_key(input.envelope.tenant(), plan_id);
+        let Some(stored) =
+            state::load::<PlanRecord>(&**input.runtime.platform.state(), "plan", &key).await?
+        else {
+            return Ok(None);
+        };
         let Some(def) = stored.value.definition.clone() else {
             return Err(Error::Handler(format!(
                 "plan `{plan_id}` has no stored definition"
@@ -231,9 +242,9 @@ impl PlanContext {
             record: stored.value,
             revision: Some(stored.revision),
             plan: Arc::new(Plan::new(def)?),
-            envelope: env.clone(),
+            envelope: input.envelope.clone(),
             runtime: input.runtime.clone(),
-            trigger: Some(env.clone()),
+            trigger,
         }))
     }
 
@@ -730,25 +741,7 @@ async fn discover_capabilities(
 /// started); `Ok(false)` when there is no plan and nothing to reply to.
 pub(crate) async fn fail_plan(input: &HandlerInput, error: String, goal: bool) -> Result<bool> {
     let mut ctx = if goal {
-        let tenant = input.envelope.tenant();
-        let key = plan_key(tenant, &input.envelope.id);
-        match state::load::<PlanRecord>(&**input.runtime.platform.state(), "plan", &key).await? {
-            Some(stored) => {
-                let def =
-                    stored.value.definition.clone().ok_or_else(|| {
-                        Error::Handler("the plan has no stored definition".into())
-                    })?;
-                Some(PlanContext {
-                    record: stored.value,
-                    revision: Some(stored.revision),
-                    plan: Arc::new(Plan::new(def)?),
-                    envelope: input.envelope.clone(),
-                    runtime: input.runtime.clone(),
-                    trigger: None,
-                })
-            }
-            None => None,
-        }
+        PlanContext::load(input, &input.envelope.id, None).await?
     } else {
         PlanContext::for_event(input).await?
     };
@@ -759,18 +752,8 @@ pub(crate) async fn fail_plan(input: &HandlerInput, error: String, goal: bool) -
         }
         None if goal && input.envelope.response_event.is_some() => {
             // The goal handler failed before starting a plan: reply with the error.
-            let env = &input.envelope;
-            let bus = input.bus();
-            let data = serde_json::to_value(ActionReply::failure(&env.id, error))
-                .map_err(|e| Error::serialize("reply", e))?;
-            let mut out = bus.envelope(
-                env.reply_topic(),
-                env.response_event.clone().unwrap_or_default(),
-                data,
-            );
-            out.id = format!("{}-reply", env.id);
-            out.correlation_id = Some(env.correlation_id.clone().unwrap_or_else(|| env.id.clone()));
-            bus.publish_envelope(out).await?;
+            let reply = ActionReply::failure(&input.envelope.id, error);
+            crate::agent::send_reply(input, reply).await?;
             Ok(true)
         }
         None => Ok(false),
