@@ -64,6 +64,8 @@ pub mod gateway;
 mod handler;
 #[cfg(feature = "llm")]
 pub mod llm;
+#[cfg(feature = "mcp")]
+pub mod mcp;
 #[cfg(feature = "nats")]
 pub mod nats;
 pub mod planner;
