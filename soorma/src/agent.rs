@@ -578,7 +578,7 @@ fn definition(
         let desc = h.description.clone().unwrap_or_default();
         let consumed = EventDefinition::new(&h.event, h.topic)
             .with_description(desc.clone())
-            .with_payload_schema((h.payload_schema)());
+            .with_payload_schema(h.payload_schema.get());
         match h.kind {
             HandlerKind::Transition => {}
             HandlerKind::Invoke | HandlerKind::Task | HandlerKind::Goal => {
@@ -589,8 +589,8 @@ fn definition(
                             "Reply to `{}` (the caller names the event; this is its schema)",
                             h.event
                         ));
-                if let Some(response) = h.response_schema {
-                    let result = response();
+                if let Some(response) = &h.response_schema {
+                    let result = response.get();
                     consumed = consumed.with_response_schema(result.clone());
                     cap_produced = cap_produced.with_payload_schema(reply_schema(result));
                 } else {

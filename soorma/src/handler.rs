@@ -85,6 +85,24 @@ pub enum Failure {
 pub(crate) type HandlerOutcome = Result<Option<Value>, Failure>;
 type ErasedFn = Arc<dyn Fn(HandlerInput) -> BoxFuture<'static, HandlerOutcome> + Send + Sync>;
 type SchemaFn = fn() -> Value;
+
+/// Where a handler's schema comes from: its Rust type, or a schema given at run time.
+#[derive(Clone)]
+pub(crate) enum SchemaSource {
+    /// The schema of a type (`schema_of::<T>`).
+    Of(SchemaFn),
+    /// A schema given with [`Handler::with_payload_schema`] / [`Handler::with_response_schema`].
+    Given(Arc<Value>),
+}
+
+impl SchemaSource {
+    pub(crate) fn get(&self) -> Value {
+        match self {
+            SchemaSource::Of(f) => f(),
+            SchemaSource::Given(v) => Value::clone(v),
+        }
+    }
+}
 type CheckFn = fn(&Extensions) -> Result<(), String>;
 
 pub(crate) fn schema_of<T: JsonSchema>() -> Value {
@@ -259,8 +277,8 @@ pub struct Handler {
     pub(crate) description: Option<String>,
     pub(crate) name: Option<String>,
     pub(crate) fn_name: Option<&'static str>,
-    pub(crate) payload_schema: SchemaFn,
-    pub(crate) response_schema: Option<SchemaFn>,
+    pub(crate) payload_schema: SchemaSource,
+    pub(crate) response_schema: Option<SchemaSource>,
     pub(crate) checks: Vec<CheckFn>,
     pub(crate) call: ErasedFn,
 }
@@ -292,7 +310,7 @@ impl Handler {
             description: None,
             name: None,
             fn_name: None,
-            payload_schema,
+            payload_schema: SchemaSource::Of(payload_schema),
             response_schema: None,
             checks,
             call,
@@ -371,7 +389,7 @@ impl Handler {
             H::checks(),
             call,
         );
-        h.response_schema = Some(schema_of::<<H::Output as ToolOutput>::Ok>);
+        h.response_schema = Some(SchemaSource::Of(schema_of::<<H::Output as ToolOutput>::Ok>));
         h
     }
 
@@ -562,6 +580,50 @@ impl Handler {
     #[must_use]
     pub fn with_name(mut self, name: impl Into<String>) -> Self {
         self.name = Some(name.into());
+        self
+    }
+
+    /// Replaces the payload schema the handler registers (default: the schema of its payload
+    /// type). For handlers built at run time whose payload is `serde_json::Value` but whose
+    /// schema is known, such as bridged MCP tools; requests are validated against it.
+    ///
+    /// ```
+    /// use soorma::prelude::*;
+    /// use serde_json::{json, Value};
+    ///
+    /// async fn add(req: Invocation<Value>) -> Result<f64, ToolError> {
+    ///     Ok(req.data["a"].as_f64().unwrap_or(0.0) + req.data["b"].as_f64().unwrap_or(0.0))
+    /// }
+    ///
+    /// let schema = json!({"type": "object", "required": ["a", "b"]});
+    /// let h = Handler::on_invoke("add.requested", add).with_payload_schema(schema.clone());
+    /// let def = Tool::new("adder").use_registered_handlers(false).handler(h).definition();
+    /// assert_eq!(def.capabilities[0].consumed_event.payload_schema, Some(schema));
+    /// ```
+    #[must_use]
+    pub fn with_payload_schema(mut self, schema: Value) -> Self {
+        self.payload_schema = SchemaSource::Given(Arc::new(schema));
+        self
+    }
+
+    /// Replaces the response schema of a tool handler (default: the schema of its result type).
+    ///
+    /// ```
+    /// use soorma::prelude::*;
+    /// use serde_json::{json, Value};
+    ///
+    /// async fn echo(req: Invocation<Value>) -> Result<Value, ToolError> {
+    ///     Ok(req.data)
+    /// }
+    ///
+    /// let schema = json!({"type": "object"});
+    /// let h = Handler::on_invoke("echo.requested", echo).with_response_schema(schema.clone());
+    /// let def = Tool::new("echo").use_registered_handlers(false).handler(h).definition();
+    /// assert_eq!(def.capabilities[0].consumed_event.response_schema, Some(schema));
+    /// ```
+    #[must_use]
+    pub fn with_response_schema(mut self, schema: Value) -> Self {
+        self.response_schema = Some(SchemaSource::Given(Arc::new(schema)));
         self
     }
 

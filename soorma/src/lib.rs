@@ -74,6 +74,8 @@ pub mod registry;
 pub mod state;
 mod task;
 pub mod testing;
+#[cfg(any(feature = "llm", feature = "mcp"))]
+mod tls;
 mod util;
 mod validation;
 

@@ -1,7 +1,7 @@
 //! [`LlmClient`]: chat completions over HTTP against an OpenAI-compatible server.
 
 use std::collections::VecDeque;
-use std::sync::{Arc, OnceLock};
+use std::sync::Arc;
 use std::time::Duration;
 
 use schemars::JsonSchema;
@@ -120,7 +120,8 @@ impl LlmClient {
             ))
             .into());
         }
-        let tls = tls_config(parsed.scheme() == "https")?;
+        let tls =
+            crate::tls::client_config(parsed.scheme() == "https").map_err(LlmError::Config)?;
         let http = reqwest::Client::builder()
             .tls_backend_preconfigured(tls)
             .build()
@@ -549,45 +550,6 @@ fn body_excerpt(body: &[u8]) -> String {
         end -= 1;
     }
     format!("{}…", &text[..end])
-}
-
-/// The TLS settings: rustls with the process's default crypto provider if one is installed,
-/// else ring; the platform's certificate verifier. Built once per process. Without system CA
-/// certificates, plain-`http` clients still work (their TLS config trusts nothing).
-fn tls_config(https: bool) -> Result<rustls::ClientConfig, LlmError> {
-    static PLATFORM: OnceLock<Result<rustls::ClientConfig, String>> = OnceLock::new();
-    let provider = || {
-        rustls::crypto::CryptoProvider::get_default()
-            .cloned()
-            .unwrap_or_else(|| Arc::new(rustls::crypto::ring::default_provider()))
-    };
-    let platform = PLATFORM.get_or_init(|| {
-        let provider = provider();
-        let verifier =
-            rustls_platform_verifier::Verifier::new(provider.clone()).map_err(|e| e.to_string())?;
-        Ok(rustls::ClientConfig::builder_with_provider(provider)
-            .with_safe_default_protocol_versions()
-            .map_err(|e| e.to_string())?
-            .dangerous()
-            .with_custom_certificate_verifier(Arc::new(verifier))
-            .with_no_client_auth())
-    });
-    match platform {
-        Ok(config) => Ok(config.clone()),
-        Err(e) if https => Err(LlmError::Config(format!(
-            "cannot set up TLS with the system's certificates: {e}"
-        ))),
-        Err(e) => {
-            tracing::debug!(error = %e, "no system TLS roots; https URLs will fail");
-            rustls::ClientConfig::builder_with_provider(provider())
-                .with_safe_default_protocol_versions()
-                .map(|b| {
-                    b.with_root_certificates(rustls::RootCertStore::empty())
-                        .with_no_client_auth()
-                })
-                .map_err(|e| LlmError::Config(format!("cannot set up TLS: {e}")))
-        }
-    }
 }
 
 #[cfg(test)]

@@ -1,0 +1,533 @@
+//! The MCP coordinator and bridge against real MCP servers: the published reference server
+//! `@modelcontextprotocol/server-everything` (npm, over stdio and streamable HTTP) and the
+//! in-repo fault server (slow, failing and crashing tools).
+
+use std::time::Duration;
+
+use serde_json::{Value, json};
+use soorma::mcp::{
+    BreakerConfig, CallOptions, CircuitState, McpBridge, McpConfig, McpContent, McpCoordinator,
+    McpError, McpToolOutput, ServerConfig,
+};
+use soorma::prelude::*;
+use soorma_tests::mcp_peers::{everything_server, free_port, process_alive};
+
+fn everything(id: &str) -> ServerConfig {
+    ServerConfig::stdio(id, everything_server().to_string_lossy())
+        .arg("stdio")
+        .call_timeout(Duration::from_secs(20))
+}
+
+fn fault_server(id: &str) -> ServerConfig {
+    ServerConfig::stdio(id, env!("CARGO_BIN_EXE_mcp_fault_server"))
+        .call_timeout(Duration::from_secs(10))
+}
+
+fn coordinator(config: McpConfig) -> McpCoordinator {
+    soorma_tests::init_tracing();
+    McpCoordinator::new(config).expect("a valid MCP configuration")
+}
+
+async fn wait_until_dead(pid: u32) -> bool {
+    for _ in 0..100 {
+        if !process_alive(pid) {
+            return true;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    false
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_reference_server_is_listed_and_called_over_stdio() {
+    let mcp = coordinator(McpConfig::new().server(everything("everything")));
+    let tools = mcp.list_tools().await.unwrap();
+    let names: Vec<&str> = tools.iter().map(|t| t.qualified_name.as_str()).collect();
+    for expected in [
+        "everything:echo",
+        "everything:get-sum",
+        "everything:get-structured-content",
+        "everything:get-tiny-image",
+        "everything:get-resource-reference",
+    ] {
+        assert!(names.contains(&expected), "{expected} missing in {names:?}");
+    }
+    assert!(
+        tools
+            .iter()
+            .find(|t| t.name == "get-sum")
+            .is_some_and(|t| !t.description.is_empty())
+    );
+
+    // The full schema on first use.
+    let sum = mcp.tool("get-sum").await.unwrap();
+    assert_eq!(sum.input_schema["required"], json!(["a", "b"]));
+
+    // Text, by qualified and unqualified name.
+    let out = mcp
+        .call("everything:get-sum", json!({"a": 2, "b": 3}))
+        .await
+        .unwrap();
+    assert!(out.text.contains('5'), "{out:?}");
+    let echoed = mcp
+        .call("echo", json!({"message": "soorma"}))
+        .await
+        .unwrap();
+    assert!(echoed.text.contains("soorma"), "{echoed:?}");
+
+    // Structured content.
+    let weather = mcp
+        .call("get-structured-content", json!({"location": "Chicago"}))
+        .await
+        .unwrap();
+    let structured = weather.structured.expect("structured content");
+    assert!(structured["temperature"].is_number(), "{structured}");
+
+    // An image.
+    let image = mcp.call("get-tiny-image", json!({})).await.unwrap();
+    assert!(
+        image
+            .content
+            .iter()
+            .any(|c| matches!(c, McpContent::Image { mime_type, data } if mime_type == "image/png" && !data.is_empty())),
+        "{image:?}"
+    );
+
+    // An embedded resource.
+    let resource = mcp
+        .call(
+            "get-resource-reference",
+            json!({"resourceType": "Text", "resourceId": 1}),
+        )
+        .await
+        .unwrap();
+    assert!(
+        resource.content.iter().any(
+            |c| matches!(c, McpContent::Resource { uri, text: Some(_), .. } if !uri.is_empty())
+        ),
+        "{resource:?}"
+    );
+
+    // Arguments are checked before anything is sent.
+    let bad = mcp.call("get-sum", json!({"a": "two"})).await.unwrap_err();
+    let McpError::InvalidArguments { tool, violations } = &bad else {
+        panic!("{bad:?}")
+    };
+    assert_eq!(tool, "everything:get-sum");
+    let paths: Vec<&str> = violations.iter().map(|v| v.path.as_str()).collect();
+    assert!(
+        paths.contains(&"/a") && paths.contains(&""),
+        "{violations:?}"
+    );
+    assert!(matches!(
+        mcp.call("everything:no-such-tool", json!({})).await,
+        Err(McpError::UnknownTool { .. })
+    ));
+    assert!(matches!(
+        mcp.call("nowhere:echo", json!({})).await,
+        Err(McpError::UnknownServer { .. })
+    ));
+
+    // Stats count the calls that reached the server, not the rejected arguments.
+    let stats = mcp.stats("everything:get-sum").unwrap();
+    assert_eq!((stats.successes, stats.failures), (1, 0));
+    assert_eq!(stats.circuit, Some(CircuitState::Closed));
+    assert!(stats.max_latency > Duration::ZERO);
+
+    // No `tool-descriptions` prompt on this server: a generated description.
+    let described = mcp.tool_descriptions("everything").await.unwrap();
+    assert!(
+        described.contains("- `everything:get-sum`: ")
+            && described.contains("`a` (number, required)"),
+        "{described}"
+    );
+
+    // Shutdown ends the child process.
+    let pid = mcp.server_pid("everything").await.expect("a child process");
+    assert!(process_alive(pid));
+    mcp.shutdown().await;
+    assert!(wait_until_dead(pid).await, "server {pid} still running");
+    assert!(matches!(
+        mcp.call("echo", json!({"message": "x"})).await,
+        Err(McpError::Shutdown)
+    ));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_tool_name_two_servers_have_must_be_qualified() {
+    let mcp = coordinator(
+        McpConfig::new()
+            .server(everything("left"))
+            .server(fault_server("right")),
+    );
+    // `echo` is on both.
+    let err = mcp
+        .call("echo", json!({"message": "hi"}))
+        .await
+        .unwrap_err();
+    let McpError::AmbiguousTool { candidates, .. } = &err else {
+        panic!("{err:?}")
+    };
+    assert_eq!(candidates, &["left:echo", "right:echo"]);
+    assert!(
+        err.to_string()
+            .contains("qualify it as one of left:echo, right:echo")
+    );
+    // Each server's `echo` has its own schema.
+    let left = mcp
+        .call("left:echo", json!({"message": "hi"}))
+        .await
+        .unwrap();
+    assert!(left.text.contains("hi"));
+    let right = mcp.call("right:echo", json!({"text": "ho"})).await.unwrap();
+    assert_eq!(right.text, "ho");
+    // A name only one server has needs no qualifier.
+    assert!(mcp.call("get-sum", json!({"a": 1, "b": 1})).await.is_ok());
+    mcp.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_reference_server_is_called_over_streamable_http() {
+    let port = free_port();
+    let mut child = tokio::process::Command::new(everything_server())
+        .arg("streamableHttp")
+        .env("PORT", port.to_string())
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .kill_on_drop(true)
+        .spawn()
+        .expect("mcp-server-everything starts");
+    let mut up = false;
+    for _ in 0..100 {
+        if tokio::net::TcpStream::connect(("127.0.0.1", port))
+            .await
+            .is_ok()
+        {
+            up = true;
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    assert!(up, "the HTTP server did not listen on {port}");
+
+    let mcp = coordinator(McpConfig::new().server(ServerConfig::http(
+        "web",
+        format!("http://127.0.0.1:{port}/mcp"),
+    )));
+    let tools = mcp.server_tools("web").await.unwrap();
+    assert!(tools.iter().any(|t| t.name == "get-sum"));
+    let out = mcp
+        .call("web:get-sum", json!({"a": 20, "b": 22}))
+        .await
+        .unwrap();
+    assert!(out.text.contains("42"), "{out:?}");
+    assert_eq!(mcp.server_pid("web").await, None);
+    mcp.shutdown().await;
+    let _ = child.kill().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_slow_tool_times_out_and_the_server_is_told_to_cancel() {
+    let mcp = coordinator(McpConfig::new().server(fault_server("faults")));
+    let started = std::time::Instant::now();
+    let err = mcp
+        .call_with(
+            "slow",
+            json!({"ms": 10_000}),
+            CallOptions::new().timeout(Duration::from_millis(300)),
+        )
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(&err, McpError::Timeout { tool, after } if tool == "faults:slow" && *after == Duration::from_millis(300)),
+        "{err:?}"
+    );
+    assert!(started.elapsed() < Duration::from_secs(5));
+    // The server saw `notifications/cancelled` and stopped the call.
+    let mut cancelled = 0;
+    for _ in 0..50 {
+        let counters = mcp.call("counters", json!({})).await.unwrap();
+        cancelled = counters.structured.unwrap()["cancelled"].as_u64().unwrap();
+        if cancelled == 1 {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    assert_eq!(cancelled, 1);
+    // Dropping a call cancels it too.
+    let dropped = tokio::time::timeout(
+        Duration::from_millis(200),
+        mcp.call("slow", json!({"ms": 10_000})),
+    )
+    .await;
+    assert!(dropped.is_err());
+    for _ in 0..50 {
+        let counters = mcp.call("counters", json!({})).await.unwrap();
+        cancelled = counters.structured.unwrap()["cancelled"].as_u64().unwrap();
+        if cancelled == 2 {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    assert_eq!(cancelled, 2);
+    let stats = mcp.stats("faults:slow").unwrap();
+    assert_eq!(stats.failures, 1);
+    mcp.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_failing_tool_opens_its_circuit_which_recovers_after_the_cool_down() {
+    let breaker = BreakerConfig::new(3, Duration::from_secs(30), Duration::from_millis(600));
+    let mcp = coordinator(
+        McpConfig::new()
+            .server(fault_server("faults"))
+            .circuit_breaker(breaker),
+    );
+    for _ in 0..3 {
+        let err = mcp.call("flaky", json!({"fail": true})).await.unwrap_err();
+        let McpError::ToolFailed { output, .. } = &err else {
+            panic!("{err:?}")
+        };
+        assert_eq!(output.text, "flaky failed on purpose");
+    }
+    let calls_before = server_calls(&mcp).await;
+    // Open: fails fast without reaching the server, even with good arguments.
+    let err = mcp.call("flaky", json!({"fail": false})).await.unwrap_err();
+    assert!(
+        matches!(&err, McpError::CircuitOpen { tool, retry_in } if tool == "faults:flaky" && *retry_in <= Duration::from_millis(600)),
+        "{err:?}"
+    );
+    assert_eq!(server_calls(&mcp).await, calls_before + 1); // only the `counters` call itself
+    // Other tools of the server are not affected.
+    assert_eq!(
+        mcp.call("echo", json!({"text": "ok"})).await.unwrap().text,
+        "ok"
+    );
+    let stats = mcp.stats("faults:flaky").unwrap();
+    assert_eq!((stats.failures, stats.rejected), (3, 1));
+    assert_eq!(stats.circuit, Some(CircuitState::Open));
+
+    // After the cool-down a failing probe reopens it...
+    tokio::time::sleep(Duration::from_millis(700)).await;
+    assert!(matches!(
+        mcp.call("flaky", json!({"fail": true})).await,
+        Err(McpError::ToolFailed { .. })
+    ));
+    assert!(matches!(
+        mcp.call("flaky", json!({"fail": false})).await,
+        Err(McpError::CircuitOpen { .. })
+    ));
+    // ...and a successful one closes it.
+    tokio::time::sleep(Duration::from_millis(700)).await;
+    assert_eq!(
+        mcp.call("flaky", json!({"fail": false}))
+            .await
+            .unwrap()
+            .text,
+        "flaky worked"
+    );
+    assert_eq!(
+        mcp.stats("faults:flaky").unwrap().circuit,
+        Some(CircuitState::Closed)
+    );
+    assert!(mcp.call("flaky", json!({"fail": false})).await.is_ok());
+    mcp.shutdown().await;
+}
+
+async fn server_calls(mcp: &McpCoordinator) -> u64 {
+    let c = mcp.call("faults:counters", json!({})).await.unwrap();
+    c.structured.unwrap()["calls"].as_u64().unwrap()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_crashed_server_is_a_clear_error_and_the_next_call_reconnects() {
+    let mcp = coordinator(McpConfig::new().server(fault_server("faults")));
+    let first_pid: u32 = mcp
+        .call("pid", json!({}))
+        .await
+        .unwrap()
+        .text
+        .parse()
+        .unwrap();
+    assert_eq!(mcp.server_pid("faults").await, Some(first_pid));
+
+    let err = mcp.call("crash", json!({})).await.unwrap_err();
+    assert!(
+        matches!(&err, McpError::Disconnected { server, .. } if server == "faults"),
+        "{err:?}"
+    );
+    assert!(wait_until_dead(first_pid).await);
+
+    let second_pid: u32 = mcp
+        .call("pid", json!({}))
+        .await
+        .unwrap()
+        .text
+        .parse()
+        .unwrap();
+    assert_ne!(first_pid, second_pid);
+    assert_eq!(
+        mcp.call("echo", json!({"text": "back"}))
+            .await
+            .unwrap()
+            .text,
+        "back"
+    );
+    mcp.shutdown().await;
+    assert!(wait_until_dead(second_pid).await);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_servers_tool_descriptions_prompt_and_media_results_are_used() {
+    let mcp = coordinator(McpConfig::new().server(fault_server("faults")));
+    let described = mcp.tool_descriptions("faults").await.unwrap();
+    assert_eq!(
+        described,
+        "The fault server: echo repeats text; slow waits; flaky fails on request."
+    );
+    let all = mcp.describe_tools().await.unwrap();
+    assert!(all.starts_with("## MCP server `faults`"));
+    let media = mcp.call("media", json!({})).await.unwrap();
+    assert_eq!(
+        media.content,
+        vec![
+            McpContent::Image {
+                data: "iVBORw0KGgo=".into(),
+                mime_type: "image/png".into()
+            },
+            McpContent::Resource {
+                uri: "test://notes.txt".into(),
+                mime_type: Some("text/plain".into()),
+                text: Some("a note".into()),
+                blob: None
+            }
+        ]
+    );
+    mcp.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_server_that_cannot_start_is_a_connect_error_naming_it() {
+    let mcp = coordinator(
+        McpConfig::new().server(ServerConfig::stdio("ghost", "/nonexistent/mcp-server")),
+    );
+    let err = mcp.list_tools().await.unwrap_err();
+    assert!(
+        matches!(&err, McpError::Connect { server, message } if server == "ghost" && message.contains("/nonexistent/mcp-server")),
+        "{err:?}"
+    );
+    let config = McpConfig::from_json(r#"{"servers": [{"id": "x", "http": {"url": 7}}]}"#);
+    assert_eq!(
+        config.unwrap_err().to_string(),
+        "invalid MCP configuration: servers[0].http.url: must be a string"
+    );
+}
+
+/// A worker that delegates to a bridged MCP tool and completes with its text.
+#[on_task("sum.requested", agent = "mcp-summer")]
+async fn sum(mut task: TaskContext<Value>) -> soorma::Result<()> {
+    let event = McpBridge::event_name("everything", "get-sum");
+    let args = task.data.clone();
+    task.delegate(&event, args, "sum.computed").await?;
+    Ok(())
+}
+
+#[on_result("sum.computed", agent = "mcp-summer")]
+async fn summed(result: ResultContext<McpToolOutput>) -> soorma::Result<()> {
+    let mut task = result.record_in_parent().await?;
+    match &result.data {
+        Some(out) => task.complete(json!({"text": out.text})).await.map(drop),
+        None => task
+            .fail(result.error.as_deref().unwrap_or("the MCP tool failed"))
+            .await
+            .map(drop),
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn bridged_tools_are_invoked_and_delegated_to_on_the_bus() {
+    let mcp = coordinator(
+        McpConfig::new()
+            .server(everything("everything"))
+            .server(fault_server("faults")),
+    );
+    let platform = Platform::embedded();
+    let bridge = McpBridge::new(mcp.clone()).start(&platform).await.unwrap();
+    let worker = Worker::new("mcp-summer").start(&platform).await.unwrap();
+
+    // Every tool is a capability whose payload schema is the MCP input schema.
+    let schema = platform
+        .discovery()
+        .request_schema("mcp.everything.get-sum")
+        .await
+        .unwrap()
+        .expect("a bridged capability");
+    assert_eq!(schema["required"], json!(["a", "b"]));
+    assert!(
+        platform
+            .discovery()
+            .capability("mcp.faults.flaky")
+            .await
+            .unwrap()
+            .is_some()
+    );
+
+    let client = platform.client("mcp-test");
+    let echoed: McpToolOutput = client
+        .invoke(
+            "mcp.faults.echo",
+            json!({"text": "over the bus"}),
+            "echo.done",
+        )
+        .await
+        .unwrap();
+    assert_eq!(echoed.text, "over the bus");
+
+    // Structured content and media reach the caller.
+    let weather: McpToolOutput = client
+        .invoke(
+            "mcp.everything.get-structured-content",
+            json!({"location": "New York"}),
+            "weather.done",
+        )
+        .await
+        .unwrap();
+    assert!(weather.structured.unwrap()["humidity"].is_number());
+    let media: McpToolOutput = client
+        .invoke("mcp.faults.media", json!({}), "media.done")
+        .await
+        .unwrap();
+    assert!(matches!(media.content[0], McpContent::Image { .. }));
+
+    // An MCP tool error is an error reply.
+    let failed = client
+        .invoke::<McpToolOutput>("mcp.faults.flaky", json!({"fail": true}), "flaky.done")
+        .await
+        .unwrap_err();
+    assert!(
+        failed.to_string().contains("flaky failed on purpose"),
+        "{failed}"
+    );
+    // Bad arguments are refused before they are published.
+    let invalid = client
+        .invoke::<McpToolOutput>("mcp.everything.get-sum", json!({"a": 1}), "sum.done")
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(invalid, soorma::Error::SchemaViolation { .. }),
+        "{invalid}"
+    );
+
+    // A worker delegates to the MCP tool like to any agent.
+    let reply = client
+        .request("sum.requested", json!({"a": 40, "b": 2}), "sum.done")
+        .timeout(Duration::from_secs(20))
+        .await
+        .unwrap();
+    let done: Value = reply.into_result().unwrap();
+    assert!(done["text"].as_str().unwrap().contains("42"), "{done}");
+
+    worker.shutdown().await.unwrap();
+    bridge.shutdown().await.unwrap();
+    mcp.shutdown().await;
+}
