@@ -20,6 +20,17 @@ else
 fi
 echo "== nats-server: $SOORMA_NATS_SERVER ($("$SOORMA_NATS_SERVER" --version))"
 
+# The MCP tests drive a published MCP server: the reference server from npm (Node.js >= 18).
+mcp_everything="$PWD/target/mcp-peers/node_modules/.bin/mcp-server-everything"
+if [ ! -x "$mcp_everything" ]; then
+    command -v npm >/dev/null 2>&1 || { echo "the MCP tests need Node.js and npm (>= 18)" >&2; exit 1; }
+    echo "== installing @modelcontextprotocol/server-everything@2026.8.31 (npm, into target/mcp-peers)"
+    npm install --prefix "$PWD/target/mcp-peers" --no-audit --no-fund --loglevel=error \
+        @modelcontextprotocol/server-everything@2026.8.31
+fi
+export SOORMA_MCP_EVERYTHING="$mcp_everything"
+echo "== MCP reference server: $SOORMA_MCP_EVERYTHING"
+
 cargo test --workspace
 target_dir="${CARGO_TARGET_DIR:-$PWD/target}"
 
@@ -46,6 +57,8 @@ for example in hello_tool business_facts research_fanout planner_state_machine h
     echo "-- $example"
     timeout 60 "$target_dir/debug/examples/$example"
 done
+echo "-- mcp_bridge"
+timeout 60 "$target_dir/debug/examples/mcp_bridge" --config examples/mcp.json
 
 echo "== clippy"
 cargo clippy --workspace --all-targets -- -D warnings

@@ -661,7 +661,7 @@ fn server(v: &Value, at: &str, p: &mut Problems) -> ServerConfig {
         (Some(_), Some(_)) => p.add(at, "give `stdio` or `http`, not both"),
         (None, None) => p.add(
             at,
-            "needs `stdio` (`{\"command\": ..}`) or `http` (`{\"url\": ..}`)",
+            "needs `stdio` or `http`: `\"stdio\": {\"command\": ..}` or `\"http\": {\"url\": ..}`",
         ),
     }
     if let Some(t) = o.get("timeouts") {
