@@ -11,6 +11,7 @@ use soorma::mcp::{
 };
 use soorma::prelude::*;
 use soorma_tests::mcp_peers::{everything_server, free_port, process_alive};
+use soorma_tests::nats_server::NatsServer;
 
 fn everything(id: &str) -> ServerConfig {
     ServerConfig::stdio(id, everything_server().to_string_lossy())
@@ -445,13 +446,25 @@ async fn summed(result: ResultContext<McpToolOutput>) -> soorma::Result<()> {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn bridged_tools_are_invoked_and_delegated_to_on_the_bus() {
+async fn bridged_tools_are_invoked_and_delegated_to_on_the_embedded_bus() {
+    bridged_tools_are_invoked_and_delegated_to(Platform::embedded()).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn bridged_tools_are_invoked_and_delegated_to_on_nats() {
+    let server = NatsServer::start();
+    let platform = soorma::nats::connect(soorma::nats::NatsConfig::new(server.url()))
+        .await
+        .unwrap();
+    bridged_tools_are_invoked_and_delegated_to(platform).await;
+}
+
+async fn bridged_tools_are_invoked_and_delegated_to(platform: Platform) {
     let mcp = coordinator(
         McpConfig::new()
             .server(everything("everything"))
             .server(fault_server("faults")),
     );
-    let platform = Platform::embedded();
     let bridge = McpBridge::new(mcp.clone()).start(&platform).await.unwrap();
     let worker = Worker::new("mcp-summer").start(&platform).await.unwrap();
 

@@ -54,6 +54,30 @@ pub(crate) struct Permit {
     probe: bool,
 }
 
+/// An admitted call in progress: [`finish`](Self::finish) records its outcome; dropped
+/// unfinished (the caller went away, the call never reached the server), it gives the permit
+/// back so that an abandoned probe does not hold the circuit half-open.
+pub(crate) struct Admitted<'a> {
+    breaker: &'a CircuitBreaker,
+    permit: Option<Permit>,
+}
+
+impl Admitted<'_> {
+    pub(crate) fn finish(mut self, success: bool) {
+        if let Some(permit) = self.permit.take() {
+            self.breaker.record(permit, success);
+        }
+    }
+}
+
+impl Drop for Admitted<'_> {
+    fn drop(&mut self) {
+        if let Some(permit) = self.permit.take() {
+            self.breaker.release(permit);
+        }
+    }
+}
+
 impl CircuitBreaker {
     pub(crate) fn new(config: BreakerConfig) -> Self {
         Self {
@@ -69,8 +93,11 @@ impl CircuitBreaker {
     }
 
     /// Lets a call through, or says how long until the next probe.
-    pub(crate) fn admit(&self) -> Result<Permit, Duration> {
-        self.admit_at(Instant::now())
+    pub(crate) fn admit(&self) -> Result<Admitted<'_>, Duration> {
+        self.admit_at(Instant::now()).map(|permit| Admitted {
+            breaker: self,
+            permit: Some(permit),
+        })
     }
 
     fn admit_at(&self, now: Instant) -> Result<Permit, Duration> {
@@ -91,7 +118,7 @@ impl CircuitBreaker {
     }
 
     /// Records the outcome of an admitted call that reached the server.
-    pub(crate) fn record(&self, permit: Permit, success: bool) {
+    fn record(&self, permit: Permit, success: bool) {
         self.record_at(permit, success, Instant::now());
     }
 
@@ -131,9 +158,9 @@ impl CircuitBreaker {
         }
     }
 
-    /// Gives back a permit whose call never reached the server (bad arguments, no
-    /// connection): a probe makes room for the next one.
-    pub(crate) fn release(&self, permit: Permit) {
+    /// Gives back a permit whose call never reached the server or was abandoned: a probe
+    /// makes room for the next one.
+    fn release(&self, permit: Permit) {
         if permit.probe {
             let mut state = self.lock();
             if let State::HalfOpen { probing } = &mut *state {
@@ -200,6 +227,22 @@ mod tests {
             b.record_at(p, false, t0 + Duration::from_secs(i));
         }
         assert!(b.admit_at(t0 + Duration::from_secs(22)).is_ok());
+    }
+
+    #[test]
+    fn an_abandoned_probe_lets_the_next_call_probe() {
+        let b = CircuitBreaker::new(BreakerConfig::new(
+            1,
+            Duration::from_secs(10),
+            Duration::from_millis(1),
+        ));
+        b.admit().unwrap().finish(false);
+        std::thread::sleep(Duration::from_millis(5));
+        let probe = b.admit().unwrap();
+        assert_eq!(b.admit().err(), Some(Duration::ZERO));
+        drop(probe);
+        b.admit().unwrap().finish(true);
+        assert_eq!(b.state(), CircuitState::Closed);
     }
 
     #[test]

@@ -346,8 +346,8 @@ impl McpCoordinator {
             };
             check_arguments(&qualified, entry, &arguments)?;
             let state = self.tool_state(&qualified);
-            let permit = match state.breaker.admit() {
-                Ok(p) => p,
+            let admitted = match state.breaker.admit() {
+                Ok(a) => a,
                 Err(retry_in) => {
                     state.stats.reject();
                     return Err(McpError::CircuitOpen {
@@ -356,13 +356,8 @@ impl McpCoordinator {
                     });
                 }
             };
-            let connection = match self.connection(server).await {
-                Ok(c) => c,
-                Err(e) => {
-                    state.breaker.release(permit);
-                    return Err(e);
-                }
-            };
+            // Not reaching the server gives the permit back (`admitted` is dropped).
+            let connection = self.connection(server).await?;
             let timeout = options.timeout.unwrap_or(server.config.timeouts.call);
             let mut params = CallToolRequestParams::new(entry.tool.name.to_string());
             params.arguments = Some(arguments);
@@ -391,7 +386,7 @@ impl McpCoordinator {
                 }
                 Ok(Err(e)) => Err(self.service_error(server, &connection, e).await),
             };
-            state.breaker.record(permit, result.is_ok());
+            admitted.finish(result.is_ok());
             state.stats.record(result.is_ok(), latency);
             match &result {
                 Ok(_) => tracing::debug!(?latency, "MCP tool call succeeded"),
