@@ -52,3 +52,7 @@ pub use stats::ToolStats;
 
 /// The `rmcp` crate soorma's MCP support is built on, for its model types.
 pub use rmcp;
+
+pub mod server;
+
+pub use server::{McpServer, McpServerHandle};

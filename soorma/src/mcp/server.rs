@@ -1,0 +1,658 @@
+//! The platform's tools and workers as an MCP server: over stdio, any byte stream, or
+//! streamable HTTP.
+//!
+//! Every capability of a served agent (kind [`Tool`](crate::AgentKind::Tool) or
+//! [`Worker`](crate::AgentKind::Worker)) is an MCP tool named after the event it consumes, with
+//! the capability's description and payload schema as `inputSchema` (a payload that is not an
+//! object travels wrapped as the `input` argument). `tools/list` reads the registry, so agents
+//! started later appear. `tools/call` sends an action request and waits for the reply (a tool's
+//! answer, a worker's `complete`) up to [`McpServer::call_timeout`]; an error reply, a payload
+//! the schema rejects, or a timeout is a result with `isError: true`. A call with a
+//! `progressToken` gets the worker's `task.progress` events as `notifications/progress`.
+//!
+//! ```no_run
+//! # #[tokio::main] async fn main() -> soorma::Result<()> {
+//! let platform = soorma::Platform::from_env().await?;
+//! soorma::mcp::McpServer::new(&platform).serve_stdio().await // until stdin closes
+//! # }
+//! ```
+
+mod catalog;
+mod progress;
+
+use std::future::IntoFuture;
+use std::net::SocketAddr;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use rmcp::model::{
+    CallToolRequestParams, CallToolResponse, CallToolResult, ContentBlock, Implementation,
+    ListToolsResult, PaginatedRequestParams, ProgressNotificationParam, ProgressToken,
+    ServerCapabilities, ServerConfig,
+};
+use rmcp::service::RequestContext;
+use rmcp::transport::streamable_http_server::session::local::LocalSessionManager;
+use rmcp::transport::{StreamableHttpServerConfig, StreamableHttpService};
+use rmcp::{ErrorData, Peer, RoleServer, ServerHandler, ServiceExt};
+use serde_json::{Value, json};
+use tokio::io::{AsyncRead, AsyncWrite};
+use tokio::sync::watch;
+use tracing::Instrument;
+
+use crate::client::Client;
+use crate::error::{Error, Result};
+use crate::platform::Platform;
+use crate::util::new_id;
+use catalog::{Catalog, INPUT, Route, Scope};
+use progress::{ProgressRouter, Subscription};
+
+/// How long a listed catalog answers calls before the registry is read again.
+const CATALOG_FRESH: Duration = Duration::from_secs(5);
+
+/// An MCP server offering the tools and workers on a platform.
+///
+/// ```
+/// # #[tokio::main(flavor = "current_thread")] async fn main() -> Result<(), Box<dyn std::error::Error>> {
+/// use soorma::mcp::McpServer;
+/// use soorma::mcp::rmcp::{ServiceExt, model::CallToolRequestParams};
+/// use soorma::prelude::*;
+///
+/// /// Doubles a number.
+/// async fn double(req: Invocation<i64>) -> Result<i64, ToolError> { Ok(req.data * 2) }
+///
+/// let platform = Platform::embedded();
+/// let tool = Tool::new("doubler").use_registered_handlers(false)
+///     .handler(Handler::on_invoke("double.requested", double)).start(&platform).await?;
+///
+/// // An MCP client on one end of a pipe, the server on the other.
+/// let (client_io, server_io) = tokio::io::duplex(64 * 1024);
+/// let (read, write) = tokio::io::split(server_io);
+/// tokio::spawn(McpServer::new(&platform).serve_io(read, write));
+/// let client = ().serve(client_io).await?;
+///
+/// let tools = client.list_all_tools().await?;
+/// assert_eq!(tools[0].name, "double.requested");
+/// let args = serde_json::json!({"input": 21}).as_object().cloned().unwrap();
+/// let call = CallToolRequestParams::new("double.requested").with_arguments(args);
+/// let result = client.call_tool(call).await?;
+/// assert_eq!(result.content[0].as_text().unwrap().text, "42");
+/// client.cancel().await?;
+/// # tool.shutdown().await?; Ok(()) }
+/// ```
+#[derive(Debug, Clone)]
+#[non_exhaustive]
+#[must_use = "an MCP server does nothing until served"]
+pub struct McpServer {
+    platform: Platform,
+    agents: Vec<String>,
+    name: String,
+    version: String,
+    instructions: Option<String>,
+    call_timeout: Duration,
+    tenant: Option<String>,
+    allowed_hosts: Vec<String>,
+}
+
+impl McpServer {
+    /// A server for every tool and worker on `platform` (narrow it with [`agent`](Self::agent)).
+    ///
+    /// ```
+    /// let server = soorma::mcp::McpServer::new(&soorma::Platform::embedded());
+    /// # let _ = server;
+    /// ```
+    pub fn new(platform: &Platform) -> Self {
+        Self {
+            platform: platform.clone(),
+            agents: Vec::new(),
+            name: "soorma".into(),
+            version: env!("CARGO_PKG_VERSION").into(),
+            instructions: None,
+            call_timeout: Duration::from_secs(120),
+            tenant: None,
+            allowed_hosts: Vec::new(),
+        }
+    }
+
+    /// Offers the agent registered as `name`; once one is added, only the agents added are.
+    ///
+    /// ```
+    /// let s = soorma::mcp::McpServer::new(&soorma::Platform::embedded()).agent("calculator").agent("batch");
+    /// # let _ = s;
+    /// ```
+    pub fn agent(mut self, name: impl Into<String>) -> Self {
+        let name = name.into();
+        if !self.agents.contains(&name) {
+            self.agents.push(name);
+        }
+        self
+    }
+
+    /// The server's name in `initialize` (default `soorma`).
+    ///
+    /// ```
+    /// let s = soorma::mcp::McpServer::new(&soorma::Platform::embedded()).name("calculators");
+    /// # let _ = s;
+    /// ```
+    pub fn name(mut self, name: impl Into<String>) -> Self {
+        self.name = name.into();
+        self
+    }
+
+    /// The server's version in `initialize` (default: soorma's version).
+    ///
+    /// ```
+    /// let s = soorma::mcp::McpServer::new(&soorma::Platform::embedded()).version("1.2.0");
+    /// # let _ = s;
+    /// ```
+    pub fn version(mut self, version: impl Into<String>) -> Self {
+        self.version = version.into();
+        self
+    }
+
+    /// Instructions for the client's model, sent in `initialize`.
+    ///
+    /// ```
+    /// let s = soorma::mcp::McpServer::new(&soorma::Platform::embedded())
+    ///     .instructions("Use `calculate.requested` for arithmetic.");
+    /// # let _ = s;
+    /// ```
+    pub fn instructions(mut self, instructions: impl Into<String>) -> Self {
+        self.instructions = Some(instructions.into());
+        self
+    }
+
+    /// How long a tool call waits for its reply before it fails (default 120 s).
+    ///
+    /// ```
+    /// let s = soorma::mcp::McpServer::new(&soorma::Platform::embedded())
+    ///     .call_timeout(std::time::Duration::from_secs(600));
+    /// # let _ = s;
+    /// ```
+    pub fn call_timeout(mut self, timeout: Duration) -> Self {
+        self.call_timeout = timeout;
+        self
+    }
+
+    /// Acts for `tenant`: requests carry it, and agents registered for another tenant are not
+    /// offered (by default only agents serving every tenant are).
+    ///
+    /// ```
+    /// let s = soorma::mcp::McpServer::new(&soorma::Platform::embedded()).tenant("acme");
+    /// # let _ = s;
+    /// ```
+    pub fn tenant(mut self, tenant: impl Into<String>) -> Self {
+        self.tenant = Some(tenant.into());
+        self
+    }
+
+    /// Accepts HTTP requests whose `Host` is `host` (a name, or `name:port`); only loopback
+    /// hosts are accepted by default, against DNS rebinding.
+    ///
+    /// ```
+    /// let s = soorma::mcp::McpServer::new(&soorma::Platform::embedded()).allowed_host("mcp.example.com");
+    /// # let _ = s;
+    /// ```
+    pub fn allowed_host(mut self, host: impl Into<String>) -> Self {
+        self.allowed_hosts.push(host.into());
+        self
+    }
+
+    /// Serves one MCP client on stdin/stdout until stdin closes. Stdout carries the protocol:
+    /// log to stderr.
+    ///
+    /// ```no_run
+    /// # #[tokio::main] async fn main() -> soorma::Result<()> {
+    /// soorma::mcp::McpServer::new(&soorma::Platform::embedded()).serve_stdio().await
+    /// # }
+    /// ```
+    pub async fn serve_stdio(self) -> Result<()> {
+        let (stdin, stdout) = rmcp::transport::stdio();
+        self.serve_io(stdin, stdout).await
+    }
+
+    /// Serves one MCP client on a byte stream (newline-delimited JSON-RPC) until it closes.
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")] async fn main() -> Result<(), Box<dyn std::error::Error>> {
+    /// use soorma::mcp::rmcp::ServiceExt;
+    ///
+    /// let platform = soorma::Platform::embedded();
+    /// let (client_io, server_io) = tokio::io::duplex(64 * 1024);
+    /// let (read, write) = tokio::io::split(server_io);
+    /// let server = tokio::spawn(soorma::mcp::McpServer::new(&platform).serve_io(read, write));
+    /// let client = ().serve(client_io).await?;
+    /// assert!(client.list_all_tools().await?.is_empty()); // no agents yet
+    /// client.cancel().await?; // closes the stream: the server returns
+    /// server.await??;
+    /// # Ok(()) }
+    /// ```
+    pub async fn serve_io<R, W>(self, reader: R, writer: W) -> Result<()>
+    where
+        R: AsyncRead + Send + Unpin + 'static,
+        W: AsyncWrite + Send + Unpin + 'static,
+    {
+        let service = McpService::new(self);
+        let running = service
+            .serve((reader, writer))
+            .await
+            .map_err(|e| Error::Config(format!("MCP client did not initialize: {e}")))?;
+        let reason = running
+            .waiting()
+            .await
+            .map_err(|e| Error::Handler(format!("the MCP server stopped: {e}")))?;
+        tracing::info!(?reason, "MCP session ended");
+        Ok(())
+    }
+
+    /// The streamable HTTP endpoint as an axum router serving `/mcp`, to merge into an app.
+    ///
+    /// ```
+    /// let app: axum::Router = soorma::mcp::McpServer::new(&soorma::Platform::embedded()).router();
+    /// # let _ = app;
+    /// ```
+    pub fn router(self) -> axum::Router {
+        self.router_with(StreamableHttpServerConfig::default())
+    }
+
+    fn router_with(self, mut config: StreamableHttpServerConfig) -> axum::Router {
+        if !self.allowed_hosts.is_empty() {
+            let hosts = config
+                .allowed_hosts
+                .iter()
+                .cloned()
+                .chain(self.allowed_hosts.iter().cloned())
+                .collect::<Vec<_>>();
+            config = config.with_allowed_hosts(hosts);
+        }
+        let service = McpService::new(self);
+        let http = StreamableHttpService::new(
+            move || Ok(service.clone()),
+            Arc::new(LocalSessionManager::default()),
+            config,
+        );
+        axum::Router::new().route_service("/mcp", http)
+    }
+
+    /// Serves streamable HTTP at `/mcp` on `listener` in the background; see [`McpServerHandle`].
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")] async fn main() -> soorma::Result<()> {
+    /// let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    /// let server = soorma::mcp::McpServer::new(&soorma::Platform::embedded()).spawn(listener).await?;
+    /// assert!(server.url().ends_with("/mcp"));
+    /// server.shutdown().await;
+    /// # Ok(()) }
+    /// ```
+    pub async fn spawn(self, listener: tokio::net::TcpListener) -> Result<McpServerHandle> {
+        let addr = listener
+            .local_addr()
+            .map_err(|e| Error::Config(format!("MCP server listener: {e}")))?;
+        let url = format!("http://{addr}/mcp");
+        let config = StreamableHttpServerConfig::default();
+        let sessions = config.cancellation_token.clone();
+        let app = self.router_with(config);
+        let (stop, mut stopped) = watch::channel(false);
+        let server = tokio::spawn(async move {
+            let shutdown = async move {
+                let _ = stopped.wait_for(|s| *s).await;
+                // Ends open sessions and their event streams, so the server can stop.
+                sessions.cancel();
+            };
+            if let Err(e) = axum::serve(listener, app)
+                .with_graceful_shutdown(shutdown)
+                .await
+            {
+                tracing::error!(error = %e, "the MCP server stopped");
+            }
+        });
+        tracing::info!(%url, "MCP server listening");
+        Ok(McpServerHandle {
+            addr,
+            url,
+            stop,
+            server,
+        })
+    }
+
+    /// Serves streamable HTTP at `/mcp` on `listener` until Ctrl-C / SIGTERM.
+    ///
+    /// ```no_run
+    /// # #[tokio::main] async fn main() -> soorma::Result<()> {
+    /// let listener = tokio::net::TcpListener::bind("127.0.0.1:8000").await.unwrap();
+    /// soorma::mcp::McpServer::new(&soorma::Platform::embedded()).serve(listener).await
+    /// # }
+    /// ```
+    pub async fn serve(self, listener: tokio::net::TcpListener) -> Result<()> {
+        let handle = self.spawn(listener).await?;
+        crate::agent::shutdown_signal().await;
+        handle.shutdown().await;
+        Ok(())
+    }
+}
+
+/// A running streamable HTTP MCP server.
+///
+/// ```
+/// # #[tokio::main(flavor = "current_thread")] async fn main() -> soorma::Result<()> {
+/// let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+/// let server = soorma::mcp::McpServer::new(&soorma::Platform::embedded()).spawn(listener).await?;
+/// println!("MCP endpoint: {}", server.url());
+/// server.shutdown().await;
+/// # Ok(()) }
+/// ```
+#[derive(Debug)]
+pub struct McpServerHandle {
+    addr: SocketAddr,
+    url: String,
+    stop: watch::Sender<bool>,
+    server: tokio::task::JoinHandle<()>,
+}
+
+impl McpServerHandle {
+    /// The address the server listens on.
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")] async fn main() -> soorma::Result<()> {
+    /// # let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    /// # let server = soorma::mcp::McpServer::new(&soorma::Platform::embedded()).spawn(listener).await?;
+    /// assert!(server.local_addr().ip().is_loopback());
+    /// # server.shutdown().await; Ok(()) }
+    /// ```
+    pub fn local_addr(&self) -> SocketAddr {
+        self.addr
+    }
+
+    /// The MCP endpoint, `http://<address>/mcp`.
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")] async fn main() -> soorma::Result<()> {
+    /// # let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    /// # let server = soorma::mcp::McpServer::new(&soorma::Platform::embedded()).spawn(listener).await?;
+    /// assert_eq!(server.url(), format!("http://{}/mcp", server.local_addr()));
+    /// # server.shutdown().await; Ok(()) }
+    /// ```
+    pub fn url(&self) -> &str {
+        &self.url
+    }
+
+    /// Ends the open sessions, stops taking connections and waits for the server to stop.
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")] async fn main() -> soorma::Result<()> {
+    /// # let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    /// let server = soorma::mcp::McpServer::new(&soorma::Platform::embedded()).spawn(listener).await?;
+    /// server.shutdown().await;
+    /// # Ok(()) }
+    /// ```
+    pub async fn shutdown(self) {
+        let _ = self.stop.send(true);
+        let _ = self.server.await;
+    }
+}
+
+/// The rmcp server handler; one per server, shared by its sessions.
+#[derive(Clone)]
+struct McpService {
+    shared: Arc<Shared>,
+}
+
+struct Shared {
+    config: McpServer,
+    client: Client,
+    reply_event: String,
+    catalog: Mutex<Option<(Instant, Arc<Catalog>)>>,
+    progress: ProgressRouter,
+}
+
+impl McpService {
+    fn new(config: McpServer) -> Self {
+        let mut client = config
+            .platform
+            .client("mcp-server")
+            .with_timeout(config.call_timeout);
+        if let Some(tenant) = &config.tenant {
+            client = client.with_tenant(tenant);
+        }
+        Self {
+            shared: Arc::new(Shared {
+                client,
+                reply_event: format!("mcp-server.replied.{}", new_id()),
+                catalog: Mutex::default(),
+                progress: ProgressRouter::default(),
+                config,
+            }),
+        }
+    }
+}
+
+impl Shared {
+    /// The tools on the platform now.
+    async fn catalog(&self) -> Result<Arc<Catalog>> {
+        let agents = self.config.platform.discovery().all().await?;
+        let catalog = Arc::new(Catalog::build(
+            agents,
+            &Scope {
+                agents: &self.config.agents,
+                tenant: self.config.tenant.as_deref(),
+            },
+        ));
+        *self
+            .catalog
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner) =
+            Some((Instant::now(), catalog.clone()));
+        Ok(catalog)
+    }
+
+    /// Where the tool `name` goes: from the last listing when recent, else from the registry.
+    async fn route(&self, name: &str) -> std::result::Result<Route, ErrorData> {
+        let cached = self
+            .catalog
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .as_ref()
+            .filter(|(at, _)| at.elapsed() < CATALOG_FRESH)
+            .and_then(|(_, c)| c.routes.get(name).cloned());
+        if let Some(route) = cached {
+            return Ok(route);
+        }
+        let catalog = self.catalog().await.map_err(|e| {
+            tracing::error!(error = %e, "cannot read the registry");
+            ErrorData::internal_error(format!("cannot read the registry: {e}"), None)
+        })?;
+        catalog.routes.get(name).cloned().ok_or_else(|| {
+            ErrorData::invalid_params(
+                format!("unknown tool `{name}`: this server offers no such tool (see tools/list)"),
+                Some(json!({"tool": name})),
+            )
+        })
+    }
+}
+
+impl ServerHandler for McpService {
+    fn get_info(&self) -> ServerConfig {
+        let config = &self.shared.config;
+        let mut info = ServerConfig::new(ServerCapabilities::builder().enable_tools().build())
+            .with_server_info(Implementation::new(&config.name, &config.version));
+        if let Some(instructions) = &config.instructions {
+            info = info.with_instructions(instructions);
+        }
+        info
+    }
+
+    async fn list_tools(
+        &self,
+        _request: Option<PaginatedRequestParams>,
+        _context: RequestContext<RoleServer>,
+    ) -> std::result::Result<ListToolsResult, ErrorData> {
+        match self.shared.catalog().await {
+            Ok(catalog) => Ok(ListToolsResult::with_all_items(catalog.tools.clone())),
+            Err(e) => {
+                tracing::error!(error = %e, "cannot read the registry");
+                Err(ErrorData::internal_error(
+                    format!("cannot read the registry: {e}"),
+                    None,
+                ))
+            }
+        }
+    }
+
+    async fn call_tool(
+        &self,
+        request: CallToolRequestParams,
+        context: RequestContext<RoleServer>,
+    ) -> std::result::Result<CallToolResponse, ErrorData> {
+        let span =
+            tracing::info_span!("soorma.mcp.call", tool = %request.name, request_id = %context.id);
+        self.call(request, context)
+            .instrument(span)
+            .await
+            .map(Into::into)
+    }
+}
+
+impl McpService {
+    async fn call(
+        &self,
+        request: CallToolRequestParams,
+        context: RequestContext<RoleServer>,
+    ) -> std::result::Result<CallToolResult, ErrorData> {
+        let shared = &self.shared;
+        let name = request.name.to_string();
+        let route = shared.route(&name).await?;
+        let arguments = request.arguments.unwrap_or_default();
+        let payload = if route.wrapped {
+            match arguments.get(INPUT) {
+                Some(input) => input.clone(),
+                None => {
+                    return Ok(failure(format!(
+                        "`{name}` takes its input as the `{INPUT}` argument"
+                    )));
+                }
+            }
+        } else {
+            Value::Object(arguments)
+        };
+        let call = shared
+            .client
+            .request(&route.event, payload, &shared.reply_event)
+            .correlation_id(new_id());
+        let request_id = match call.envelope() {
+            Ok(envelope) => envelope.id.clone(),
+            Err(e) => return Ok(failure(e.to_string())),
+        };
+        let mut progress = match context.meta.get_progress_token() {
+            Some(token) => shared
+                .progress
+                .subscribe(&shared.config.platform, &request_id)
+                .await
+                .map(|sub| Progress::new(token, sub, context.peer.clone())),
+            None => None,
+        };
+        tracing::debug!(event_type = %route.event, %request_id, "MCP tool call sent");
+        let outcome = tokio::select! {
+            reply = call.into_future() => Some(reply),
+            () = context.ct.cancelled() => None,
+            () = forward(progress.as_mut()) => None,
+        };
+        if let Some(progress) = progress.as_mut() {
+            progress.drain().await;
+        }
+        let result = match outcome {
+            None => {
+                tracing::info!("MCP tool call cancelled by the client");
+                failure("cancelled by the client")
+            }
+            Some(Ok(reply)) if reply.is_success() => {
+                success(reply.reply.result.unwrap_or(Value::Null))
+            }
+            Some(Ok(reply)) => {
+                let message = reply.reply.error.unwrap_or_default();
+                tracing::info!(error = %message, "MCP tool call failed");
+                failure(format!("`{name}` failed: {message}"))
+            }
+            Some(Err(e @ Error::SchemaViolation { .. })) => {
+                tracing::info!(error = %e, "MCP tool call rejected");
+                failure(format!("invalid arguments: {e}"))
+            }
+            Some(Err(Error::Timeout { after, .. })) => {
+                tracing::warn!(?after, "MCP tool call timed out");
+                failure(format!("`{name}` did not answer within {after:?}"))
+            }
+            Some(Err(e)) => {
+                tracing::warn!(error = %e, "MCP tool call failed");
+                failure(format!("`{name}` failed: {e}"))
+            }
+        };
+        Ok(result)
+    }
+}
+
+fn success(value: Value) -> CallToolResult {
+    let text = value.to_string();
+    let mut result = CallToolResult::success(vec![ContentBlock::text(text)]);
+    if value.is_object() {
+        result.structured_content = Some(value);
+    }
+    result
+}
+
+fn failure(message: impl Into<String>) -> CallToolResult {
+    CallToolResult::error(vec![ContentBlock::text(message)])
+}
+
+/// Forwards one call's progress events to the client as `notifications/progress`.
+struct Progress {
+    token: ProgressToken,
+    sub: Subscription,
+    peer: Peer<RoleServer>,
+    last: Option<f64>,
+}
+
+impl Progress {
+    fn new(token: ProgressToken, sub: Subscription, peer: Peer<RoleServer>) -> Self {
+        Self {
+            token,
+            sub,
+            peer,
+            last: None,
+        }
+    }
+
+    async fn notify(&mut self, progress: soorma_common::TaskProgress) {
+        // MCP progress must increase; a repeated or lower value is dropped.
+        if self.last.is_some_and(|last| progress.progress <= last) {
+            tracing::debug!(
+                progress = progress.progress,
+                "progress not above the last reported; not forwarded"
+            );
+            return;
+        }
+        self.last = Some(progress.progress);
+        let mut params =
+            ProgressNotificationParam::new(self.token.clone(), progress.progress).with_total(1.0);
+        if let Some(message) = progress.message {
+            params = params.with_message(message);
+        }
+        if let Err(e) = self.peer.notify_progress(params).await {
+            tracing::debug!(error = %e, "could not send a progress notification");
+        }
+    }
+
+    /// Forwards what has arrived already (before the reply was seen).
+    async fn drain(&mut self) {
+        while let Ok(progress) = self.sub.rx.try_recv() {
+            self.notify(progress).await;
+        }
+    }
+}
+
+/// Forwards progress for as long as it is polled (never completes).
+async fn forward(progress: Option<&mut Progress>) {
+    if let Some(progress) = progress {
+        while let Some(event) = progress.sub.rx.recv().await {
+            progress.notify(event).await;
+        }
+    }
+    std::future::pending::<()>().await;
+}

@@ -1,0 +1,95 @@
+//! Routes the `task.progress` events of the platform to the tool calls waiting for them.
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex, Weak};
+
+use soorma_common::{TaskProgress, Topic};
+use tokio::sync::mpsc;
+use tokio::task::AbortHandle;
+
+use crate::platform::Platform;
+
+type RouteMap = HashMap<String, mpsc::UnboundedSender<TaskProgress>>;
+type Routes = Arc<Mutex<RouteMap>>;
+
+/// One observer of `system-events` per server, started on the first call that wants progress.
+#[derive(Default)]
+pub(super) struct ProgressRouter {
+    routes: Routes,
+    observer: tokio::sync::Mutex<Option<AbortHandle>>,
+}
+
+impl Drop for ProgressRouter {
+    fn drop(&mut self) {
+        if let Some(task) = self.observer.get_mut().take() {
+            task.abort();
+        }
+    }
+}
+
+/// The progress of one request, until dropped.
+pub(super) struct Subscription {
+    key: String,
+    routes: Routes,
+    pub rx: mpsc::UnboundedReceiver<TaskProgress>,
+}
+
+impl Drop for Subscription {
+    fn drop(&mut self) {
+        lock(&self.routes).remove(&self.key);
+    }
+}
+
+fn lock(routes: &Mutex<RouteMap>) -> std::sync::MutexGuard<'_, RouteMap> {
+    routes
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner)
+}
+
+impl ProgressRouter {
+    /// The progress events of the request whose event id is `request_id`; `None` (logged) when
+    /// the platform cannot be observed.
+    pub async fn subscribe(&self, platform: &Platform, request_id: &str) -> Option<Subscription> {
+        {
+            let mut observer = self.observer.lock().await;
+            if observer.is_none() {
+                match platform.bus().observe(Some(Topic::SystemEvents)).await {
+                    Ok(sub) => {
+                        let routes = Arc::downgrade(&self.routes);
+                        *observer = Some(tokio::spawn(route(sub, routes)).abort_handle());
+                    }
+                    Err(e) => {
+                        tracing::warn!(error = %e, "cannot observe task progress; MCP calls get no progress notifications");
+                        return None;
+                    }
+                }
+            }
+        }
+        let (tx, rx) = mpsc::unbounded_channel();
+        lock(&self.routes).insert(request_id.to_owned(), tx);
+        Some(Subscription {
+            key: request_id.to_owned(),
+            routes: self.routes.clone(),
+            rx,
+        })
+    }
+}
+
+async fn route(mut sub: Box<dyn crate::bus::Subscription>, routes: Weak<Mutex<RouteMap>>) {
+    while let Some(delivery) = sub.next().await {
+        let env = &delivery.envelope;
+        if env.event_type != "task.progress" {
+            continue;
+        }
+        let Ok(progress) = serde_json::from_value::<TaskProgress>(env.data.clone()) else {
+            continue;
+        };
+        let Some(routes) = routes.upgrade() else {
+            return;
+        };
+        let tx = lock(&routes).get(&progress.task_id).cloned();
+        if let Some(tx) = tx {
+            let _ = tx.send(progress);
+        }
+    }
+}
