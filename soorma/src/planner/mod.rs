@@ -13,8 +13,8 @@
 //! replies), and report their lifecycle on `system-events` (`plan.started`,
 //! `plan.state_changed`, `plan.paused`, `plan.resumed`, `plan.completed`, `plan.failed`).
 //!
-//! With the `llm` feature, [`llm`] lets a model plan: write a plan definition for a goal
-//! ([`llm::create_plan`]), or choose each next action of a plan ([`llm::reason_next_action`]).
+//! With the `llm` feature, `planner::llm` lets a model plan: write a plan definition for a goal
+//! (`llm::create_plan`), or choose each next action of a plan (`llm::reason_next_action`).
 //! [`Sessions`] group the plans started in one session, [`Plans`] lists stored plans by session,
 //! status or parent, and a [`Tracker`] is a read model fed by the plans' events: where a plan
 //! is, what happened, which tasks ran. A plan action whose event is a planner's goal event
