@@ -62,6 +62,8 @@ pub mod extract;
 #[cfg(feature = "gateway")]
 pub mod gateway;
 mod handler;
+#[cfg(any(feature = "gateway", feature = "mcp"))]
+mod http;
 #[cfg(feature = "llm")]
 pub mod llm;
 #[cfg(feature = "mcp")]

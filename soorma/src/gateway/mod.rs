@@ -48,10 +48,11 @@ use soorma_common::a2a::{
     TaskIdParams, TaskState, TaskStatus,
 };
 use soorma_common::{AgentDefinition, TaskProgress, Topic};
-use tokio::sync::{broadcast, watch};
+use tokio::sync::broadcast;
 
 use crate::client::Client;
 use crate::error::{Error, Result};
+use crate::http::HttpServer;
 use crate::platform::Platform;
 use crate::registry::Requirements;
 use crate::util::{new_id, now_rfc3339};
@@ -301,25 +302,12 @@ impl Gateway {
             gateway: self,
         });
         let progress = tokio::spawn(route_progress(state.clone()));
-        let app = router(state);
-        let (stop, mut stopped) = watch::channel(false);
-        let server = tokio::spawn(async move {
-            let shutdown = async move {
-                let _ = stopped.wait_for(|s| *s).await;
-            };
-            if let Err(e) = axum::serve(listener, app)
-                .with_graceful_shutdown(shutdown)
-                .await
-            {
-                tracing::error!(error = %e, "the A2A gateway stopped");
-            }
-        });
+        let http = HttpServer::spawn(listener, router(state), "A2A gateway", || {});
         tracing::info!(%url, "A2A gateway listening");
         Ok(GatewayHandle {
             addr,
             url,
-            stop,
-            server,
+            http,
             progress,
         })
     }
@@ -354,8 +342,7 @@ impl Gateway {
 pub struct GatewayHandle {
     addr: SocketAddr,
     url: String,
-    stop: watch::Sender<bool>,
-    server: tokio::task::JoinHandle<()>,
+    http: HttpServer,
     progress: tokio::task::JoinHandle<()>,
 }
 
@@ -396,9 +383,8 @@ impl GatewayHandle {
     /// # Ok(()) }
     /// ```
     pub async fn shutdown(self) {
-        let _ = self.stop.send(true);
         self.progress.abort();
-        let _ = self.server.await;
+        self.http.stop().await;
     }
 }
 

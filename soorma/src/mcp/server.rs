@@ -36,11 +36,11 @@ use rmcp::transport::{StreamableHttpServerConfig, StreamableHttpService};
 use rmcp::{ErrorData, Peer, RoleServer, ServerHandler, ServiceExt};
 use serde_json::{Value, json};
 use tokio::io::{AsyncRead, AsyncWrite};
-use tokio::sync::watch;
 use tracing::Instrument;
 
 use crate::client::Client;
 use crate::error::{Error, Result};
+use crate::http::HttpServer;
 use crate::platform::Platform;
 use crate::util::new_id;
 use catalog::{Catalog, INPUT, Route, Scope};
@@ -291,27 +291,10 @@ impl McpServer {
         let config = StreamableHttpServerConfig::default();
         let sessions = config.cancellation_token.clone();
         let app = self.router_with(config);
-        let (stop, mut stopped) = watch::channel(false);
-        let server = tokio::spawn(async move {
-            let shutdown = async move {
-                let _ = stopped.wait_for(|s| *s).await;
-                // Ends open sessions and their event streams, so the server can stop.
-                sessions.cancel();
-            };
-            if let Err(e) = axum::serve(listener, app)
-                .with_graceful_shutdown(shutdown)
-                .await
-            {
-                tracing::error!(error = %e, "the MCP server stopped");
-            }
-        });
+        // Stopping ends open sessions and their event streams first, so the server can stop.
+        let http = HttpServer::spawn(listener, app, "MCP server", move || sessions.cancel());
         tracing::info!(%url, "MCP server listening");
-        Ok(McpServerHandle {
-            addr,
-            url,
-            stop,
-            server,
-        })
+        Ok(McpServerHandle { addr, url, http })
     }
 
     /// Serves streamable HTTP at `/mcp` on `listener` until Ctrl-C / SIGTERM.
@@ -344,8 +327,7 @@ impl McpServer {
 pub struct McpServerHandle {
     addr: SocketAddr,
     url: String,
-    stop: watch::Sender<bool>,
-    server: tokio::task::JoinHandle<()>,
+    http: HttpServer,
 }
 
 impl McpServerHandle {
@@ -385,8 +367,7 @@ impl McpServerHandle {
     /// # Ok(()) }
     /// ```
     pub async fn shutdown(self) {
-        let _ = self.stop.send(true);
-        let _ = self.server.await;
+        self.http.stop().await;
     }
 }
 
