@@ -255,13 +255,24 @@ async fn a_slow_tool_times_out_and_the_server_is_told_to_cancel() {
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
     assert_eq!(cancelled, 1);
-    // Dropping a call cancels it too.
-    let dropped = tokio::time::timeout(
-        Duration::from_millis(200),
-        mcp.call("slow", json!({"ms": 10_000})),
-    )
-    .await;
-    assert!(dropped.is_err());
+    // Dropping a call cancels it too: drop it once the server has started it.
+    let calls_before = server_calls(&mcp).await;
+    let pending = tokio::spawn({
+        let mcp = mcp.clone();
+        async move { mcp.call("slow", json!({"ms": 10_000})).await }
+    });
+    let mut started = false;
+    for _ in 0..250 {
+        // Each look is a call too: the slow call has started when the count moved by two.
+        if server_calls(&mcp).await >= calls_before + 2 {
+            started = true;
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    assert!(started, "the slow call never reached the server");
+    pending.abort();
+    assert!(pending.await.unwrap_err().is_cancelled());
     for _ in 0..50 {
         let counters = mcp.call("counters", json!({})).await.unwrap();
         cancelled = counters.structured.unwrap()["cancelled"].as_u64().unwrap();
@@ -278,7 +289,9 @@ async fn a_slow_tool_times_out_and_the_server_is_told_to_cancel() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_failing_tool_opens_its_circuit_which_recovers_after_the_cool_down() {
-    let breaker = BreakerConfig::new(3, Duration::from_secs(30), Duration::from_millis(600));
+    // A cool-down long enough for the checks below on a loaded machine.
+    let cool_down = Duration::from_secs(3);
+    let breaker = BreakerConfig::new(3, Duration::from_secs(60), cool_down);
     let mcp = coordinator(
         McpConfig::new()
             .server(fault_server("faults"))
@@ -295,7 +308,7 @@ async fn a_failing_tool_opens_its_circuit_which_recovers_after_the_cool_down() {
     // Open: fails fast without reaching the server, even with good arguments.
     let err = mcp.call("flaky", json!({"fail": false})).await.unwrap_err();
     assert!(
-        matches!(&err, McpError::CircuitOpen { tool, retry_in } if tool == "faults:flaky" && *retry_in <= Duration::from_millis(600)),
+        matches!(&err, McpError::CircuitOpen { tool, retry_in } if tool == "faults:flaky" && *retry_in <= cool_down),
         "{err:?}"
     );
     assert_eq!(server_calls(&mcp).await, calls_before + 1); // only the `counters` call itself
@@ -309,7 +322,7 @@ async fn a_failing_tool_opens_its_circuit_which_recovers_after_the_cool_down() {
     assert_eq!(stats.circuit, Some(CircuitState::Open));
 
     // After the cool-down a failing probe reopens it...
-    tokio::time::sleep(Duration::from_millis(700)).await;
+    tokio::time::sleep(cool_down + Duration::from_millis(100)).await;
     assert!(matches!(
         mcp.call("flaky", json!({"fail": true})).await,
         Err(McpError::ToolFailed { .. })
@@ -319,7 +332,7 @@ async fn a_failing_tool_opens_its_circuit_which_recovers_after_the_cool_down() {
         Err(McpError::CircuitOpen { .. })
     ));
     // ...and a successful one closes it.
-    tokio::time::sleep(Duration::from_millis(700)).await;
+    tokio::time::sleep(cool_down + Duration::from_millis(100)).await;
     assert_eq!(
         mcp.call("flaky", json!({"fail": false}))
             .await
@@ -410,13 +423,33 @@ async fn the_servers_tool_descriptions_prompt_and_media_results_are_used() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_server_that_cannot_start_is_a_connect_error_naming_it() {
     let mcp = coordinator(
-        McpConfig::new().server(ServerConfig::stdio("ghost", "/nonexistent/mcp-server")),
+        McpConfig::new()
+            .server(ServerConfig::stdio("ghost", "/nonexistent/mcp-server"))
+            .circuit_breaker(BreakerConfig::new(
+                2,
+                Duration::from_secs(60),
+                Duration::from_secs(60),
+            )),
     );
     let err = mcp.list_tools().await.unwrap_err();
     assert!(
         matches!(&err, McpError::Connect { server, message } if server == "ghost" && message.contains("/nonexistent/mcp-server")),
         "{err:?}"
     );
+    // Calls of a server that cannot start fail its tool; once the circuit is open, a
+    // qualified call does not even try to start the server.
+    for _ in 0..2 {
+        assert!(matches!(
+            mcp.call("ghost:lookup", json!({})).await,
+            Err(McpError::Connect { .. })
+        ));
+    }
+    assert!(matches!(
+        mcp.call("ghost:lookup", json!({})).await,
+        Err(McpError::CircuitOpen { .. })
+    ));
+    let stats = mcp.stats("ghost:lookup").unwrap();
+    assert_eq!((stats.failures, stats.rejected), (2, 1));
     let config = McpConfig::from_json(r#"{"servers": [{"id": "x", "http": {"url": 7}}]}"#);
     assert_eq!(
         config.unwrap_err().to_string(),

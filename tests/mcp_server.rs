@@ -46,6 +46,8 @@ struct Batch {
 }
 
 async fn batch(mut task: TaskContext<Batch>) -> soorma::Result<()> {
+    // Reported before the fan-out, so it is published before any result (and the reply).
+    task.progress(0.25, "fanning out").await?;
     let delegations: Vec<Delegation> = task
         .data
         .expressions
@@ -60,8 +62,7 @@ async fn batch(mut task: TaskContext<Batch>) -> soorma::Result<()> {
             )
         })
         .collect();
-    task.delegate_parallel(delegations).await?;
-    task.progress(0.25, "fanned out").await
+    task.delegate_parallel(delegations).await.map(drop)
 }
 
 async fn batch_part(result: ResultContext<Calculated>) -> soorma::Result<()> {
@@ -245,11 +246,25 @@ async fn tools_and_calls(platform: Platform) {
         serde_json::from_str::<Value>(&text(&done)).unwrap(),
         json!([{"result": 2.0}, {"result": 6.0}])
     );
-    let progress = client.service().progress.lock().unwrap().clone();
+    // rmcp's client handles notifications on their own tasks: wait for them to be recorded.
+    let mut progress = Vec::new();
+    for _ in 0..100 {
+        progress = client.service().progress.lock().unwrap().clone();
+        if progress.iter().any(|p| p.progress == 0.25) {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
     assert!(!progress.is_empty(), "no progress notification arrived");
-    assert_eq!(progress[0].progress, 0.25);
+    // Recorded in the order the client's notification tasks ran, not necessarily as sent.
+    progress.sort_by(|a, b| a.progress.total_cmp(&b.progress));
+    assert_eq!(progress[0].progress, 0.25, "{progress:?}");
     assert_eq!(progress[0].total, Some(1.0));
-    assert_eq!(progress[0].message.as_deref(), Some("fanned out"));
+    assert_eq!(progress[0].message.as_deref(), Some("fanning out"));
+    assert!(
+        progress.windows(2).all(|w| w[0].progress < w[1].progress),
+        "a progress value was sent twice: {progress:?}"
+    );
 
     // An agent started later is listed; a payload that is not an object is wrapped as `input`.
     let doubler = Tool::new("doubler")

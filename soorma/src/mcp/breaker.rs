@@ -1,7 +1,7 @@
 //! A circuit breaker per tool: opens after repeated failures, probes after a cool-down.
 
 use std::collections::VecDeque;
-use std::sync::Mutex;
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use super::BreakerConfig;
@@ -57,12 +57,12 @@ pub(crate) struct Permit {
 /// An admitted call in progress: [`finish`](Self::finish) records its outcome; dropped
 /// unfinished (the caller went away, the call never reached the server), it gives the permit
 /// back so that an abandoned probe does not hold the circuit half-open.
-pub(crate) struct Admitted<'a> {
-    breaker: &'a CircuitBreaker,
+pub(crate) struct Admitted {
+    breaker: Arc<CircuitBreaker>,
     permit: Option<Permit>,
 }
 
-impl Admitted<'_> {
+impl Admitted {
     pub(crate) fn finish(mut self, success: bool) {
         if let Some(permit) = self.permit.take() {
             self.breaker.record(permit, success);
@@ -70,7 +70,7 @@ impl Admitted<'_> {
     }
 }
 
-impl Drop for Admitted<'_> {
+impl Drop for Admitted {
     fn drop(&mut self) {
         if let Some(permit) = self.permit.take() {
             self.breaker.release(permit);
@@ -93,9 +93,9 @@ impl CircuitBreaker {
     }
 
     /// Lets a call through, or says how long until the next probe.
-    pub(crate) fn admit(&self) -> Result<Admitted<'_>, Duration> {
+    pub(crate) fn admit(self: &Arc<Self>) -> Result<Admitted, Duration> {
         self.admit_at(Instant::now()).map(|permit| Admitted {
-            breaker: self,
+            breaker: self.clone(),
             permit: Some(permit),
         })
     }
@@ -231,11 +231,11 @@ mod tests {
 
     #[test]
     fn an_abandoned_probe_lets_the_next_call_probe() {
-        let b = CircuitBreaker::new(BreakerConfig::new(
+        let b = Arc::new(CircuitBreaker::new(BreakerConfig::new(
             1,
             Duration::from_secs(10),
             Duration::from_millis(1),
-        ));
+        )));
         b.admit().unwrap().finish(false);
         std::thread::sleep(Duration::from_millis(5));
         let probe = b.admit().unwrap();

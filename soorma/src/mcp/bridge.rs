@@ -160,11 +160,13 @@ impl McpBridge {
                     tracing::warn!(tool = %summary.qualified_name, event = %event, "MCP tool not bridged: another tool of the server maps to the same event");
                     continue;
                 }
-                let info = self
-                    .coordinator
-                    .tool(&summary.qualified_name)
-                    .await
-                    .map_err(|e| Error::Config(e.to_string()))?;
+                let info = match self.coordinator.tool(&summary.qualified_name).await {
+                    Ok(info) => info,
+                    Err(e) => {
+                        tracing::warn!(tool = %summary.qualified_name, error = %e, "MCP tool not bridged");
+                        continue;
+                    }
+                };
                 let mut description = summary.description.clone();
                 if description.is_empty() {
                     description = format!("MCP tool `{}`", summary.qualified_name);

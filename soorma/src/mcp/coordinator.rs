@@ -10,7 +10,7 @@ use rmcp::model::{CallToolRequestParams, GetPromptRequestParams};
 use serde_json::Value;
 use tracing::Instrument;
 
-use super::breaker::CircuitBreaker;
+use super::breaker::{Admitted, CircuitBreaker};
 use super::connection::Connection;
 use super::stats::StatsCell;
 use super::{BreakerConfig, McpConfig, McpError, McpToolOutput, ServerConfig, ToolStats};
@@ -80,8 +80,21 @@ struct CatalogTool {
 }
 
 struct ToolState {
-    breaker: CircuitBreaker,
+    breaker: Arc<CircuitBreaker>,
     stats: StatsCell,
+}
+
+impl ToolState {
+    /// Lets a call through, or refuses it while the circuit is open.
+    fn admit(&self, qualified: &str) -> Result<Admitted, McpError> {
+        self.breaker.admit().map_err(|retry_in| {
+            self.stats.reject();
+            McpError::CircuitOpen {
+                tool: qualified.to_owned(),
+                retry_in,
+            }
+        })
+    }
 }
 
 /// A tool's name and description, as listed.
@@ -326,7 +339,29 @@ impl McpCoordinator {
         if self.inner.shut_down.load(Ordering::Acquire) {
             return Err(McpError::Shutdown);
         }
-        let (server, catalog, i) = self.resolve(name).await?;
+        // A qualified call meets an open circuit before anything is started or listed.
+        let early = match name.split_once(':') {
+            Some((server, _)) if self.server(server).is_ok() => {
+                let state = self.tool_state(name);
+                let admitted = state.admit(name)?;
+                Some((state, admitted))
+            }
+            _ => None,
+        };
+        let started = Instant::now();
+        let (server, catalog, i) = match self.resolve(name).await {
+            Ok(found) => found,
+            Err(e) => {
+                if let Some((state, admitted)) = early
+                    && matches!(e, McpError::Connect { .. } | McpError::Disconnected { .. })
+                {
+                    // A server that cannot be reached fails its tools too.
+                    admitted.finish(false);
+                    state.stats.record(false, started.elapsed());
+                }
+                return Err(e);
+            }
+        };
         let entry = &catalog.tools[i];
         let qualified = format!("{}:{}", server.config.id, entry.tool.name);
         let span = tracing::info_span!("mcp.call", tool = %qualified);
@@ -344,20 +379,24 @@ impl McpCoordinator {
                     });
                 }
             };
+            // Rejected arguments give an early permit back (`early` is dropped).
             check_arguments(&qualified, entry, &arguments)?;
-            let state = self.tool_state(&qualified);
-            let admitted = match state.breaker.admit() {
-                Ok(a) => a,
-                Err(retry_in) => {
-                    state.stats.reject();
-                    return Err(McpError::CircuitOpen {
-                        tool: qualified.clone(),
-                        retry_in,
-                    });
+            let (state, admitted) = match early {
+                Some(early) => early,
+                None => {
+                    let state = self.tool_state(&qualified);
+                    let admitted = state.admit(&qualified)?;
+                    (state, admitted)
                 }
             };
-            // Not reaching the server gives the permit back (`admitted` is dropped).
-            let connection = self.connection(server).await?;
+            let connection = match self.connection(server).await {
+                Ok(c) => c,
+                Err(e) => {
+                    admitted.finish(false);
+                    state.stats.record(false, started.elapsed());
+                    return Err(e);
+                }
+            };
             let timeout = options.timeout.unwrap_or(server.config.timeouts.call);
             let mut params = CallToolRequestParams::new(entry.tool.name.to_string());
             params.arguments = Some(arguments);
@@ -450,37 +489,59 @@ impl McpCoordinator {
             .peer_info()
             .is_some_and(|i| i.capabilities.prompts.is_some());
         if offers_prompts {
-            match connection.peer.list_all_prompts().await {
-                Ok(prompts) if prompts.iter().any(|p| p.name == TOOL_DESCRIPTIONS_PROMPT) => {
-                    let prompt = connection
-                        .peer
-                        .get_prompt(GetPromptRequestParams::new(TOOL_DESCRIPTIONS_PROMPT))
-                        .await
-                        .map_err(|e| McpError::Protocol {
-                            server: server.config.id.clone(),
-                            message: e.to_string(),
-                        })?;
-                    let text: Vec<String> = prompt
-                        .messages
-                        .iter()
-                        .filter_map(|m| {
-                            serde_json::to_value(&m.content)
-                                .ok()?
-                                .get("text")?
-                                .as_str()
-                                .map(str::to_owned)
-                        })
-                        .collect();
-                    return Ok(text.join("\n"));
-                }
-                Ok(_) => {}
+            match self.prompt_text(server, &connection).await {
+                Ok(Some(text)) => return Ok(text),
+                Ok(None) => {}
                 Err(e) => {
-                    tracing::debug!(server = %server.config.id, error = %e, "cannot list the MCP server's prompts; describing its tools from the tool list")
+                    tracing::debug!(server = %server.config.id, error = %e, "cannot read the MCP server's prompts; describing its tools from the tool list")
                 }
             }
         }
         let catalog = self.catalog(server).await?;
         Ok(describe(&server.config.id, &catalog))
+    }
+
+    /// The text of the server's `tool-descriptions` prompt, if it has one (within the
+    /// server's connect timeout).
+    async fn prompt_text(
+        &self,
+        server: &Server,
+        connection: &Connection,
+    ) -> Result<Option<String>, McpError> {
+        let limit = server.config.timeouts.connect;
+        let protocol = |message: String| McpError::Protocol {
+            server: server.config.id.clone(),
+            message,
+        };
+        let late = |what: &str| protocol(format!("{what} did not answer within {limit:?}"));
+        let prompts = tokio::time::timeout(limit, connection.peer.list_all_prompts())
+            .await
+            .map_err(|_| late("prompts/list"))?
+            .map_err(|e| protocol(e.to_string()))?;
+        if !prompts.iter().any(|p| p.name == TOOL_DESCRIPTIONS_PROMPT) {
+            return Ok(None);
+        }
+        let prompt = tokio::time::timeout(
+            limit,
+            connection
+                .peer
+                .get_prompt(GetPromptRequestParams::new(TOOL_DESCRIPTIONS_PROMPT)),
+        )
+        .await
+        .map_err(|_| late("prompts/get"))?
+        .map_err(|e| protocol(e.to_string()))?;
+        let text: Vec<String> = prompt
+            .messages
+            .iter()
+            .filter_map(|m| {
+                serde_json::to_value(&m.content)
+                    .ok()?
+                    .get("text")?
+                    .as_str()
+                    .map(str::to_owned)
+            })
+            .collect();
+        Ok(Some(text.join("\n")))
     }
 
     /// [`tool_descriptions`](Self::tool_descriptions) of every server, one section each.
@@ -556,7 +617,7 @@ impl McpCoordinator {
             .entry(qualified.to_owned())
             .or_insert_with(|| {
                 Arc::new(ToolState {
-                    breaker: CircuitBreaker::new(self.inner.breaker),
+                    breaker: Arc::new(CircuitBreaker::new(self.inner.breaker)),
                     stats: StatsCell::default(),
                 })
             })
@@ -569,6 +630,10 @@ impl McpCoordinator {
             return Err(McpError::Shutdown);
         }
         let mut slot = server.connection.lock().await;
+        // Checked again under the lock: `shutdown` may have emptied the slot meanwhile.
+        if self.inner.shut_down.load(Ordering::Acquire) {
+            return Err(McpError::Shutdown);
+        }
         if let Some(c) = slot.as_ref() {
             if !c.is_closed() {
                 return Ok(c.clone());
@@ -593,16 +658,26 @@ impl McpCoordinator {
             connection.peer.list_all_tools(),
         )
         .await
-        .map_err(|_| McpError::Protocol {
-            server: server.config.id.clone(),
-            message: format!(
-                "tools/list did not answer within {:?}",
-                server.config.timeouts.connect
-            ),
+        .map_err(|_| {
+            if changed {
+                connection.tools_changed.store(true, Ordering::Release);
+            }
+            McpError::Protocol {
+                server: server.config.id.clone(),
+                message: format!(
+                    "tools/list did not answer within {:?}",
+                    server.config.timeouts.connect
+                ),
+            }
         })?;
         let tools = match listed {
             Ok(tools) => tools,
-            Err(e) => return Err(self.service_error(server, &connection, e).await),
+            Err(e) => {
+                if changed {
+                    connection.tools_changed.store(true, Ordering::Release);
+                }
+                return Err(self.service_error(server, &connection, e).await);
+            }
         };
         tracing::debug!(server = %server.config.id, tools = tools.len(), "listed MCP tools");
         let catalog = Arc::new(Catalog {

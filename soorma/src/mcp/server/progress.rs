@@ -52,7 +52,8 @@ impl ProgressRouter {
     pub async fn subscribe(&self, platform: &Platform, request_id: &str) -> Option<Subscription> {
         {
             let mut observer = self.observer.lock().await;
-            if observer.is_none() {
+            // Started on first use, and again if its subscription ended.
+            if observer.as_ref().is_none_or(AbortHandle::is_finished) {
                 match platform.bus().observe(Some(Topic::SystemEvents)).await {
                     Ok(sub) => {
                         let routes = Arc::downgrade(&self.routes);
@@ -92,4 +93,7 @@ async fn route(mut sub: Box<dyn crate::bus::Subscription>, routes: Weak<Mutex<Ro
             let _ = tx.send(progress);
         }
     }
+    tracing::warn!(
+        "the task progress subscription ended; the next call that wants progress starts a new one"
+    );
 }
