@@ -9,24 +9,8 @@ use serde_json::{Value, json};
 use soorma::gateway::{Gateway, GatewayAuth, GatewayHandle};
 use soorma::prelude::*;
 use soorma::{AgentHandle, Platform};
+use soorma_tests::calculators;
 use soorma_tests::nats_server::NatsServer;
-
-#[derive(Debug, Serialize, Deserialize, JsonSchema)]
-struct Calculate {
-    /// An arithmetic expression.
-    expression: String,
-}
-
-#[derive(Debug, Clone, Serialize, Deserialize, JsonSchema)]
-struct Calculated {
-    result: f64,
-}
-
-async fn calculate(req: Invocation<Calculate>) -> Result<Calculated, ToolError> {
-    soorma_examples::calc::eval(&req.data.expression)
-        .map(|result| Calculated { result })
-        .map_err(|e| ToolError::new(e.to_string()))
-}
 
 #[derive(Debug, Serialize, Deserialize, JsonSchema)]
 struct Add {
@@ -59,44 +43,6 @@ async fn slow(req: Invocation<Nap>) -> Result<String, ToolError> {
     Ok("late".into())
 }
 
-#[derive(Debug, Serialize, Deserialize, JsonSchema)]
-struct Batch {
-    expressions: Vec<String>,
-}
-
-async fn batch(mut task: TaskContext<Batch>) -> soorma::Result<()> {
-    let delegations: Vec<Delegation> = task
-        .data
-        .expressions
-        .iter()
-        .map(|e| {
-            Delegation::new(
-                "calculate.requested",
-                &Calculate {
-                    expression: e.clone(),
-                },
-                "batch.part.done",
-            )
-        })
-        .collect();
-    task.delegate_parallel(delegations).await?;
-    task.progress(0.25, "fanned out").await
-}
-
-async fn batch_part(result: ResultContext<Calculated>) -> soorma::Result<()> {
-    let mut task = result.record_in_parent().await?;
-    match task.group_results(result.group_id()).await? {
-        Some(all) => {
-            let sums: Vec<Value> = all
-                .into_iter()
-                .map(|r| r.result.unwrap_or_default())
-                .collect();
-            task.complete(sums).await.map(drop)
-        }
-        None => task.progress(0.5, "one result in").await,
-    }
-}
-
 struct Setup {
     agents: Vec<AgentHandle>,
     gateway: GatewayHandle,
@@ -106,16 +52,7 @@ struct Setup {
 impl Setup {
     async fn start(platform: &Platform, auth: Option<GatewayAuth>) -> Self {
         let agents = vec![
-            Tool::new("calculator")
-                .use_registered_handlers(false)
-                .description("Arithmetic.")
-                .handler(
-                    Handler::on_invoke("calculate.requested", calculate)
-                        .with_description("Evaluates an arithmetic expression."),
-                )
-                .start(platform)
-                .await
-                .unwrap(),
+            calculators::calculator().start(platform).await.unwrap(),
             Tool::new("multi")
                 .use_registered_handlers(false)
                 .handler(Handler::on_invoke("add.requested", add))
@@ -124,13 +61,7 @@ impl Setup {
                 .start(platform)
                 .await
                 .unwrap(),
-            Worker::new("batcher")
-                .use_registered_handlers(false)
-                .handler(Handler::on_task("batch.requested", batch))
-                .handler(Handler::on_result("batch.part.done", batch_part))
-                .start(platform)
-                .await
-                .unwrap(),
+            calculators::batcher().start(platform).await.unwrap(),
         ];
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
         let mut gateway = Gateway::new(platform)

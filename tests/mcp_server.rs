@@ -11,72 +11,15 @@ use rmcp::model::{CallToolRequestParams, CallToolResult, ErrorCode, ProgressNoti
 use rmcp::service::{NotificationContext, RunningService};
 use rmcp::transport::{StreamableHttpClientTransport, TokioChildProcess};
 use rmcp::{ClientHandler, RoleClient, ServiceError, ServiceExt};
-use schemars::JsonSchema;
-use serde::{Deserialize, Serialize};
 use serde_json::{Value, json};
 use soorma::mcp::{McpServer, McpServerHandle};
 use soorma::prelude::*;
 use soorma::{AgentCapability, AgentDefinition, AgentHandle, AgentKind, EventDefinition, Platform};
+use soorma_tests::calculators;
 use soorma_tests::nats_server::NatsServer;
-
-#[derive(Debug, Serialize, Deserialize, JsonSchema)]
-struct Calculate {
-    /// An arithmetic expression.
-    expression: String,
-}
-
-#[derive(Debug, Clone, Serialize, Deserialize, JsonSchema)]
-struct Calculated {
-    result: f64,
-}
-
-async fn calculate(req: Invocation<Calculate>) -> Result<Calculated, ToolError> {
-    soorma_examples::calc::eval(&req.data.expression)
-        .map(|result| Calculated { result })
-        .map_err(|e| ToolError::new(e.to_string()))
-}
 
 async fn double(req: Invocation<i64>) -> Result<i64, ToolError> {
     Ok(req.data * 2)
-}
-
-#[derive(Debug, Serialize, Deserialize, JsonSchema)]
-struct Batch {
-    expressions: Vec<String>,
-}
-
-async fn batch(mut task: TaskContext<Batch>) -> soorma::Result<()> {
-    // Reported before the fan-out, so it is published before any result (and the reply).
-    task.progress(0.25, "fanning out").await?;
-    let delegations: Vec<Delegation> = task
-        .data
-        .expressions
-        .iter()
-        .map(|e| {
-            Delegation::new(
-                "calculate.requested",
-                &Calculate {
-                    expression: e.clone(),
-                },
-                "batch.part.done",
-            )
-        })
-        .collect();
-    task.delegate_parallel(delegations).await.map(drop)
-}
-
-async fn batch_part(result: ResultContext<Calculated>) -> soorma::Result<()> {
-    let mut task = result.record_in_parent().await?;
-    match task.group_results(result.group_id()).await? {
-        Some(all) => {
-            let results: Vec<Value> = all
-                .into_iter()
-                .map(|r| r.result.unwrap_or_default())
-                .collect();
-            task.complete(results).await.map(drop)
-        }
-        None => task.progress(0.5, "one result in").await,
-    }
 }
 
 /// An MCP client recording the progress notifications it receives.
@@ -103,25 +46,8 @@ struct Setup {
 impl Setup {
     async fn start(platform: &Platform, server: McpServer) -> Self {
         let agents = vec![
-            Tool::new("calculator")
-                .use_registered_handlers(false)
-                .handler(
-                    Handler::on_invoke("calculate.requested", calculate)
-                        .with_description("Evaluates an arithmetic expression."),
-                )
-                .start(platform)
-                .await
-                .unwrap(),
-            Worker::new("batcher")
-                .use_registered_handlers(false)
-                .handler(
-                    Handler::on_task("batch.requested", batch)
-                        .with_description("Evaluates many expressions."),
-                )
-                .handler(Handler::on_result("batch.part.done", batch_part))
-                .start(platform)
-                .await
-                .unwrap(),
+            calculators::calculator().start(platform).await.unwrap(),
+            calculators::batcher().start(platform).await.unwrap(),
         ];
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
         let server = server.spawn(listener).await.unwrap();
