@@ -577,3 +577,49 @@ async fn bridged_tools_are_invoked_and_delegated_to(platform: Platform) {
     bridge.shutdown().await.unwrap();
     mcp.shutdown().await;
 }
+
+/// Both ways at once: one platform serves its calculator over MCP, another platform's
+/// coordinator calls it and bridges it onto its own bus.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_served_platform_is_called_and_bridged_by_another() {
+    let serving = Platform::embedded();
+    let calculator = soorma_tests::calculators::calculator()
+        .start(&serving)
+        .await
+        .unwrap();
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let server = soorma::mcp::McpServer::new(&serving)
+        .spawn(listener)
+        .await
+        .unwrap();
+
+    let mcp = coordinator(
+        McpConfig::new().server(ServerConfig::http("remote", server.url()).header("X-Trace", "1")),
+    );
+    let out = mcp
+        .call("remote:calculate.requested", json!({"expression": "6 * 7"}))
+        .await
+        .unwrap();
+    assert_eq!(out.structured, Some(json!({"result": 42.0})));
+    let err = mcp
+        .call("remote:calculate.requested", json!({"expression": "1 / 0"}))
+        .await
+        .unwrap_err();
+    assert!(err.to_string().contains("division by zero"), "{err}");
+
+    let local = Platform::embedded();
+    let bridge = McpBridge::new(mcp.clone()).start(&local).await.unwrap();
+    let event = McpBridge::event_name("remote", "calculate.requested");
+    assert_eq!(event, "mcp.remote.calculate_requested");
+    let bridged: McpToolOutput = local
+        .client("both-ways")
+        .invoke(&event, json!({"expression": "2 + 2"}), "sum.done")
+        .await
+        .unwrap();
+    assert_eq!(bridged.structured, Some(json!({"result": 4.0})));
+
+    bridge.shutdown().await.unwrap();
+    mcp.shutdown().await;
+    server.shutdown().await;
+    calculator.shutdown().await.unwrap();
+}
