@@ -97,6 +97,9 @@ pub enum CliError {
     /// An error from the platform.
     #[error(transparent)]
     Platform(#[from] soorma::Error),
+    /// An MCP configuration, server or call failed.
+    #[error(transparent)]
+    Mcp(#[from] soorma::mcp::McpError),
 }
 
 fn unknown_agent(name: &str, registered: &[String], url: &str) -> String {

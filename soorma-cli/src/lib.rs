@@ -6,11 +6,17 @@
 //! soorma agents [--json]
 //! soorma card <agent> --url <gateway-url> [--v0-3]
 //! soorma events tail [--topic T] [--event E]... [--correlation ID] [--json]
+//! soorma mcp tools --config mcp.json [--json]
+//! soorma mcp call <server:tool> [--args JSON] [--timeout-ms N] --config mcp.json
+//! soorma mcp bridge --config mcp.json [--name N]
+//! soorma mcp serve [--http ADDR] [--agent NAME]...
 //! ```
 //!
 //! `new` scaffolds an agent crate; `dev` runs a local `nats-server -js`; `agents`, `card` and
 //! `events tail` work on the shared platform named by `SOORMA_NATS_URL` (the embedded platform
-//! lives inside one process, so there is nothing for them to see there). See `docs/cli.md`.
+//! lives inside one process, so there is nothing for them to see there). `mcp tools` and
+//! `mcp call` talk to the MCP servers of an `mcp.json`; `mcp bridge` puts their tools on the
+//! shared platform and `mcp serve` offers its agents to MCP clients. See `docs/cli.md`.
 //!
 //! This library holds the commands so they can be documented and unit-tested; the `soorma`
 //! binary parses the command line with [`Cli`] and calls [`run`].
@@ -20,6 +26,7 @@ pub mod agents;
 pub mod dev;
 mod error;
 pub mod events;
+pub mod mcp;
 pub mod platform;
 pub mod scaffold;
 
@@ -62,6 +69,60 @@ pub enum Command {
         /// What to do with events.
         #[command(subcommand)]
         command: EventsCommand,
+    },
+    /// MCP: list and call the tools of MCP servers, bridge them onto the platform, serve the
+    /// platform's agents to MCP clients.
+    Mcp {
+        /// What to do.
+        #[command(subcommand)]
+        command: McpCommand,
+    },
+}
+
+/// `soorma mcp ...`.
+#[derive(Debug, Subcommand)]
+pub enum McpCommand {
+    /// List the tools of the servers of an mcp.json.
+    Tools {
+        /// The mcp.json naming the servers.
+        #[arg(long, value_name = "FILE")]
+        config: PathBuf,
+        /// Print each tool with its schemas as JSON.
+        #[arg(long)]
+        json: bool,
+    },
+    /// Call one tool and print its output as JSON.
+    Call {
+        /// The tool: `server:tool`, or a tool name only one server has.
+        tool: String,
+        /// The tool's arguments, a JSON object.
+        #[arg(long, value_name = "JSON", default_value = "{}")]
+        args: String,
+        /// The call's timeout in milliseconds (default: the server's `call_ms`).
+        #[arg(long, value_name = "MS")]
+        timeout_ms: Option<u64>,
+        /// The mcp.json naming the servers.
+        #[arg(long, value_name = "FILE")]
+        config: PathBuf,
+    },
+    /// Bridge the servers' tools onto the platform (SOORMA_NATS_URL) until Ctrl-C.
+    Bridge {
+        /// The mcp.json naming the servers.
+        #[arg(long, value_name = "FILE")]
+        config: PathBuf,
+        /// The bridge agent's name (default `mcp-bridge`).
+        #[arg(long)]
+        name: Option<String>,
+    },
+    /// Serve the platform's (SOORMA_NATS_URL) tools and workers to MCP clients: over
+    /// stdin/stdout, or streamable HTTP with --http.
+    Serve {
+        /// Serve streamable HTTP at http://ADDR/mcp instead of stdio (e.g. 127.0.0.1:8000).
+        #[arg(long, value_name = "ADDR")]
+        http: Option<std::net::SocketAddr>,
+        /// Only this agent (repeat for several; default: every tool and worker).
+        #[arg(long = "agent", value_name = "NAME")]
+        agents: Vec<String>,
     },
 }
 
@@ -179,6 +240,25 @@ pub async fn run(cli: Cli) -> Result<(), CliError> {
             })
             .await
         }
+        Command::Mcp { command } => match command {
+            McpCommand::Tools { config, json } => mcp::tools(&config, json).await,
+            McpCommand::Call {
+                tool,
+                args,
+                timeout_ms,
+                config,
+            } => {
+                mcp::call(
+                    &config,
+                    &tool,
+                    &args,
+                    timeout_ms.map(std::time::Duration::from_millis),
+                )
+                .await
+            }
+            McpCommand::Bridge { config, name } => mcp::bridge(&config, name).await,
+            McpCommand::Serve { http, agents } => mcp::serve(http, agents).await,
+        },
     }
 }
 

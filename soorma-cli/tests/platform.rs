@@ -572,3 +572,147 @@ fn without_soorma_nats_url_the_embedded_registry_is_explained() {
         );
     }
 }
+
+/// An mcp.json with the reference MCP server (see `soorma_tests::mcp_peers`).
+fn everything_config(dir: &std::path::Path) -> PathBuf {
+    let path = dir.join("mcp.json");
+    let config = json!({"servers": [{
+        "id": "everything",
+        "stdio": {"command": soorma_tests::mcp_peers::everything_server(), "args": ["stdio"]}
+    }]});
+    std::fs::write(&path, config.to_string()).unwrap();
+    path
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn mcp_tools_and_call_talk_to_the_servers_of_an_mcp_json() {
+    let dir = temp_dir("mcp-call");
+    let config = everything_config(&dir);
+    let config = config.to_str().unwrap();
+
+    let listed = output(soorma(None, &["mcp", "tools", "--config", config])).await;
+    assert!(listed.status.success(), "{}", text(&listed.stderr));
+    let listing = text(&listed.stdout);
+    assert!(
+        listing.contains("everything:get-sum  (bridged as mcp.everything.get-sum)"),
+        "{listing}"
+    );
+
+    let called = output(soorma(
+        None,
+        &[
+            "mcp",
+            "call",
+            "get-sum",
+            "--args",
+            r#"{"a": 40, "b": 2}"#,
+            "--config",
+            config,
+        ],
+    ))
+    .await;
+    assert!(called.status.success(), "{}", text(&called.stderr));
+    let out: Value = serde_json::from_slice(&called.stdout).unwrap();
+    assert!(out["text"].as_str().unwrap().contains("42"), "{out}");
+
+    let refused = output(soorma(
+        None,
+        &[
+            "mcp",
+            "call",
+            "everything:get-sum",
+            "--args",
+            r#"{"a": 1}"#,
+            "--config",
+            config,
+        ],
+    ))
+    .await;
+    assert_eq!(refused.status.code(), Some(1));
+    assert!(
+        text(&refused.stderr).contains("invalid arguments for `everything:get-sum`"),
+        "{}",
+        text(&refused.stderr)
+    );
+
+    let bad = dir.join("bad.json");
+    std::fs::write(&bad, r#"{"servers": [{"id": "x", "stdio": {}}]}"#).unwrap();
+    let invalid = output(soorma(
+        None,
+        &["mcp", "tools", "--config", bad.to_str().unwrap()],
+    ))
+    .await;
+    assert_eq!(invalid.status.code(), Some(1));
+    assert!(
+        text(&invalid.stderr).contains("servers[0].stdio.command: is missing"),
+        "{}",
+        text(&invalid.stderr)
+    );
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn mcp_bridge_and_serve_work_on_the_shared_platform() {
+    let server = NatsServer::start();
+    let url = server.url();
+    let platform = nats_platform(&server).await;
+    let dir = temp_dir("mcp-bridge");
+    let config = everything_config(&dir);
+
+    // The bridge process puts the reference server's tools on the platform...
+    let mut bridge = Running::spawn(soorma(
+        Some(&url),
+        &["mcp", "bridge", "--config", config.to_str().unwrap()],
+    ));
+    wait_for(&bridge.stdout, Duration::from_secs(30), |l| {
+        l == "Ctrl-C to stop"
+    });
+    let sum: Value = platform
+        .client("cli-test")
+        .invoke(
+            "mcp.everything.get-sum",
+            json!({"a": 20, "b": 22}),
+            "sum.done",
+        )
+        .await
+        .unwrap();
+    assert!(sum["text"].as_str().unwrap().contains("42"), "{sum}");
+
+    // ...and the serving process offers the platform's tools (the bridged ones included) to
+    // MCP clients over HTTP.
+    let calculator = start_calculator(&platform).await;
+    let port = free_port();
+    let addr = format!("127.0.0.1:{port}");
+    let mut serving = Running::spawn(soorma(Some(&url), &["mcp", "serve", "--http", &addr]));
+    let ready = wait_for(&serving.stdout, Duration::from_secs(20), |l| {
+        l.starts_with("serving the agents of ")
+    });
+    assert!(ready.ends_with(&format!("http://{addr}/mcp")), "{ready}");
+    let mcp = soorma::mcp::McpCoordinator::new(soorma::mcp::McpConfig::new().server(
+        soorma::mcp::ServerConfig::http("platform", format!("http://{addr}/mcp")),
+    ))
+    .unwrap();
+    let names: Vec<String> = mcp
+        .list_tools()
+        .await
+        .unwrap()
+        .into_iter()
+        .map(|t| t.name)
+        .collect();
+    assert!(
+        names.contains(&"add.requested".to_owned())
+            && names.contains(&"mcp.everything.get-sum".to_owned()),
+        "{names:?}"
+    );
+    let added = mcp
+        .call("add.requested", json!({"a": 1.5, "b": 2}))
+        .await
+        .unwrap();
+    assert_eq!(added.text, "3.5");
+    mcp.shutdown().await;
+
+    assert!(serving.terminate().success());
+    assert!(bridge.terminate().success());
+    calculator.shutdown().await.unwrap();
+    let _ = std::fs::remove_dir_all(&dir);
+}
