@@ -15,3 +15,24 @@ pub fn init_tracing() {
             .try_init();
     }
 }
+
+/// `target/<profile>/examples/<name>`, next to the running test binary; built by
+/// `cargo test --workspace`.
+///
+/// # Panics
+/// When the example was not built, with the command that builds it.
+pub fn example_binary(name: &str) -> std::path::PathBuf {
+    let exe = std::env::current_exe().expect("test binary path");
+    let profile_dir = exe
+        .parent()
+        .and_then(|deps| deps.parent())
+        .expect("target/<profile>/deps");
+    let bin = profile_dir.join("examples").join(name);
+    assert!(
+        bin.exists(),
+        "{} is missing: build the examples first (`cargo test --workspace` does, or \
+         `cargo build -p soorma-examples --examples`)",
+        bin.display()
+    );
+    bin
+}

@@ -2,7 +2,6 @@
 //! (embedded platform and a real nats-server), and stdio against the `mcp_server` example
 //! binary.
 
-use std::path::PathBuf;
 use std::process::Stdio;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -16,6 +15,7 @@ use soorma::mcp::{McpServer, McpServerHandle};
 use soorma::prelude::*;
 use soorma::{AgentCapability, AgentDefinition, AgentHandle, AgentKind, EventDefinition, Platform};
 use soorma_tests::calculators;
+use soorma_tests::example_binary;
 use soorma_tests::nats_server::NatsServer;
 
 async fn double(req: Invocation<i64>) -> Result<i64, ToolError> {
@@ -282,23 +282,6 @@ async fn scope_and_timeouts() {
 
     client.cancel().await.unwrap();
     s.shutdown().await;
-}
-
-/// `target/<profile>/examples/<name>`, built by `cargo test --workspace`.
-fn example_binary(name: &str) -> PathBuf {
-    let exe = std::env::current_exe().expect("test binary path");
-    let profile_dir = exe
-        .parent()
-        .and_then(|deps| deps.parent())
-        .expect("target/<profile>/deps");
-    let bin = profile_dir.join("examples").join(name);
-    assert!(
-        bin.exists(),
-        "{} is missing: build the examples first (`cargo test --workspace` does, or \
-         `cargo build -p soorma-examples --examples`)",
-        bin.display()
-    );
-    bin
 }
 
 async fn calculate_six_times_seven<S: rmcp::Service<RoleClient>>(

@@ -4,31 +4,14 @@
 //! answering a plain HTTP client.
 
 use std::io::{BufRead, BufReader};
-use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
+use soorma_tests::example_binary;
 use soorma_tests::nats_server::NatsServer;
 
 const READY: Duration = Duration::from_secs(60);
 const FINISH: Duration = Duration::from_secs(180);
-
-/// `target/<profile>/examples/<name>`, built by `cargo test --workspace`.
-fn example_binary(name: &str) -> PathBuf {
-    let exe = std::env::current_exe().expect("test binary path");
-    let profile_dir = exe
-        .parent()
-        .and_then(|deps| deps.parent())
-        .expect("target/<profile>/deps");
-    let bin = profile_dir.join("examples").join(name);
-    assert!(
-        bin.exists(),
-        "{} is missing: build the examples first (`cargo test --workspace` does, or \
-         `cargo build -p soorma-examples --examples`)",
-        bin.display()
-    );
-    bin
-}
 
 /// An agent process; SIGKILLed on drop unless it was stopped.
 struct AgentProcess {
