@@ -606,31 +606,22 @@ impl PlanContext {
         &mut self,
         step: impl Fn(&Plan, &mut PlanRecord) -> Result<Effects>,
     ) -> Result<()> {
-        let key = self.key();
         let plan = self.plan.clone();
         let mut effects = None;
-        let ((), stored) = state::update_with(
-            self.store(),
-            "plan",
-            &key,
-            || Error::PlanNotFound(key.key.clone()),
-            |record: &mut PlanRecord| {
-                let fx = step(&plan, record)?;
-                let changed = fx.changed;
-                if changed {
-                    record.updated_at = Some(crate::util::now_rfc3339());
-                }
-                effects = Some(fx);
-                Ok(if changed {
-                    Change::Write(())
-                } else {
-                    Change::Keep(())
-                })
-            },
-        )
+        self.update_record(|record| {
+            let fx = step(&plan, record)?;
+            let changed = fx.changed;
+            if changed {
+                record.updated_at = Some(crate::util::now_rfc3339());
+            }
+            effects = Some(fx);
+            Ok(if changed {
+                Change::Write(())
+            } else {
+                Change::Keep(())
+            })
+        })
         .await?;
-        self.record = stored.value;
-        self.revision = Some(stored.revision);
         if let Some(fx) = effects {
             self.publish(fx).await?;
         }
@@ -694,19 +685,29 @@ impl PlanContext {
         } else {
             tracing::warn!(plan_id = %record.plan_id, "the plan finished but its goal named no response_event; no reply sent");
         }
+        self.update_record(|record| {
+            if record.reply_sent {
+                return Ok(Change::Keep(()));
+            }
+            record.reply_sent = true;
+            Ok(Change::Write(()))
+        })
+        .await
+    }
+
+    /// Read-modify-write of the stored plan record (revision-checked, `f` re-applied to a
+    /// fresh copy on a conflict); this context then holds the record as stored.
+    async fn update_record(
+        &mut self,
+        f: impl FnMut(&mut PlanRecord) -> Result<Change<()>>,
+    ) -> Result<()> {
         let key = self.key();
         let ((), stored) = state::update_with(
             self.store(),
             "plan",
             &key,
             || Error::PlanNotFound(key.key.clone()),
-            |record: &mut PlanRecord| {
-                if record.reply_sent {
-                    return Ok(Change::Keep(()));
-                }
-                record.reply_sent = true;
-                Ok(Change::Write(()))
-            },
+            f,
         )
         .await?;
         self.record = stored.value;
