@@ -848,7 +848,7 @@ impl<T> TaskContext<T> {
             progress = progress.with_plan_id(plan);
         }
         self.bus()
-            .publish(Topic::SystemEvents, "task.progress", progress)
+            .publish(Topic::SystemEvents, TASK_PROGRESS_EVENT, progress)
             .await
             .map(drop)
     }
@@ -1076,6 +1076,19 @@ pub(crate) async fn fail_task(input: &HandlerInput, error: String) -> Result<boo
 /// The event type of the error result a worker gets when a person did not answer a
 /// [`TaskContext::request_human_input`] question in time.
 pub const TASK_TIMEOUT_EVENT: &str = "task.timeout";
+
+/// The event type of the progress reports [`TaskContext::progress`] publishes on
+/// `system-events`.
+pub(crate) const TASK_PROGRESS_EVENT: &str = "task.progress";
+
+/// The progress report an event carries: `task.progress` on `system-events` whose data is a
+/// [`TaskProgress`]; `None` for any other event.
+pub(crate) fn progress_report(env: &EventEnvelope) -> Option<TaskProgress> {
+    if env.topic != Topic::SystemEvents || env.event_type != TASK_PROGRESS_EVENT {
+        return None;
+    }
+    serde_json::from_value(env.data.clone()).ok()
+}
 
 /// A sub-task's result, for `#[on_result]` handlers.
 ///

@@ -47,7 +47,7 @@ use soorma_common::a2a::{
     AgentCard, CardBuilder, Message, SendMessageRequest, SendMessageResponse, StreamResponse, Task,
     TaskIdParams, TaskState, TaskStatus,
 };
-use soorma_common::{AgentDefinition, TaskProgress, Topic};
+use soorma_common::{AgentDefinition, Topic};
 use tokio::sync::broadcast;
 
 use crate::client::Client;
@@ -807,10 +807,7 @@ async fn route_progress(state: Arc<GatewayState>) {
     };
     while let Some(delivery) = sub.next().await {
         let env = &delivery.envelope;
-        if env.event_type != "task.progress" {
-            continue;
-        }
-        let Ok(progress) = serde_json::from_value::<TaskProgress>(env.data.clone()) else {
+        let Some(progress) = crate::task::progress_report(env) else {
             continue;
         };
         let task_id = state.tasks.by_request(&progress.task_id).or_else(|| {

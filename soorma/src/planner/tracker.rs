@@ -18,13 +18,14 @@ use std::time::Duration;
 
 use serde::Serialize;
 use serde_json::{Value, json};
-use soorma_common::{ActionReply, EventEnvelope, PlanRecord, PlanStatus, TaskProgress, Topic};
+use soorma_common::{ActionReply, EventEnvelope, PlanRecord, PlanStatus, Topic};
 use tokio::sync::watch;
 
 use super::sessions::Plans;
 use crate::bus::Subscription;
 use crate::error::{Error, Result};
 use crate::platform::Platform;
+use crate::task::{TASK_PROGRESS_EVENT, progress_report};
 
 /// At most this many plans are kept by default (the least recently updated finished plans go
 /// first).
@@ -442,7 +443,9 @@ impl Model {
             Topic::SystemEvents if LIFECYCLE.contains(&env.event_type.as_str()) => {
                 self.apply_lifecycle(env)
             }
-            Topic::SystemEvents if env.event_type == "task.progress" => self.apply_progress(env),
+            Topic::SystemEvents if env.event_type == TASK_PROGRESS_EVENT => {
+                self.apply_progress(env)
+            }
             Topic::ActionRequests => self.apply_request(env),
             Topic::ActionResults => self.apply_reply(env),
             _ => false,
@@ -515,7 +518,7 @@ impl Model {
     }
 
     fn apply_progress(&mut self, env: &EventEnvelope) -> bool {
-        let Ok(progress) = serde_json::from_value::<TaskProgress>(env.data.clone()) else {
+        let Some(progress) = progress_report(env) else {
             return false;
         };
         let Some(plan_id) = progress.plan_id.clone().or_else(|| env.plan_id.clone()) else {
@@ -968,6 +971,7 @@ impl Tracker {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use soorma_common::TaskProgress;
 
     fn env(id: &str, topic: Topic, event_type: &str, data: Value) -> EventEnvelope {
         EventEnvelope::new(id, "planner", topic, event_type)

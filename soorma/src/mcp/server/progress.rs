@@ -78,11 +78,7 @@ impl ProgressRouter {
 
 async fn route(mut sub: Box<dyn crate::bus::Subscription>, routes: Weak<Mutex<RouteMap>>) {
     while let Some(delivery) = sub.next().await {
-        let env = &delivery.envelope;
-        if env.event_type != "task.progress" {
-            continue;
-        }
-        let Ok(progress) = serde_json::from_value::<TaskProgress>(env.data.clone()) else {
+        let Some(progress) = crate::task::progress_report(&delivery.envelope) else {
             continue;
         };
         let Some(routes) = routes.upgrade() else {
