@@ -108,7 +108,9 @@ pub enum McpError {
 }
 
 impl McpError {
-    /// Whether the request reached the server (and so counts for its circuit breaker).
+    /// Whether the call may have reached the server, so the tool may have run: retrying it may
+    /// repeat its effects. `false` for errors raised before anything was sent (names,
+    /// arguments, configuration, an open circuit, no connection).
     ///
     /// ```
     /// use soorma::mcp::McpError;
