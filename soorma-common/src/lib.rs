@@ -17,6 +17,7 @@
 
 pub mod a2a;
 mod envelope;
+pub mod events;
 mod records;
 mod registry;
 mod reply;

@@ -60,6 +60,65 @@ impl ActionReply {
     }
 }
 
+impl ActionReply {
+    /// Reads the `data` of a reply event: a soorma reply (an object with a boolean `success`
+    /// and a string `request_id`) gives its result, or its error as `Err`; any other data is
+    /// a successful raw result (a reply from an agent that does not use the SDK). This is the
+    /// one place the reply format is decoded.
+    ///
+    /// ```
+    /// use serde_json::json;
+    /// use soorma_common::ActionReply;
+    ///
+    /// let ok = json!({"request_id": "r", "success": true, "result": 3});
+    /// assert_eq!(ActionReply::outcome_of(&ok), Ok(json!(3)));
+    /// let failed = json!({"request_id": "r", "success": false, "error": "bad"});
+    /// assert_eq!(ActionReply::outcome_of(&failed), Err("bad".to_owned()));
+    /// let raw = json!({"items": []});
+    /// assert_eq!(ActionReply::outcome_of(&raw), Ok(raw.clone()));
+    /// ```
+    pub fn outcome_of(data: &Value) -> Result<Value, String> {
+        let is_reply = data.get("success").is_some_and(Value::is_boolean)
+            && data.get("request_id").is_some_and(Value::is_string);
+        if !is_reply {
+            return Ok(data.clone());
+        }
+        if data.get("success").and_then(Value::as_bool) == Some(true) {
+            return Ok(data.get("result").cloned().unwrap_or(Value::Null));
+        }
+        Err(match data.get("error") {
+            Some(Value::String(s)) => s.clone(),
+            Some(Value::Null) | None => {
+                "the responder reported failure without an error message".to_owned()
+            }
+            Some(other) => other.to_string(),
+        })
+    }
+
+    /// The reply a reply event's `data` carries, with `request_id` as its id when the data is
+    /// a raw result (see [`outcome_of`](Self::outcome_of)).
+    ///
+    /// ```
+    /// use serde_json::json;
+    /// use soorma_common::ActionReply;
+    ///
+    /// let reply = ActionReply::from_data(&json!({"items": []}), "req-7");
+    /// assert!(reply.success && reply.request_id == "req-7");
+    /// let failed = ActionReply::from_data(&json!({"request_id": "r", "success": false, "error": "x"}), "c");
+    /// assert_eq!((failed.request_id.as_str(), failed.error.as_deref()), ("r", Some("x")));
+    /// ```
+    pub fn from_data(data: &Value, request_id: &str) -> Self {
+        let id = data
+            .get("request_id")
+            .and_then(Value::as_str)
+            .unwrap_or(request_id);
+        match Self::outcome_of(data) {
+            Ok(result) => Self::success(id, result),
+            Err(error) => Self::failure(id, error),
+        }
+    }
+}
+
 /// The `data` of a `task.progress` event on `system-events`.
 ///
 /// ```

@@ -10,12 +10,25 @@ use serde::de::DeserializeOwned;
 use soorma_common::{ActionReply, EventEnvelope, Topic};
 use tokio::sync::{oneshot, watch};
 
-use crate::bus::{BusClient, EventFilter, Settlement, SubscriptionSpec};
-use crate::context::decode_payload;
 use crate::error::{Error, Result};
 use crate::platform::Platform;
-use crate::task::split_reply;
+use crate::protocol::decode_payload;
+use crate::protocol::publish::{BusClient, Publish};
+use crate::spi::bus::{EventFilter, Settlement, SubscriptionSpec};
 use crate::util::{BoxFuture, new_id};
+
+impl Platform {
+    /// A client for code outside agents: publish, and request with awaited replies.
+    ///
+    /// ```
+    /// let platform = soorma::Platform::embedded();
+    /// let client = platform.client("cli");
+    /// # let _ = client;
+    /// ```
+    pub fn client(&self, name: impl Into<String>) -> Client {
+        Client::new(self.clone(), name)
+    }
+}
 
 type Pending = Arc<Mutex<HashMap<String, oneshot::Sender<Arc<EventEnvelope>>>>>;
 
@@ -241,7 +254,7 @@ impl Client {
         p.await
     }
 
-    fn scope(&self, mut p: crate::bus::Publish) -> crate::bus::Publish {
+    fn scope(&self, mut p: Publish) -> Publish {
         if let Some(t) = &self.inner.tenant {
             p = p.tenant_id(t.clone());
         }
@@ -363,7 +376,7 @@ impl Client {
 #[must_use = "a request does nothing until awaited"]
 pub struct Call {
     client: Client,
-    publish: crate::bus::Publish,
+    publish: Publish,
     timeout: Duration,
 }
 
@@ -545,19 +558,8 @@ pub struct Reply {
 
 impl Reply {
     fn new(envelope: Arc<EventEnvelope>) -> Self {
-        let (success, result, error) = split_reply(&envelope.data);
-        let request_id = envelope
-            .data
-            .get("request_id")
-            .and_then(|v| v.as_str())
-            .or(envelope.correlation_id.as_deref())
-            .unwrap_or_default()
-            .to_owned();
-        let reply = if success {
-            ActionReply::success(request_id, result.unwrap_or_default())
-        } else {
-            ActionReply::failure(request_id, error.unwrap_or_default())
-        };
+        let correlation = envelope.correlation_id.as_deref().unwrap_or_default();
+        let reply = ActionReply::from_data(&envelope.data, correlation);
         Self { envelope, reply }
     }
 

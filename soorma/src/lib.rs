@@ -51,48 +51,174 @@
 //! `soorma::planner::llm` lets a model write plans or choose a plan's next actions.
 #![warn(missing_docs)]
 
-mod agent;
-pub mod bus;
+// The layered core; each folder imports only from its own layer or lower ones (checked by
+// `tests/layering.rs`):
+// L0 error, util → L1 spi → L2 engine → L3 platform, protocol → L4 runtime → L5 layers
+// (event, tool, worker, planner; no layer imports another) → L6 client, testing → L7 gateway,
+// mcp, llm (features). This file is the public API: it re-exports from the layers.
 mod client;
-mod context;
-pub mod embedded;
-mod error;
-pub mod expr;
-pub mod extract;
+mod engine;
+pub mod error;
 #[cfg(feature = "gateway")]
 pub mod gateway;
-mod handler;
 #[cfg(any(feature = "gateway", feature = "mcp"))]
 mod http;
+mod layers;
 #[cfg(feature = "llm")]
 pub mod llm;
 #[cfg(feature = "mcp")]
 pub mod mcp;
-#[cfg(feature = "nats")]
-pub mod nats;
-pub mod planner;
 mod platform;
-pub mod registry;
-pub mod state;
-mod task;
+mod protocol;
+mod runtime;
+mod spi;
 pub mod testing;
 #[cfg(any(feature = "llm", feature = "mcp"))]
 mod tls;
 mod util;
-mod validation;
 
-pub use agent::{Agent, AgentBuilder, AgentHandle, Tool, Worker};
-pub use bus::{BusClient, Publish};
 pub use client::{Call, Client, Reply};
-pub use context::{Event, Invocation, ToolError};
-pub use error::{Error, Result, SchemaViolation};
-pub use extract::State;
-pub use handler::{Handler, HandlerFn, HandlerKind, HandlerOutput, ToolOutput};
-pub use platform::{NATS_URL_ENV, Platform};
-pub use task::{
+pub use engine::{EngineParts, NATS_URL_ENV};
+pub use error::{Error, Result, SchemaViolation, ToolError};
+pub use layers::event::{Agent, Event};
+pub use layers::tool::{Invocation, Tool, ToolOutput};
+pub use layers::worker::{
     Delegation, ResultContext, SUBTASKS_BUCKET, TASK_TIMEOUT_EVENT, TASKS_BUCKET, TaskContext,
+    Worker,
 };
+pub use platform::Platform;
+pub use protocol::publish::{BusClient, Publish};
+pub use runtime::agent::{AgentBuilder, AgentHandle};
+pub use runtime::extract::State;
+pub use runtime::handler::{Handler, HandlerFn, HandlerKind, HandlerOutput};
 pub use util::BoxFuture;
+
+/// The expression language of plan-transition conditions and action data templates
+/// (the `soorma-expr` crate).
+pub use soorma_expr as expr;
+
+/// The event bus: the [`EventBus`](bus::EventBus) trait engines implement, subscriptions and
+/// deliveries, and the [`BusClient`] agents publish with.
+pub mod bus {
+    pub use crate::protocol::publish::{BusClient, Publish};
+    pub use crate::spi::bus::*;
+}
+
+/// The state store: revision-checked key/value records, scoped by tenant.
+pub mod state {
+    pub use crate::spi::state::{Revision, StateKey, StateStore, Versioned};
+}
+
+/// The agent registry (who is running and what they can do) and discovery queries over it.
+pub mod registry {
+    pub use crate::platform::discovery::{Discovery, Requirements};
+    pub use crate::spi::registry::Registry;
+}
+
+/// Handler inputs and extractors: the arguments a handler takes after its context.
+pub mod extract {
+    pub use crate::runtime::extract::{Extensions, FromHandlerInput, HandlerInput, State};
+}
+
+/// The embedded engine: an in-process bus, state store and registry.
+///
+/// Zero setup and the default. Semantics match the NATS platform: instances of one agent
+/// (one consumer group) share work, different agents each receive every event they subscribe
+/// to, state writes are revision-checked, and everything is scoped by tenant.
+pub mod embedded {
+    pub use crate::engine::embedded::{EmbeddedBus, MemoryRegistry, MemoryStore};
+}
+
+#[cfg(feature = "nats")]
+pub mod nats {
+    //! The NATS platform: JetStream streams for events, JetStream KV for state and the registry.
+    //!
+    //! Selected by [`Platform::from_env`](crate::Platform::from_env) when `SOORMA_NATS_URL` is set,
+    //! or built explicitly with [`connect`] (or [`Platform::nats`](crate::Platform::nats)). See
+    //! `docs/nats.md` for subjects, streams, consumers, buckets and the delivery guarantees.
+    //!
+    //! ```no_run
+    //! # async fn demo() -> soorma::Result<()> {
+    //! use soorma::nats::{NatsAuth, NatsConfig};
+    //! let config = NatsConfig::new("nats://127.0.0.1:4222").with_auth(NatsAuth::Token("s3cret".into()));
+    //! let platform = soorma::nats::connect(config).await?;
+    //! assert_eq!(platform.kind(), "nats");
+    //! # Ok(()) }
+    //! ```
+    pub use crate::engine::nats::{
+        NatsAuth, NatsBus, NatsConfig, NatsRegistry, NatsStore, async_nats,
+    };
+    pub use crate::platform::connect_nats as connect;
+}
+
+pub mod planner {
+    //! The planner layer: goals start plans, plans are event-driven state machines.
+    //!
+    //! A [`Plan`] is a validated [`PlanDefinition`](soorma_common::PlanDefinition): states with an
+    //! optional action on entry (an action request whose data is a template over the goal and
+    //! earlier results), transitions on events with optional conditions, a default next state, and
+    //! terminal states that complete (or fail) the plan and reply to the goal.
+    //!
+    //! `#[on_goal(event)]` handlers get a [`GoalContext`] and start a plan; the events that answer
+    //! the plan's actions arrive at the planner's `#[on_transition]` handler as a restored
+    //! [`PlanContext`] (a planner without one gets a default that calls
+    //! [`execute_next`](PlanContext::execute_next)). Plans are saved with revision-checked updates
+    //! before anything is published, restored by plan id (the correlation id of their actions'
+    //! replies), and report their lifecycle on `system-events` (`plan.started`,
+    //! `plan.state_changed`, `plan.paused`, `plan.resumed`, `plan.completed`, `plan.failed`).
+    //!
+    //! With the `llm` feature, `planner::llm` lets a model plan: write a plan definition for a goal
+    //! (`llm::create_plan`), or choose each next action of a plan (`llm::reason_next_action`).
+    //! [`Sessions`] group the plans started in one session, [`Plans`] lists stored plans by session,
+    //! status or parent, and a [`Tracker`] is a read model fed by the plans' events: where a plan
+    //! is, what happened, which tasks ran. A plan action whose event is a planner's goal event
+    //! starts a sub-plan, whose reply moves the parent plan.
+    //!
+    //! ```
+    //! # #[tokio::main(flavor = "current_thread")] async fn main() -> soorma::Result<()> {
+    //! use std::sync::Arc;
+    //! use soorma::prelude::*;
+    //! use soorma::planner::{GoalContext, Plan, Planner};
+    //! use soorma::common::{PlanDefinition, StateAction, StateConfig, StateTransition};
+    //!
+    //! async fn search(req: Invocation<serde_json::Value>) -> Result<Vec<String>, ToolError> {
+    //!     Ok(vec![format!("about {}", req.data["q"].as_str().unwrap_or(""))])
+    //! }
+    //!
+    //! async fn research(goal: GoalContext, plan: State<Arc<Plan>>) -> soorma::Result<()> {
+    //!     goal.start(&plan).await.map(drop)
+    //! }
+    //!
+    //! let plan = Plan::new(
+    //!     PlanDefinition::new("research", "search, then done")
+    //!         .with_state(StateConfig::new("start", "search")
+    //!             .with_action(StateAction::new("search.requested", "search.completed")
+    //!                 .with_data(serde_json::json!({"q": "{{goal.topic}}"})))
+    //!             .with_transition(StateTransition::new("search.completed", "done")))
+    //!         .with_state(StateConfig::new("done", "").terminal()
+    //!             .with_result(serde_json::json!({"found": "{{results.start}}"}))),
+    //! )?;
+    //! let platform = Platform::embedded();
+    //! let tool = Tool::new("search").use_registered_handlers(false)
+    //!     .handler(Handler::on_invoke("search.requested", search)).start(&platform).await?;
+    //! let planner = Planner::new("researcher").use_registered_handlers(false)
+    //!     .with_state(Arc::new(plan))
+    //!     .handler(Handler::on_goal("research.goal", research))
+    //!     .start(&platform).await?;
+    //! let out: serde_json::Value = platform.client("docs")
+    //!     .invoke("research.goal", serde_json::json!({"topic": "rust"}), "research.done").await?;
+    //! assert_eq!(out["found"][0], "about rust");
+    //! # planner.shutdown().await?; tool.shutdown().await
+    //! # }
+    //! ```
+    pub use crate::layers::planner::*;
+    pub use crate::platform::timers::TIMERS_BUCKET;
+
+    /// LLM planning (feature `llm`): a model writes a plan for a goal, or chooses a plan's
+    /// next actions.
+    #[cfg(feature = "llm")]
+    pub use crate::llm::planning as llm;
+}
 
 /// The shared DTO crate.
 pub use soorma_common as common;
@@ -144,8 +270,8 @@ pub mod prelude {
 /// Items used by code the macros generate. Not public API.
 #[doc(hidden)]
 pub mod __private {
-    pub use crate::extract::FromHandlerInput;
-    pub use crate::handler::{Handler, HandlerRegistration};
+    pub use crate::runtime::extract::FromHandlerInput;
+    pub use crate::runtime::handler::{Handler, HandlerRegistration};
     pub use inventory;
     pub use schemars;
     pub use serde;

@@ -25,10 +25,10 @@ use std::time::Duration;
 use soorma_common::EventEnvelope;
 use tokio::sync::Notify;
 
-use crate::agent::{AgentBuilder, AgentHandle};
 use crate::client::Client;
 use crate::error::{Error, Result};
 use crate::platform::Platform;
+use crate::runtime::agent::{AgentBuilder, AgentHandle};
 
 /// Every distinct event, in publication order (a republished event id is recorded once, as a
 /// durable stream keeps it once).

@@ -76,18 +76,18 @@ pub(crate) async fn concurrently<T, R, F, Fut>(
     items: Vec<T>,
     limit: usize,
     f: F,
-) -> crate::Result<Vec<R>>
+) -> crate::error::Result<Vec<R>>
 where
     T: Send + 'static,
     R: Send + 'static,
     F: Fn(T) -> Fut + Clone + Send + Sync + 'static,
-    Fut: Future<Output = crate::Result<R>> + Send + 'static,
+    Fut: Future<Output = crate::error::Result<R>> + Send + 'static,
 {
     let total = items.len();
     let mut out: Vec<Option<R>> = (0..total).map(|_| None).collect();
     let mut set = tokio::task::JoinSet::new();
     let mut items = items.into_iter().enumerate();
-    let spawn = |set: &mut tokio::task::JoinSet<(usize, crate::Result<R>)>,
+    let spawn = |set: &mut tokio::task::JoinSet<(usize, crate::error::Result<R>)>,
                  (i, item): (usize, T)| {
         let f = f.clone();
         set.spawn(async move { (i, f(item).await) });
@@ -96,14 +96,40 @@ where
         spawn(&mut set, item);
     }
     while let Some(joined) = set.join_next().await {
-        let (i, r) = joined
-            .map_err(|e| crate::Error::Handler(format!("a concurrent step panicked: {e}")))?;
+        let (i, r) = joined.map_err(|e| {
+            crate::error::Error::Handler(format!("a concurrent step panicked: {e}"))
+        })?;
         out[i] = Some(r?);
         if let Some(item) = items.next() {
             spawn(&mut set, item);
         }
     }
     Ok(out.into_iter().flatten().collect())
+}
+
+/// Resolves on Ctrl-C or (on Unix) SIGTERM.
+pub(crate) async fn shutdown_signal() {
+    #[cfg(unix)]
+    {
+        let mut term = match tokio::signal::unix::signal(
+            tokio::signal::unix::SignalKind::terminate(),
+        ) {
+            Ok(s) => s,
+            Err(e) => {
+                tracing::warn!(error = %e, "cannot listen for SIGTERM; waiting for Ctrl-C only");
+                let _ = tokio::signal::ctrl_c().await;
+                return;
+            }
+        };
+        tokio::select! {
+            _ = tokio::signal::ctrl_c() => {}
+            _ = term.recv() => {}
+        }
+    }
+    #[cfg(not(unix))]
+    {
+        let _ = tokio::signal::ctrl_c().await;
+    }
 }
 
 /// Polls a future, turning a panic inside it into `Err(message)`.

@@ -8,7 +8,6 @@ use futures_util::StreamExt;
 use schemars::JsonSchema;
 use serde::Deserialize;
 use serde_json::{Value, json};
-use soorma::Error;
 use soorma::llm::{ChatMessage, ChatModel, ChatModelExt, LlmClient, LlmConfig, LlmError};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
@@ -350,7 +349,7 @@ async fn a_stalled_stream_ends_with_a_timeout_error() {
     let err = stream.next().await.unwrap().unwrap_err();
 
     assert!(
-        matches!(err, Error::Llm(LlmError::Timeout { after, .. }) if after == Duration::from_millis(300)),
+        matches!(err.downcast_ref::<LlmError>(), Some(LlmError::Timeout { after, .. }) if *after == Duration::from_millis(300)),
         "{err}"
     );
     assert!(err.is_retryable());
@@ -368,7 +367,7 @@ async fn a_stream_request_rejected_with_429_is_a_retryable_http_error() {
     let err = client.stream(&ask("hi")).await.unwrap_err();
 
     assert!(
-        matches!(&err, Error::Llm(LlmError::Http { status: 429, body, .. }) if body.contains("rate limited")),
+        matches!(err.downcast_ref::<LlmError>(), Some(LlmError::Http { status: 429, body, .. }) if body.contains("rate limited")),
         "{err}"
     );
     assert!(err.is_retryable());
@@ -459,16 +458,16 @@ async fn a_schema_violation_every_time_keeps_every_attempt() {
 
     assert!(!err.is_retryable());
     assert!(err.to_string().contains("after 3 attempt(s)"), "{err}");
-    let Error::Llm(LlmError::StructuredOutput {
+    let Some(LlmError::StructuredOutput {
         type_name,
         attempts,
-    }) = err
+    }) = err.downcast_ref::<LlmError>()
     else {
         panic!("unexpected error: {err}");
     };
     assert!(type_name.ends_with("Review"));
     assert_eq!(attempts.len(), 3);
-    for attempt in &attempts {
+    for attempt in attempts {
         assert_eq!(attempt.reply, "{\"title\": \"Dune\", \"score\": 7}");
         assert!(attempt.error.contains("`/score`"), "{}", attempt.error);
         assert!(attempt.error.contains("maximum"), "{}", attempt.error);
@@ -521,7 +520,7 @@ async fn http_errors_are_typed_with_status_and_body() {
     let client = server.client(LlmConfig::new("nope"));
 
     let err = client.complete(&ask("hi")).await.unwrap_err();
-    let Error::Llm(LlmError::Http { status, body, url }) = &err else {
+    let Some(LlmError::Http { status, body, url }) = err.downcast_ref::<LlmError>() else {
         panic!("unexpected error: {err}");
     };
     assert_eq!(*status, 500);
@@ -532,15 +531,15 @@ async fn http_errors_are_typed_with_status_and_body() {
 
     let err = client.complete(&ask("hi")).await.unwrap_err();
     assert!(
-        matches!(&err, Error::Llm(LlmError::Http { status: 400, body, .. }) if body.contains("unknown model")),
+        matches!(err.downcast_ref::<LlmError>(), Some(LlmError::Http { status: 400, body, .. }) if body.contains("unknown model")),
         "{err}"
     );
     assert!(!err.is_retryable());
 
     let err = client.complete(&ask("hi")).await.unwrap_err();
-    let Error::Llm(LlmError::Http {
+    let Some(LlmError::Http {
         status: 503, body, ..
-    }) = &err
+    }) = err.downcast_ref::<LlmError>()
     else {
         panic!("unexpected error: {err}");
     };
@@ -562,7 +561,10 @@ async fn an_http_error_during_structured_output_is_returned_as_is() {
         .unwrap_err();
 
     assert!(
-        matches!(err, Error::Llm(LlmError::Http { status: 502, .. })),
+        matches!(
+            err.downcast_ref::<LlmError>(),
+            Some(LlmError::Http { status: 502, .. })
+        ),
         "{err}"
     );
     assert_eq!(server.requests().len(), 2);
@@ -581,7 +583,7 @@ async fn a_slow_server_is_a_timeout_error() {
     let err = client.complete(&ask("hi")).await.unwrap_err();
 
     assert!(
-        matches!(err, Error::Llm(LlmError::Timeout { after, .. }) if after == Duration::from_millis(300)),
+        matches!(err.downcast_ref::<LlmError>(), Some(LlmError::Timeout { after, .. }) if *after == Duration::from_millis(300)),
         "{err}"
     );
     assert!(err.is_retryable());
@@ -600,7 +602,10 @@ async fn a_body_that_is_not_a_completion_is_a_malformed_error() {
     for _ in 0..2 {
         let err = client.complete(&ask("hi")).await.unwrap_err();
         assert!(
-            matches!(err, Error::Llm(LlmError::Malformed { .. })),
+            matches!(
+                err.downcast_ref::<LlmError>(),
+                Some(LlmError::Malformed { .. })
+            ),
             "{err}"
         );
         assert!(!err.is_retryable());
@@ -623,7 +628,10 @@ async fn connection_refused_is_a_retryable_transport_error() {
     let err = client.complete(&ask("hi")).await.unwrap_err();
 
     assert!(
-        matches!(err, Error::Llm(LlmError::Transport { .. })),
+        matches!(
+            err.downcast_ref::<LlmError>(),
+            Some(LlmError::Transport { .. })
+        ),
         "{err}"
     );
     assert!(err.is_retryable());

@@ -54,7 +54,7 @@ use crate::client::Client;
 use crate::error::{Error, Result};
 use crate::http::HttpServer;
 use crate::platform::Platform;
-use crate::registry::Requirements;
+use crate::platform::discovery::Requirements;
 use crate::util::{new_id, now_rfc3339};
 use rpc::{RpcError, RpcRequest};
 use tasks::{Outcome, TaskTable};
@@ -322,7 +322,7 @@ impl Gateway {
     /// ```
     pub async fn serve(self, listener: tokio::net::TcpListener) -> Result<()> {
         let handle = self.spawn(listener).await?;
-        crate::agent::shutdown_signal().await;
+        crate::util::shutdown_signal().await;
         handle.shutdown().await;
         Ok(())
     }
@@ -807,7 +807,7 @@ async fn route_progress(state: Arc<GatewayState>) {
     };
     while let Some(delivery) = sub.next().await {
         let env = &delivery.envelope;
-        let Some(progress) = crate::task::progress_report(env) else {
+        let Some(progress) = crate::protocol::progress::progress_report(env) else {
             continue;
         };
         let task_id = state.tasks.by_request(&progress.task_id).or_else(|| {

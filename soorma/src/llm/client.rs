@@ -165,7 +165,7 @@ impl LlmClient {
     /// // Nothing listens on port 9 (discard): a transport error, worth retrying.
     /// let client = LlmClient::new(LlmConfig::new("m").with_base_url("http://127.0.0.1:9/v1"))?;
     /// let err = client.complete(&[ChatMessage::user("Hi")]).await.unwrap_err();
-    /// assert!(matches!(err, soorma::Error::Llm(LlmError::Transport { .. })));
+    /// assert!(matches!(err.downcast_ref::<LlmError>(), Some(LlmError::Transport { .. })));
     /// assert!(err.is_retryable());
     /// # Ok(()) }
     /// ```
@@ -665,7 +665,7 @@ mod tests {
         for bad in ["not a url", "ftp://host/v1", "/v1"] {
             let err = LlmClient::new(LlmConfig::new("m").with_base_url(bad)).unwrap_err();
             assert!(
-                matches!(err, crate::Error::Llm(LlmError::Config(_))),
+                matches!(err.downcast_ref::<LlmError>(), Some(LlmError::Config(_))),
                 "{bad}: {err}"
             );
         }

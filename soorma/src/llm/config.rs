@@ -134,7 +134,7 @@ impl LlmConfig {
     /// // SAFETY: doc tests run in their own process, single-threaded here.
     /// unsafe { std::env::remove_var("SOORMA_LLM_MODEL") };
     /// let err = LlmConfig::from_env().unwrap_err();
-    /// assert!(matches!(err, soorma::Error::Llm(LlmError::MissingEnv { var: "SOORMA_LLM_MODEL" })));
+    /// assert!(matches!(err.downcast_ref::<LlmError>(), Some(LlmError::MissingEnv { var: "SOORMA_LLM_MODEL" })));
     ///
     /// unsafe {
     ///     std::env::set_var("SOORMA_LLM_MODEL", "qwen2.5");
@@ -253,7 +253,6 @@ impl LlmConfig {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::Error;
 
     fn lookup<'a>(vars: &'a [(&'a str, &'a str)]) -> impl Fn(&str) -> Option<String> + 'a {
         move |name| {
@@ -267,8 +266,8 @@ mod tests {
     fn model_is_required_and_named_in_the_error() {
         let err = LlmConfig::from_lookup(lookup(&[(API_KEY_ENV, "k")])).unwrap_err();
         assert!(matches!(
-            err,
-            Error::Llm(LlmError::MissingEnv {
+            err.downcast_ref::<LlmError>(),
+            Some(LlmError::MissingEnv {
                 var: "SOORMA_LLM_MODEL"
             })
         ));

@@ -13,7 +13,7 @@ use std::time::Duration;
 /// # #[tokio::main(flavor = "current_thread")] async fn main() {
 /// let model = ScriptedLlm::new(["no idea", "still no idea", "{\"value\": \"x\"}"]);
 /// let err = model.structured::<Answer>(&[ChatMessage::user("6*7?")]).await.unwrap_err();
-/// let soorma::Error::Llm(LlmError::StructuredOutput { attempts, .. }) = err else { panic!() };
+/// let Some(LlmError::StructuredOutput { attempts, .. }) = err.downcast_ref::<LlmError>() else { panic!() };
 /// assert_eq!(attempts.len(), 3);
 /// assert_eq!(attempts[0].reply, "no idea");
 /// assert!(attempts[2].error.contains("value"));
@@ -28,7 +28,9 @@ pub struct Attempt {
     pub error: String,
 }
 
-/// Errors of the LLM client, carried by [`crate::Error::Llm`].
+/// Errors of the LLM client. As a [`soorma::Error`](crate::Error) they are boxed in
+/// [`Error::Other`](crate::Error::Other), retryable as [`LlmError::is_retryable`] says; get
+/// them back with [`Error::downcast_ref`](crate::Error::downcast_ref).
 ///
 /// ```
 /// use soorma::llm::LlmError;
@@ -129,5 +131,18 @@ impl LlmError {
             }
             _ => false,
         }
+    }
+}
+
+impl From<LlmError> for crate::error::Error {
+    /// ```
+    /// use soorma::llm::LlmError;
+    /// let err = soorma::Error::from(LlmError::MissingEnv { var: "SOORMA_LLM_MODEL" });
+    /// assert!(matches!(err.downcast_ref::<LlmError>(), Some(LlmError::MissingEnv { .. })));
+    /// assert_eq!(err.to_string(), "environment variable `SOORMA_LLM_MODEL` is required but not set");
+    /// ```
+    fn from(error: LlmError) -> Self {
+        let retryable = error.is_retryable();
+        crate::error::Error::other_with_retry(error, retryable)
     }
 }

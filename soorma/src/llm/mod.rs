@@ -34,6 +34,7 @@ mod error;
 mod extract;
 mod message;
 mod model;
+pub mod planning;
 mod scripted;
 mod sse;
 mod structured;

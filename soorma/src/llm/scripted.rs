@@ -213,7 +213,6 @@ impl fmt::Debug for ScriptedLlm {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::Error;
     use futures_util::StreamExt;
 
     #[tokio::test]
@@ -233,8 +232,8 @@ mod tests {
         model.complete(&ask).await.unwrap();
         let err = model.complete(&ask).await.unwrap_err();
         assert!(matches!(
-            err,
-            Error::Llm(LlmError::ScriptExhausted { request: 2 })
+            err.downcast_ref::<LlmError>(),
+            Some(LlmError::ScriptExhausted { request: 2 })
         ));
         assert!(!err.is_retryable());
     }

@@ -125,7 +125,6 @@ fn parse_reply<T: DeserializeOwned>(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::Error;
     use crate::llm::{ChatModelExt, ScriptedLlm};
     use serde::Deserialize;
 
@@ -250,10 +249,10 @@ mod tests {
             .await
             .unwrap_err();
         assert!(!err.is_retryable());
-        let Error::Llm(LlmError::StructuredOutput {
+        let Some(LlmError::StructuredOutput {
             type_name,
             attempts,
-        }) = err
+        }) = err.downcast_ref::<LlmError>()
         else {
             panic!("unexpected error: {err}");
         };
@@ -290,7 +289,10 @@ mod tests {
             .await
             .unwrap_err();
         assert!(
-            matches!(err, Error::Llm(LlmError::ScriptExhausted { request: 2 })),
+            matches!(
+                err.downcast_ref::<LlmError>(),
+                Some(LlmError::ScriptExhausted { request: 2 })
+            ),
             "{err}"
         );
     }

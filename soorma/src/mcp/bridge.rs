@@ -3,7 +3,7 @@
 use serde_json::Value;
 
 use super::{McpCoordinator, McpError, McpToolOutput};
-use crate::handler::schema_of;
+use crate::runtime::handler::schema_of;
 use crate::{
     AgentBuilder, AgentHandle, Error, Handler, Invocation, Platform, Result, Tool, ToolError,
 };

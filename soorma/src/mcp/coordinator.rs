@@ -14,7 +14,7 @@ use super::breaker::{Admitted, CircuitBreaker};
 use super::connection::Connection;
 use super::stats::StatsCell;
 use super::{BreakerConfig, McpConfig, McpError, McpToolOutput, ServerConfig, ToolStats};
-use crate::SchemaViolation;
+use crate::error::SchemaViolation;
 
 /// The name of the prompt a server may offer to describe its tools to a model.
 pub const TOOL_DESCRIPTIONS_PROMPT: &str = "tool-descriptions";

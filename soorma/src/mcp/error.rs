@@ -2,7 +2,7 @@
 
 use std::time::Duration;
 
-use crate::SchemaViolation;
+use crate::error::SchemaViolation;
 
 use super::ConfigError;
 use super::content::McpToolOutput;

@@ -307,7 +307,7 @@ impl McpServer {
     /// ```
     pub async fn serve(self, listener: tokio::net::TcpListener) -> Result<()> {
         let handle = self.spawn(listener).await?;
-        crate::agent::shutdown_signal().await;
+        crate::util::shutdown_signal().await;
         handle.shutdown().await;
         Ok(())
     }

@@ -76,9 +76,9 @@ impl ProgressRouter {
     }
 }
 
-async fn route(mut sub: Box<dyn crate::bus::Subscription>, routes: Weak<Mutex<RouteMap>>) {
+async fn route(mut sub: Box<dyn crate::spi::bus::Subscription>, routes: Weak<Mutex<RouteMap>>) {
     while let Some(delivery) = sub.next().await {
-        let Some(progress) = crate::task::progress_report(&delivery.envelope) else {
+        let Some(progress) = crate::protocol::progress::progress_report(&delivery.envelope) else {
             continue;
         };
         let Some(routes) = routes.upgrade() else {

@@ -1,0 +1,31 @@
+//! The names of the events the SDK itself publishes, shared by every layer that publishes or
+//! reads them (one home for each name).
+
+/// A delivery was given up on; published on `system-events` with the event's id, type, topic,
+/// the agent and the reason.
+///
+/// ```
+/// assert_eq!(soorma_common::events::DEAD_LETTERED, "event.dead_lettered");
+/// ```
+pub const DEAD_LETTERED: &str = "event.dead_lettered";
+
+/// A worker's progress report on `system-events` (data: [`TaskProgress`](crate::TaskProgress)).
+///
+/// ```
+/// assert_eq!(soorma_common::events::TASK_PROGRESS, "task.progress");
+/// ```
+pub const TASK_PROGRESS: &str = "task.progress";
+
+/// The error result a worker gets when a person did not answer its question in time.
+///
+/// ```
+/// assert_eq!(soorma_common::events::TASK_TIMEOUT, "task.timeout");
+/// ```
+pub const TASK_TIMEOUT: &str = "task.timeout";
+
+/// A question for a person, on `notification-events` (workers' and plans' human input).
+///
+/// ```
+/// assert_eq!(soorma_common::events::HUMAN_INPUT, "notification.human_input");
+/// ```
+pub const HUMAN_INPUT: &str = "notification.human_input";

@@ -1,0 +1,201 @@
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+
+use crate::error::{Error, Result};
+use crate::spi::state::{Revision, StateKey, StateStore, Versioned};
+use crate::util::BoxFuture;
+
+/// One bucket of one tenant: key → (value, revision).
+type Space = HashMap<String, (Vec<u8>, Revision)>;
+
+#[derive(Default)]
+struct Inner {
+    /// (bucket, tenant) → its records.
+    spaces: HashMap<(&'static str, String), Space>,
+    last_revision: Revision,
+}
+
+/// The in-memory state store: revision-checked, scoped by tenant.
+///
+/// ```
+/// # #[tokio::main(flavor = "current_thread")] async fn main() -> soorma::Result<()> {
+/// use soorma::embedded::MemoryStore;
+/// use soorma::state::{StateKey, StateStore};
+///
+/// let store = MemoryStore::new();
+/// let key = StateKey::new("tasks", "acme", "t1");
+/// let r1 = store.create(&key, b"v1".to_vec()).await?;
+/// let r2 = store.update(&key, b"v2".to_vec(), r1).await?;
+/// assert!(store.update(&key, b"v3".to_vec(), r1).await.is_err()); // stale revision
+/// assert_eq!(store.get(&key).await?.unwrap().revision, r2);
+/// # Ok(()) }
+/// ```
+#[derive(Clone, Default)]
+pub struct MemoryStore {
+    inner: Arc<Mutex<Inner>>,
+}
+
+impl std::fmt::Debug for MemoryStore {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("MemoryStore").finish_non_exhaustive()
+    }
+}
+
+impl MemoryStore {
+    /// An empty store.
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")] async fn main() -> soorma::Result<()> {
+    /// use soorma::state::StateStore;
+    ///
+    /// let store = soorma::embedded::MemoryStore::new();
+    /// assert!(store.keys("tasks", "acme").await?.is_empty());
+    /// # Ok(()) }
+    /// ```
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    fn with<R>(&self, f: impl FnOnce(&mut Inner) -> R) -> R {
+        f(&mut self.inner.lock().expect("state lock"))
+    }
+}
+
+fn ready<'a, T: Send + 'a>(v: T) -> BoxFuture<'a, T> {
+    Box::pin(std::future::ready(v))
+}
+
+fn space(key: &StateKey) -> (&'static str, String) {
+    (key.bucket, key.tenant.clone())
+}
+
+impl StateStore for MemoryStore {
+    fn get<'a>(&'a self, key: &'a StateKey) -> BoxFuture<'a, Result<Option<Versioned<Vec<u8>>>>> {
+        let found = self.with(|inner| {
+            inner
+                .spaces
+                .get(&space(key))
+                .and_then(|s| s.get(&key.key))
+                .map(|(v, r)| Versioned {
+                    value: v.clone(),
+                    revision: *r,
+                })
+        });
+        ready(Ok(found))
+    }
+
+    fn create<'a>(&'a self, key: &'a StateKey, value: Vec<u8>) -> BoxFuture<'a, Result<Revision>> {
+        ready(self.with(|inner| {
+            let revision = inner.last_revision + 1;
+            let entries = inner.spaces.entry(space(key)).or_default();
+            if entries.contains_key(&key.key) {
+                return Err(Error::Conflict {
+                    key: key.to_string(),
+                });
+            }
+            entries.insert(key.key.clone(), (value, revision));
+            inner.last_revision = revision;
+            Ok(revision)
+        }))
+    }
+
+    fn update<'a>(
+        &'a self,
+        key: &'a StateKey,
+        value: Vec<u8>,
+        expected: Revision,
+    ) -> BoxFuture<'a, Result<Revision>> {
+        ready(self.with(|inner| {
+            let revision = inner.last_revision + 1;
+            match inner
+                .spaces
+                .get_mut(&space(key))
+                .and_then(|s| s.get_mut(&key.key))
+            {
+                Some(entry) if entry.1 == expected => {
+                    *entry = (value, revision);
+                    inner.last_revision = revision;
+                    Ok(revision)
+                }
+                _ => Err(Error::Conflict {
+                    key: key.to_string(),
+                }),
+            }
+        }))
+    }
+
+    fn put<'a>(&'a self, key: &'a StateKey, value: Vec<u8>) -> BoxFuture<'a, Result<Revision>> {
+        ready(self.with(|inner| {
+            let revision = inner.last_revision + 1;
+            inner
+                .spaces
+                .entry(space(key))
+                .or_default()
+                .insert(key.key.clone(), (value, revision));
+            inner.last_revision = revision;
+            Ok(revision)
+        }))
+    }
+
+    fn delete<'a>(&'a self, key: &'a StateKey) -> BoxFuture<'a, Result<()>> {
+        self.with(|inner| {
+            if let Some(s) = inner.spaces.get_mut(&space(key)) {
+                s.remove(&key.key);
+            }
+        });
+        ready(Ok(()))
+    }
+
+    fn keys<'a>(
+        &'a self,
+        bucket: &'static str,
+        tenant: &'a str,
+    ) -> BoxFuture<'a, Result<Vec<String>>> {
+        let mut keys: Vec<String> = self.with(|inner| {
+            inner
+                .spaces
+                .get(&(bucket, tenant.to_owned()))
+                .map(|s| s.keys().cloned().collect())
+                .unwrap_or_default()
+        });
+        keys.sort();
+        ready(Ok(keys))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[tokio::test]
+    async fn create_update_conflicts_and_tenant_scoping() {
+        let store = MemoryStore::new();
+        let a = StateKey::new("tasks", "tenant-a", "t1");
+        let b = StateKey::new("tasks", "tenant-b", "t1");
+        let r1 = store.create(&a, b"a".to_vec()).await.unwrap();
+        assert!(matches!(
+            store.create(&a, b"x".to_vec()).await,
+            Err(Error::Conflict { .. })
+        ));
+        assert!(
+            store.get(&b).await.unwrap().is_none(),
+            "tenant b must not see tenant a"
+        );
+        assert_eq!(
+            store.keys("tasks", "tenant-b").await.unwrap(),
+            Vec::<String>::new()
+        );
+        let r2 = store.update(&a, b"a2".to_vec(), r1).await.unwrap();
+        assert!(r2 > r1);
+        assert!(matches!(
+            store.update(&a, b"a3".to_vec(), r1).await,
+            Err(Error::Conflict { .. })
+        ));
+        assert!(matches!(
+            store.update(&b, b"b".to_vec(), r2).await,
+            Err(Error::Conflict { .. })
+        ));
+        store.delete(&a).await.unwrap();
+        assert!(store.get(&a).await.unwrap().is_none());
+    }
+}

@@ -1,0 +1,157 @@
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+
+use async_nats::jetstream::{self, kv};
+use soorma_common::AgentDefinition;
+use tokio::task::JoinHandle;
+
+use super::{NatsConfig, names};
+use crate::error::{Error, Result};
+use crate::spi::registry::Registry;
+use crate::util::BoxFuture;
+
+/// The registry on JetStream KV: one entry per running agent, refreshed by a heartbeat and
+/// expiring (bucket `max_age`) when the agent stops heartbeating.
+#[derive(Clone)]
+pub struct NatsRegistry {
+    store: kv::Store,
+    client: async_nats::Client,
+    config: Arc<NatsConfig>,
+    heartbeats: Arc<Mutex<HashMap<String, JoinHandle<()>>>>,
+}
+
+impl std::fmt::Debug for NatsRegistry {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("NatsRegistry").finish_non_exhaustive()
+    }
+}
+
+fn reg_err(what: &str, e: impl std::fmt::Display) -> Error {
+    Error::Registry(format!("{what}: {e}"))
+}
+
+impl NatsRegistry {
+    pub(crate) async fn new(js: jetstream::Context, config: Arc<NatsConfig>) -> Result<Self> {
+        let name = names::bucket_name(&config.bucket_prefix, "registry");
+        let store = js
+            .create_or_update_key_value(kv::Config {
+                bucket: name.clone(),
+                description: "soorma agent registry".into(),
+                history: 1,
+                max_age: config.registry_ttl,
+                storage: jetstream::stream::StorageType::File,
+                num_replicas: config.replicas,
+                ..Default::default()
+            })
+            .await
+            .map_err(|e| {
+                super::jetstream_unavailable(
+                    &config.url,
+                    format!("cannot create KV bucket `{name}`: {e}"),
+                )
+            })?;
+        Ok(Self {
+            client: js.client(),
+            store,
+            config,
+            heartbeats: Arc::default(),
+        })
+    }
+
+    fn key(agent_id: &str) -> Result<String> {
+        names::kv_key("agents", agent_id)
+    }
+}
+
+impl Drop for NatsRegistry {
+    fn drop(&mut self) {
+        if Arc::strong_count(&self.heartbeats) == 1 {
+            for (_, h) in self.heartbeats.lock().expect("heartbeat lock").drain() {
+                h.abort();
+            }
+        }
+    }
+}
+
+impl Registry for NatsRegistry {
+    fn register(&self, agent: AgentDefinition) -> BoxFuture<'_, Result<()>> {
+        Box::pin(async move {
+            let key = Self::key(&agent.agent_id)?;
+            let value: bytes::Bytes = serde_json::to_vec(&agent)
+                .map_err(|e| Error::serialize("agent definition", e))?
+                .into();
+            self.store
+                .put(&key, value.clone())
+                .await
+                .map_err(|e| reg_err("register", e))?;
+            let store = self.store.clone();
+            let every = self.config.heartbeat;
+            let heartbeat = tokio::spawn(async move {
+                let mut tick = tokio::time::interval(every);
+                tick.tick().await;
+                loop {
+                    tick.tick().await;
+                    if let Err(e) = store.put(&key, value.clone()).await {
+                        tracing::warn!(error = %e, "registry heartbeat failed; retrying next interval");
+                    }
+                }
+            });
+            if let Some(old) = self
+                .heartbeats
+                .lock()
+                .expect("heartbeat lock")
+                .insert(agent.agent_id.clone(), heartbeat)
+            {
+                old.abort();
+            }
+            Ok(())
+        })
+    }
+
+    fn deregister<'a>(&'a self, agent_id: &'a str) -> BoxFuture<'a, Result<()>> {
+        Box::pin(async move {
+            if let Some(h) = self
+                .heartbeats
+                .lock()
+                .expect("heartbeat lock")
+                .remove(agent_id)
+            {
+                h.abort();
+            }
+            self.store
+                .purge(Self::key(agent_id)?)
+                .await
+                .map_err(|e| reg_err("deregister", e))
+        })
+    }
+
+    fn agents(&self) -> BoxFuture<'_, Result<Vec<AgentDefinition>>> {
+        Box::pin(async move {
+            let keys = super::state::live_keys(&self.client, &self.store, ">")
+                .await
+                .map_err(|e| reg_err("list agents", e))?;
+            let mut agents = Vec::new();
+            for key in keys {
+                let Some(entry) = self
+                    .store
+                    .entry(key.clone())
+                    .await
+                    .map_err(|e| reg_err("read agent", e))?
+                else {
+                    continue;
+                };
+                if entry.operation != kv::Operation::Put {
+                    continue;
+                }
+                match serde_json::from_slice::<AgentDefinition>(&entry.value) {
+                    Ok(a) => agents.push(a),
+                    Err(e) => {
+                        tracing::warn!(%key, error = %e, "skipping undecodable registry entry")
+                    }
+                }
+            }
+            agents.sort_by(|a, b| a.name.cmp(&b.name).then(a.agent_id.cmp(&b.agent_id)));
+            Ok(agents)
+        })
+    }
+}

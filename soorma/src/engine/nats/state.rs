@@ -1,0 +1,246 @@
+use std::collections::HashMap;
+use std::sync::Arc;
+
+use async_nats::jetstream::{self, kv};
+use tokio::sync::Mutex;
+
+use super::{NatsConfig, names};
+use crate::error::{Error, Result};
+use crate::spi::state::{Revision, StateKey, StateStore, Versioned};
+use crate::util::BoxFuture;
+
+/// How long a key listing waits for the next entry before it gives up on subjects that
+/// vanished since it started.
+const LISTING_IDLE: std::time::Duration = std::time::Duration::from_secs(2);
+
+/// The state store on JetStream KV: one bucket per state bucket (`soorma_tasks`, ...), keys
+/// `<tenant>.<key>`, revision-checked `create` / `update`.
+#[derive(Clone)]
+pub struct NatsStore {
+    js: jetstream::Context,
+    config: Arc<NatsConfig>,
+    buckets: Arc<Mutex<HashMap<&'static str, kv::Store>>>,
+}
+
+impl std::fmt::Debug for NatsStore {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("NatsStore").finish_non_exhaustive()
+    }
+}
+
+fn state_err(what: &str, key: &StateKey, e: impl std::fmt::Display) -> Error {
+    Error::State(format!("{what} `{key}`: {e}"))
+}
+
+impl NatsStore {
+    pub(crate) fn new(js: jetstream::Context, config: Arc<NatsConfig>) -> Self {
+        Self {
+            js,
+            config,
+            buckets: Arc::default(),
+        }
+    }
+
+    /// The live keys of one tenant: the latest entry of each `<tenant>.*` subject, so listing
+    /// reads that tenant's keys, not the whole bucket.
+    async fn tenant_keys(
+        &self,
+        store: &kv::Store,
+        tenant: &str,
+    ) -> std::result::Result<Vec<String>, BoxError> {
+        Ok(live_keys(&self.js.client(), store, &format!("{tenant}.*"))
+            .await?
+            .into_iter()
+            .filter_map(|k| names::kv_key_decode(tenant, &k))
+            .collect())
+    }
+
+    /// The KV bucket for `bucket`, created on first use.
+    async fn bucket(&self, bucket: &'static str) -> Result<kv::Store> {
+        let mut buckets = self.buckets.lock().await;
+        if let Some(b) = buckets.get(bucket) {
+            return Ok(b.clone());
+        }
+        let name = names::bucket_name(&self.config.bucket_prefix, bucket);
+        let store = match self.js.get_key_value(name.clone()).await {
+            Ok(s) => s,
+            Err(_) => {
+                let config = kv::Config {
+                    bucket: name.clone(),
+                    description: format!("soorma `{bucket}` state"),
+                    history: 1,
+                    storage: jetstream::stream::StorageType::File,
+                    num_replicas: self.config.replicas,
+                    ..Default::default()
+                };
+                match self.js.create_key_value(config).await {
+                    Ok(s) => s,
+                    // Another process may have created it in the meantime.
+                    Err(create_err) => self.js.get_key_value(name.clone()).await.map_err(|_| {
+                        Error::State(format!("cannot create KV bucket `{name}`: {create_err}"))
+                    })?,
+                }
+            }
+        };
+        buckets.insert(bucket, store.clone());
+        Ok(store)
+    }
+}
+
+impl StateStore for NatsStore {
+    fn get<'a>(&'a self, key: &'a StateKey) -> BoxFuture<'a, Result<Option<Versioned<Vec<u8>>>>> {
+        Box::pin(async move {
+            let store = self.bucket(key.bucket).await?;
+            let entry = store
+                .entry(names::kv_key(&key.tenant, &key.key)?)
+                .await
+                .map_err(|e| state_err("read", key, e))?;
+            Ok(entry
+                .filter(|e| e.operation == kv::Operation::Put)
+                .map(|e| Versioned {
+                    value: e.value.to_vec(),
+                    revision: e.revision,
+                }))
+        })
+    }
+
+    fn create<'a>(&'a self, key: &'a StateKey, value: Vec<u8>) -> BoxFuture<'a, Result<Revision>> {
+        Box::pin(async move {
+            let store = self.bucket(key.bucket).await?;
+            store
+                .create(names::kv_key(&key.tenant, &key.key)?, value.into())
+                .await
+                .map_err(|e| match e.kind() {
+                    kv::CreateErrorKind::AlreadyExists => Error::Conflict {
+                        key: key.to_string(),
+                    },
+                    _ => state_err("create", key, e),
+                })
+        })
+    }
+
+    fn update<'a>(
+        &'a self,
+        key: &'a StateKey,
+        value: Vec<u8>,
+        expected: Revision,
+    ) -> BoxFuture<'a, Result<Revision>> {
+        Box::pin(async move {
+            let store = self.bucket(key.bucket).await?;
+            store
+                .update(
+                    names::kv_key(&key.tenant, &key.key)?,
+                    value.into(),
+                    expected,
+                )
+                .await
+                .map_err(|e| match e.kind() {
+                    kv::UpdateErrorKind::WrongLastRevision => Error::Conflict {
+                        key: key.to_string(),
+                    },
+                    _ => state_err("update", key, e),
+                })
+        })
+    }
+
+    fn put<'a>(&'a self, key: &'a StateKey, value: Vec<u8>) -> BoxFuture<'a, Result<Revision>> {
+        Box::pin(async move {
+            let store = self.bucket(key.bucket).await?;
+            store
+                .put(names::kv_key(&key.tenant, &key.key)?, value.into())
+                .await
+                .map_err(|e| state_err("write", key, e))
+        })
+    }
+
+    fn delete<'a>(&'a self, key: &'a StateKey) -> BoxFuture<'a, Result<()>> {
+        Box::pin(async move {
+            let store = self.bucket(key.bucket).await?;
+            store
+                .delete(names::kv_key(&key.tenant, &key.key)?)
+                .await
+                .map_err(|e| state_err("delete", key, e))
+        })
+    }
+
+    fn keys<'a>(
+        &'a self,
+        bucket: &'static str,
+        tenant: &'a str,
+    ) -> BoxFuture<'a, Result<Vec<String>>> {
+        Box::pin(async move {
+            names::tenant_token(tenant)?;
+            let store = self.bucket(bucket).await?;
+            let mut keys = self
+                .tenant_keys(&store, tenant)
+                .await
+                .map_err(|e| Error::State(format!("list `{bucket}` for tenant `{tenant}`: {e}")))?;
+            keys.sort();
+            Ok(keys)
+        })
+    }
+}
+
+type BoxError = Box<dyn std::error::Error + Send + Sync>;
+
+/// The live (not deleted) keys of `store` matching `pattern` (`*`/`>` wildcards), from the last
+/// entry of each subject, headers only.
+///
+/// A consumer's pending count is no end marker while keys are being written (an update replaces
+/// a key's message; listings stopped short under concurrent updates), so this takes the set of
+/// subjects the stream holds first and reads until each has been seen; a later message of a
+/// subject overrides an earlier one.
+pub(crate) async fn live_keys(
+    client: &async_nats::Client,
+    store: &kv::Store,
+    pattern: &str,
+) -> std::result::Result<Vec<String>, BoxError> {
+    use futures_util::{StreamExt, TryStreamExt};
+    let filter = format!("{}{pattern}", store.prefix);
+    let mut unseen: std::collections::HashSet<String> = store
+        .stream
+        .info_with_subjects(&filter)
+        .await?
+        .map_ok(|(subject, _count)| subject)
+        .try_collect()
+        .await?;
+    if unseen.is_empty() {
+        return Ok(Vec::new());
+    }
+    let consumer = store
+        .stream
+        .create_consumer(jetstream::consumer::push::OrderedConfig {
+            deliver_subject: client.new_inbox(),
+            description: Some("soorma key listing".into()),
+            filter_subject: filter,
+            headers_only: true,
+            replay_policy: jetstream::consumer::ReplayPolicy::Instant,
+            deliver_policy: jetstream::consumer::DeliverPolicy::LastPerSubject,
+            ..Default::default()
+        })
+        .await?;
+    let mut messages = consumer.messages().await?;
+    let mut live: HashMap<String, bool> = HashMap::new();
+    while !unseen.is_empty() {
+        // A subject of the snapshot that vanished since (expired) never comes: stop when
+        // nothing arrives for a while.
+        let next = tokio::time::timeout(LISTING_IDLE, messages.next()).await;
+        let Ok(Some(message)) = next else { break };
+        let message = message?;
+        let removed = message.headers.as_ref().is_some_and(|h| {
+            h.get("KV-Operation").is_some() || h.get("Nats-Marker-Reason").is_some()
+        });
+        let subject = message.subject.to_string();
+        unseen.remove(&subject);
+        live.insert(subject, !removed);
+    }
+    Ok(live
+        .into_iter()
+        .filter(|(_, is_live)| *is_live)
+        .filter_map(|(subject, _)| {
+            subject
+                .strip_prefix(store.prefix.as_str())
+                .map(str::to_owned)
+        })
+        .collect())
+}

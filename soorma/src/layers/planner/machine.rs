@@ -1,0 +1,546 @@
+//! The plan state machine as a pure step: `(plan, record, event) → (record', effects)`.
+//! Persisting the record and publishing the effects is the caller's job, in that order.
+
+use serde_json::{Map, Value, json};
+use soorma_common::{ActionReply, EventEnvelope, PlanRecord, PlanStatus, PlanStep};
+
+use super::definition::Plan;
+use crate::error::{Error, Result};
+
+/// At most this many actions per plan: a guard against plans that loop forever (the plan
+/// fails with a message saying so).
+///
+/// ```
+/// assert_eq!(soorma::planner::MAX_ACTIONS, 1_000);
+/// ```
+pub const MAX_ACTIONS: u32 = 1_000;
+/// At most this many states entered in a row without an action (default-next chains).
+const MAX_CHAIN: usize = 64;
+/// At most this many events are kept while a plan is paused.
+pub(crate) const MAX_DEFERRED: usize = 100;
+
+/// An action request to publish.
+#[derive(Debug, Clone, PartialEq)]
+pub(crate) struct ActionIntent {
+    pub id: String,
+    pub event_type: String,
+    pub response_event: String,
+    pub data: Value,
+}
+
+/// What a step wants published once the record is stored.
+#[derive(Debug, Default)]
+pub(crate) struct Effects {
+    pub actions: Vec<ActionIntent>,
+    /// `(event type, data)` on `system-events`.
+    pub tracker: Vec<(&'static str, Value)>,
+    /// The reply to the goal: `Ok(result)` or `Err(error)`.
+    pub reply: Option<std::result::Result<Value, String>>,
+    /// Whether the record changed (and must be stored).
+    pub changed: bool,
+}
+
+fn now() -> String {
+    crate::util::now_rfc3339()
+}
+
+/// The context templates see: `goal`, `results`, `state`, `event`.
+fn template_context(record: &PlanRecord, trigger: Option<&EventEnvelope>) -> Value {
+    json!({
+        "goal": record.goal_data,
+        "results": record.results,
+        "state": record.state,
+        "event": trigger.map(|t| serde_json::to_value(t).unwrap_or(Value::Null)).unwrap_or(Value::Null),
+    })
+}
+
+/// The context conditions see: also `data` (the triggering event's data).
+fn condition_context(record: &PlanRecord, trigger: &EventEnvelope) -> Value {
+    let mut ctx = template_context(record, Some(trigger));
+    ctx["data"] = trigger.data.clone();
+    ctx
+}
+
+/// Starts a pending plan: enters its initial state.
+pub(crate) fn start(plan: &Plan, record: &mut PlanRecord) -> Result<Effects> {
+    let mut fx = Effects::default();
+    if record.status != PlanStatus::Pending {
+        resend(plan, record, None, &mut fx);
+        return Ok(fx);
+    }
+    fx.changed = true;
+    record.status = PlanStatus::Running;
+    fx.tracker.push((
+        "plan.started",
+        json!({
+            "plan_id": record.plan_id,
+            "plan_type": record.plan_type,
+            "state": plan.definition().initial_state,
+            "parent_plan_id": record.parent_plan_id,
+            "session_id": record.session_id,
+        }),
+    ));
+    let initial = plan.definition().initial_state.clone();
+    enter(plan, record, initial, None, None, &mut fx)?;
+    Ok(fx)
+}
+
+/// Applies an event to a plan: records the result of the current state's action, follows the
+/// first transition whose event and condition match, and runs the next state's action.
+pub(crate) fn on_event(
+    plan: &Plan,
+    record: &mut PlanRecord,
+    trigger: &EventEnvelope,
+) -> Result<Effects> {
+    let mut fx = Effects::default();
+    match record.status {
+        PlanStatus::Completed | PlanStatus::Failed => {
+            resend(plan, record, Some(trigger), &mut fx);
+            return Ok(fx);
+        }
+        PlanStatus::Pending => {
+            // A stray event before the plan started: start it; the event is not for it yet.
+            return start(plan, record);
+        }
+        _ => {}
+    }
+    if record.last_trigger.as_deref() == Some(trigger.id.as_str()) {
+        // A redelivery of the event that caused the current state: publish its action again
+        // (same id, so the bus keeps one copy) instead of transitioning twice.
+        resend(plan, record, Some(trigger), &mut fx);
+        return Ok(fx);
+    }
+    if record.status == PlanStatus::Paused && trigger.event_type == TIMEOUT_EVENT {
+        return on_timeout(plan, record, trigger);
+    }
+    if record.status == PlanStatus::Paused {
+        let awaited = record.state.get("awaiting_event").and_then(Value::as_str);
+        if awaited != Some(trigger.event_type.as_str()) {
+            if record.deferred.iter().any(|d| d.id == trigger.id) {
+                return Ok(fx);
+            }
+            if record.deferred.len() >= MAX_DEFERRED {
+                let dropped = record.deferred.remove(0);
+                tracing::warn!(plan_id = %record.plan_id, dropped = %dropped.id, "too many events while paused; dropping the oldest");
+            }
+            record.deferred.push(trigger.clone());
+            fx.changed = true;
+            return Ok(fx);
+        }
+        resume_status(record, &mut fx);
+    }
+    let current = record.current_state.clone();
+    let Some(state) = plan.definition().states.get(&current) else {
+        fail(
+            record,
+            format!("the plan is in unknown state `{current}`"),
+            &mut fx,
+        );
+        return Ok(fx);
+    };
+    let answers_action = state
+        .action
+        .as_ref()
+        .is_some_and(|a| a.response_event == trigger.event_type)
+        || record.state.get("awaiting_event").and_then(Value::as_str) == Some(&trigger.event_type);
+    let outcome = ActionReply::outcome_of(&trigger.data);
+    if answers_action {
+        let stored = match &outcome {
+            Ok(v) => v.clone(),
+            Err(e) => json!({"error": e}),
+        };
+        record.results.insert(current.clone(), stored);
+        clear_awaiting(record);
+        fx.changed = true;
+    }
+    let ctx = condition_context(record, trigger);
+    let mut next = None;
+    for (i, t) in state.transitions.iter().enumerate() {
+        if t.on_event != trigger.event_type {
+            continue;
+        }
+        let passes = match plan.condition(&current, i) {
+            None => true,
+            Some(cond) => cond.eval(&ctx).map_err(|e| {
+                Error::Handler(format!(
+                    "plan `{}`, state `{current}`: the condition of the transition on `{}` failed: {e}",
+                    record.plan_id, t.on_event
+                ))
+            })?,
+        };
+        if passes {
+            next = Some(t.to_state.clone());
+            break;
+        }
+    }
+    let next = match next {
+        Some(n) => n,
+        None if answers_action => match (&outcome, &state.default_next) {
+            (Err(e), _) => {
+                let action = state.action.as_ref().map_or("", |a| a.event_type.as_str());
+                fail(
+                    record,
+                    format!("state `{current}`: `{action}` failed: {e}"),
+                    &mut fx,
+                );
+                return Ok(fx);
+            }
+            (Ok(_), Some(default)) => default.clone(),
+            (Ok(_), None) => {
+                fail(
+                    record,
+                    format!(
+                        "state `{current}`: no transition matches `{}` and there is no default_next",
+                        trigger.event_type
+                    ),
+                    &mut fx,
+                );
+                return Ok(fx);
+            }
+        },
+        None => {
+            tracing::debug!(plan_id = %record.plan_id, state = %current, event_type = %trigger.event_type, "the event does not move the plan");
+            return Ok(fx);
+        }
+    };
+    record.last_trigger = Some(trigger.id.clone());
+    enter(
+        plan,
+        record,
+        next,
+        Some(trigger.event_type.clone()),
+        Some(trigger),
+        &mut fx,
+    )?;
+    Ok(fx)
+}
+
+/// The event a human-input timer publishes (on `action-results`, correlated with the plan).
+pub(crate) const TIMEOUT_EVENT: &str = "plan.timeout";
+
+fn clear_awaiting(record: &mut PlanRecord) {
+    for key in ["awaiting_event", "awaiting_id", "awaiting_question"] {
+        record.state.remove(key);
+    }
+}
+
+/// A human-input timer fired: if the plan still waits for that answer, it resumes and follows
+/// its transition on `plan.timeout`, or fails when it has none. A stale timer changes nothing.
+fn on_timeout(plan: &Plan, record: &mut PlanRecord, trigger: &EventEnvelope) -> Result<Effects> {
+    let mut fx = Effects::default();
+    let waiting_for = record.state.get("awaiting_id").and_then(Value::as_str);
+    if waiting_for.is_none()
+        || trigger.data.get("awaiting_id").and_then(Value::as_str) != waiting_for
+    {
+        tracing::debug!(plan_id = %record.plan_id, "a stale human-input timer; ignored");
+        return Ok(fx);
+    }
+    let question = record
+        .state
+        .get("awaiting_question")
+        .and_then(Value::as_str)
+        .unwrap_or_default()
+        .to_owned();
+    resume_status(record, &mut fx);
+    clear_awaiting(record);
+    let current = record.current_state.clone();
+    record.results.insert(
+        current.clone(),
+        json!({"timeout": true, "question": question}),
+    );
+    let Some(state) = plan.definition().states.get(&current) else {
+        fail(
+            record,
+            format!("the plan is in unknown state `{current}`"),
+            &mut fx,
+        );
+        return Ok(fx);
+    };
+    let ctx = condition_context(record, trigger);
+    for (i, t) in state.transitions.iter().enumerate() {
+        if t.on_event != TIMEOUT_EVENT {
+            continue;
+        }
+        let passes = match plan.condition(&current, i) {
+            None => true,
+            Some(cond) => cond.eval(&ctx).map_err(|e| Error::Handler(e.to_string()))?,
+        };
+        if passes {
+            record.last_trigger = Some(trigger.id.clone());
+            let to = t.to_state.clone();
+            enter(
+                plan,
+                record,
+                to,
+                Some(TIMEOUT_EVENT.to_owned()),
+                Some(trigger),
+                &mut fx,
+            )?;
+            return Ok(fx);
+        }
+    }
+    let seconds = trigger
+        .data
+        .get("timeout_seconds")
+        .and_then(Value::as_f64)
+        .unwrap_or_default();
+    fail(
+        record,
+        format!(
+            "no answer to \"{question}\" within {seconds} s (state `{current}` has no `{TIMEOUT_EVENT}` transition)"
+        ),
+        &mut fx,
+    );
+    Ok(fx)
+}
+
+pub(crate) fn resume_status(record: &mut PlanRecord, fx: &mut Effects) {
+    record.status = PlanStatus::Running;
+    record.state.remove("pause_reason");
+    fx.changed = true;
+    fx.tracker.push((
+        "plan.resumed",
+        json!({"plan_id": record.plan_id, "state": record.current_state}),
+    ));
+}
+
+/// Enters `state` (and follows `default_next` from states without an action).
+fn enter(
+    plan: &Plan,
+    record: &mut PlanRecord,
+    mut state: String,
+    mut on_event: Option<String>,
+    trigger: Option<&EventEnvelope>,
+    fx: &mut Effects,
+) -> Result<()> {
+    for _ in 0..MAX_CHAIN {
+        let Some(config) = plan.definition().states.get(&state) else {
+            fail(record, format!("no state `{state}`"), fx);
+            return Ok(());
+        };
+        let from = std::mem::replace(&mut record.current_state, state.clone());
+        record
+            .history
+            .push(PlanStep::new(&state, on_event.take(), now()));
+        count_visit(record, &state);
+        fx.changed = true;
+        fx.tracker.push((
+            "plan.state_changed",
+            json!({"plan_id": record.plan_id, "from": from, "to": state}),
+        ));
+        if config.is_terminal {
+            let ctx = template_context(record, trigger);
+            let rendered = match plan.result_template(&state) {
+                Some(t) => t.render(&ctx).map_err(|e| e.to_string()),
+                None => Ok(Value::Object(record.results.clone())),
+            };
+            return if config.fails {
+                let message = match rendered {
+                    Ok(Value::String(s)) => s,
+                    Ok(other) if plan.result_template(&state).is_some() => other.to_string(),
+                    Ok(_) => format!("the plan ended in failed state `{state}`"),
+                    Err(e) => format!("the plan ended in failed state `{state}` ({e})"),
+                };
+                fail(record, message, fx);
+                Ok(())
+            } else {
+                match rendered {
+                    Ok(result) => {
+                        complete(record, result, fx);
+                        Ok(())
+                    }
+                    Err(e) => {
+                        fail(
+                            record,
+                            format!("state `{state}`: cannot build the result: {e}"),
+                            fx,
+                        );
+                        Ok(())
+                    }
+                }
+            };
+        }
+        if let Some(action) = &config.action {
+            if record.actions >= MAX_ACTIONS {
+                fail(
+                    record,
+                    format!("the plan exceeded {MAX_ACTIONS} actions; stopping it"),
+                    fx,
+                );
+                return Ok(());
+            }
+            let ctx = template_context(record, trigger);
+            let data = match plan.action_template(&state) {
+                Some(t) => match t.render(&ctx) {
+                    Ok(d) => d,
+                    Err(e) => {
+                        fail(
+                            record,
+                            format!(
+                                "state `{state}`: cannot build the data of `{}`: {e}",
+                                action.event_type
+                            ),
+                            fx,
+                        );
+                        return Ok(());
+                    }
+                },
+                None => Value::Object(Map::new()),
+            };
+            record.actions += 1;
+            fx.actions.push(ActionIntent {
+                id: action_id(&record.plan_id, record.actions),
+                event_type: action.event_type.clone(),
+                response_event: action.response_event.clone(),
+                data,
+            });
+            return Ok(());
+        }
+        match &config.default_next {
+            Some(next) => state = next.clone(),
+            None => return Ok(()), // waits for a transition event
+        }
+    }
+    fail(
+        record,
+        format!(
+            "more than {MAX_CHAIN} states entered without an action; is there a default_next loop?"
+        ),
+        fx,
+    );
+    Ok(())
+}
+
+/// Counts entries per state in `state.visits` (conditions can bound retries with it:
+/// `state.visits.searching < 3`).
+fn count_visit(record: &mut PlanRecord, state: &str) {
+    let visits = record
+        .state
+        .entry("visits")
+        .or_insert_with(|| Value::Object(Map::new()));
+    if !visits.is_object() {
+        *visits = Value::Object(Map::new());
+    }
+    if let Value::Object(map) = visits {
+        let n = map.get(state).and_then(Value::as_u64).unwrap_or(0) + 1;
+        map.insert(state.to_owned(), Value::from(n));
+    }
+}
+
+pub(crate) fn action_id(plan_id: &str, n: u32) -> String {
+    format!("{plan_id}-a{n}")
+}
+
+/// Republishes what the plan's current position implies: the pending action, or the reply.
+fn resend(plan: &Plan, record: &PlanRecord, trigger: Option<&EventEnvelope>, fx: &mut Effects) {
+    match record.status {
+        PlanStatus::Completed if !record.reply_sent => {
+            fx.reply = Some(Ok(record.result.clone().unwrap_or(Value::Null)));
+        }
+        PlanStatus::Failed if !record.reply_sent => {
+            fx.reply = Some(Err(record.error.clone().unwrap_or_default()));
+        }
+        PlanStatus::Running => {
+            let state = &record.current_state;
+            if let (Some(config), Some(template)) = (
+                plan.definition().states.get(state),
+                plan.action_template(state),
+            ) && let Some(action) = &config.action
+                && record.actions > 0
+                && let Ok(data) = template.render(&template_context(record, trigger))
+            {
+                fx.actions.push(ActionIntent {
+                    id: action_id(&record.plan_id, record.actions),
+                    event_type: action.event_type.clone(),
+                    response_event: action.response_event.clone(),
+                    data,
+                });
+            }
+        }
+        _ => {}
+    }
+}
+
+/// Completes the plan with `result`.
+pub(crate) fn complete(record: &mut PlanRecord, result: Value, fx: &mut Effects) {
+    record.status = PlanStatus::Completed;
+    record.result = Some(result.clone());
+    record.updated_at = Some(now());
+    fx.changed = true;
+    fx.tracker.push((
+        "plan.completed",
+        json!({"plan_id": record.plan_id, "state": record.current_state, "result": result}),
+    ));
+    fx.reply = Some(Ok(result));
+}
+
+/// Fails the plan with `error` (a no-op on a finished plan).
+pub(crate) fn fail(record: &mut PlanRecord, error: String, fx: &mut Effects) {
+    if matches!(record.status, PlanStatus::Completed | PlanStatus::Failed) {
+        return;
+    }
+    record.status = PlanStatus::Failed;
+    record.error = Some(error.clone());
+    record.updated_at = Some(now());
+    fx.changed = true;
+    fx.tracker.push((
+        "plan.failed",
+        json!({"plan_id": record.plan_id, "state": record.current_state, "error": error}),
+    ));
+    fx.reply = Some(Err(error));
+}
+
+/// Pauses a running plan; `awaiting` names the event that resumes it by itself.
+pub(crate) fn pause(
+    record: &mut PlanRecord,
+    reason: &str,
+    awaiting: Option<(&str, &str, &str)>,
+) -> Effects {
+    let mut fx = Effects::default();
+    if matches!(record.status, PlanStatus::Completed | PlanStatus::Failed) {
+        return fx;
+    }
+    record.status = PlanStatus::Paused;
+    record
+        .state
+        .insert("pause_reason".into(), Value::String(reason.to_owned()));
+    if let Some((event, id, question)) = awaiting {
+        for (key, value) in [
+            ("awaiting_event", event),
+            ("awaiting_id", id),
+            ("awaiting_question", question),
+        ] {
+            record
+                .state
+                .insert(key.into(), Value::String(value.to_owned()));
+        }
+    }
+    fx.changed = true;
+    fx.tracker.push((
+        "plan.paused",
+        json!({"plan_id": record.plan_id, "state": record.current_state, "reason": reason}),
+    ));
+    fx
+}
+
+/// Resumes a paused plan with `input` (stored as `results.user_input`), then applies the
+/// events that arrived while it was paused.
+pub(crate) fn resume(plan: &Plan, record: &mut PlanRecord, input: Value) -> Result<Effects> {
+    let mut fx = Effects::default();
+    if record.status != PlanStatus::Paused {
+        return Ok(fx);
+    }
+    record.results.insert("user_input".into(), input);
+    clear_awaiting(record);
+    resume_status(record, &mut fx);
+    for event in std::mem::take(&mut record.deferred) {
+        let more = on_event(plan, record, &event)?;
+        fx.actions.extend(more.actions);
+        fx.tracker.extend(more.tracker);
+        if more.reply.is_some() {
+            fx.reply = more.reply;
+        }
+    }
+    fx.changed = true;
+    Ok(fx)
+}

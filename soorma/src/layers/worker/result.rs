@@ -1,0 +1,326 @@
+//! [`ResultContext`]: a sub-task's result, recorded in the task that delegated it (fan-in).
+
+use std::fmt;
+use std::sync::{Arc, OnceLock};
+
+use serde::de::DeserializeOwned;
+use serde_json::Value;
+use soorma_common::{ActionReply, EventEnvelope, SubTaskInfo, SubTaskStatus, TaskRecord};
+
+use super::task::TaskContext;
+use super::{subtask_key, task_key};
+use crate::error::{Error, Result};
+use crate::protocol::decode_payload;
+use crate::runtime::context::context_accessors;
+use crate::runtime::extract::{AgentRuntime, HandlerInput};
+use crate::spi::state::{self, Change, StateKey};
+
+/// A sub-task's result, for `#[on_result]` handlers.
+///
+/// `data` holds the decoded result when the sub-task succeeded; `error` its error otherwise.
+/// [`record_in_parent`](Self::record_in_parent) records it in the delegating task atomically.
+///
+/// ```
+/// use soorma::prelude::*;
+///
+/// #[on_result("sentiment.completed", agent = "analyzer")]
+/// #[on_result("entity.completed", agent = "analyzer")]
+/// async fn collect(result: ResultContext) -> soorma::Result<()> {
+///     let mut task = result.record_in_parent().await?;
+///     if let Some(all) = task.group_results(result.group_id()).await? {
+///         let results: Vec<_> = all.into_iter().map(|s| s.result).collect();
+///         task.complete(results).await?;
+///     }
+///     Ok(())
+/// }
+/// ```
+pub struct ResultContext<T = Value> {
+    /// The decoded result, when the sub-task succeeded.
+    pub data: Option<T>,
+    /// The error, when it failed.
+    pub error: Option<String>,
+    raw: Option<Value>,
+    group: OnceLock<Option<String>>,
+    envelope: Arc<EventEnvelope>,
+    runtime: Arc<AgentRuntime>,
+}
+
+context_accessors!(ResultContext);
+
+impl<T: fmt::Debug> fmt::Debug for ResultContext<T> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("ResultContext")
+            .field("event_type", &self.envelope.event_type)
+            .field("data", &self.data)
+            .field("error", &self.error)
+            .finish_non_exhaustive()
+    }
+}
+
+impl<T: DeserializeOwned> ResultContext<T> {
+    pub(crate) fn decode(input: &HandlerInput) -> Result<Self> {
+        let (raw, error) = match ActionReply::outcome_of(&input.envelope.data) {
+            Ok(value) => (Some(value), None),
+            Err(error) => (None, Some(error)),
+        };
+        let data = raw
+            .as_ref()
+            .map(|v| decode_payload::<T>(&input.envelope.event_type, v))
+            .transpose()?;
+        Ok(Self {
+            data,
+            error,
+            raw,
+            group: OnceLock::new(),
+            envelope: input.envelope.clone(),
+            runtime: input.runtime.clone(),
+        })
+    }
+}
+
+impl<T> ResultContext<T> {
+    /// Whether the sub-task succeeded.
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")] async fn main() -> soorma::Result<()> {
+    /// # use soorma::prelude::*;
+    /// # async fn research(mut task: TaskContext<String>) -> soorma::Result<()> {
+    /// #     let topic = task.data.clone();
+    /// #     task.delegate("search.requested", topic, "search.completed").await.map(drop)
+    /// # }
+    /// # async fn search(req: Invocation<String>) -> Result<String, ToolError> {
+    /// #     if req.data.is_empty() { Err("empty query".into()) } else { Ok(format!("results for {}", req.data)) }
+    /// # }
+    ///
+    /// async fn collect(result: ResultContext<String>) -> soorma::Result<()> {
+    ///     let mut task = result.record_in_parent().await?;
+    ///     if !result.is_success() {
+    ///         return task.fail("the search failed").await.map(drop);
+    ///     }
+    ///     task.complete(result.data).await.map(drop)
+    /// }
+    ///
+    /// # let platform = Platform::embedded();
+    /// # let tool = Tool::new("search").use_registered_handlers(false)
+    /// #     .handler(Handler::on_invoke("search.requested", search)).start(&platform).await?;
+    /// # let worker = Worker::new("researcher").use_registered_handlers(false)
+    /// #     .handler(Handler::on_task("research.requested", research))
+    /// #     .handler(Handler::on_result("search.completed", collect)).start(&platform).await?;
+    /// let client = platform.client("docs");
+    /// let outcome = client.invoke::<String>("research.requested", "", "research.completed").await;
+    /// assert!(matches!(outcome, Err(Error::Remote { message, .. }) if message == "the search failed"));
+    /// # tool.shutdown().await?; worker.shutdown().await?; Ok(()) }
+    /// ```
+    pub fn is_success(&self) -> bool {
+        self.error.is_none()
+    }
+
+    /// The sub-task id (this result's correlation id).
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")] async fn main() -> soorma::Result<()> {
+    /// use soorma::prelude::*;
+    /// # async fn research(mut task: TaskContext<String>) -> soorma::Result<()> {
+    /// #     let topic = task.data.clone();
+    /// #     task.delegate("search.requested", topic, "search.completed").await.map(drop)
+    /// # }
+    /// # async fn search(req: Invocation<String>) -> Result<String, ToolError> { Ok(format!("results for {}", req.data)) }
+    ///
+    /// async fn collect(result: ResultContext<String>) -> soorma::Result<()> {
+    ///     let mut task = result.record_in_parent().await?;
+    ///     task.complete(result.sub_task_id()).await.map(drop)
+    /// }
+    ///
+    /// let mut t = soorma::testing::TestPlatform::new();
+    /// # t.start(Tool::new("search").use_registered_handlers(false)
+    /// #     .handler(Handler::on_invoke("search.requested", search))).await?;
+    /// # t.start(Worker::new("researcher").use_registered_handlers(false)
+    /// #     .handler(Handler::on_task("research.requested", research))
+    /// #     .handler(Handler::on_result("search.completed", collect))).await?;
+    /// let id: Option<String> = t.client().invoke("research.requested", "rust", "research.completed").await?;
+    /// assert_eq!(id, t.events_of_type("search.requested")[0].correlation_id);
+    /// # t.shutdown().await }
+    /// ```
+    pub fn sub_task_id(&self) -> Option<&str> {
+        self.envelope.correlation_id.as_deref()
+    }
+
+    /// The fan-out group of the sub-task, known after
+    /// [`record_in_parent`](Self::record_in_parent) (every delegation, sequential or parallel, forms a group).
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")] async fn main() -> soorma::Result<()> {
+    /// use soorma::prelude::*;
+    /// # async fn research(mut task: TaskContext<String>) -> soorma::Result<()> {
+    /// #     let d = Delegation::new("search.requested", &task.data, "search.completed");
+    /// #     task.delegate_parallel([d]).await.map(drop)
+    /// # }
+    /// # async fn search(req: Invocation<String>) -> Result<String, ToolError> { Ok(format!("results for {}", req.data)) }
+    ///
+    /// async fn collect(result: ResultContext<String>) -> soorma::Result<()> {
+    ///     let mut task = result.record_in_parent().await?; // now `group_id()` is known
+    ///     if let Some(all) = task.group_results(result.group_id()).await? {
+    ///         task.complete(all.len()).await?;
+    ///     }
+    ///     Ok(())
+    /// }
+    ///
+    /// # let platform = Platform::embedded();
+    /// # let tool = Tool::new("search").use_registered_handlers(false)
+    /// #     .handler(Handler::on_invoke("search.requested", search)).start(&platform).await?;
+    /// # let worker = Worker::new("researcher").use_registered_handlers(false)
+    /// #     .handler(Handler::on_task("research.requested", research))
+    /// #     .handler(Handler::on_result("search.completed", collect)).start(&platform).await?;
+    /// let n: usize = platform.client("docs").invoke("research.requested", "rust", "research.completed").await?;
+    /// assert_eq!(n, 1);
+    /// # tool.shutdown().await?; worker.shutdown().await?; Ok(()) }
+    /// ```
+    pub fn group_id(&self) -> Option<&str> {
+        self.group.get().and_then(|g| g.as_deref())
+    }
+
+    /// This result's sub-task id (its correlation id) and the key of the sub-task's record.
+    fn sub_task_key(&self) -> Result<(&str, StateKey)> {
+        let sub_task_id = self
+            .sub_task_id()
+            .ok_or_else(|| Error::UnknownSubTask("<result without correlation_id>".into()))?;
+        Ok((
+            sub_task_id,
+            subtask_key(self.envelope.tenant(), sub_task_id),
+        ))
+    }
+
+    async fn sub_task_record(&self) -> Result<(StateKey, SubTaskInfo)> {
+        let (sub_task_id, key) = self.sub_task_key()?;
+        let info = state::load::<SubTaskInfo>(&**self.runtime.platform.state(), "sub-task", &key)
+            .await?
+            .ok_or_else(|| Error::UnknownSubTask(sub_task_id.to_owned()))?
+            .value;
+        let _ = self.group.set(Some(info.group_id.clone()));
+        Ok((key, info))
+    }
+
+    /// Records this result in the task that delegated it and returns that task.
+    ///
+    /// The sub-task's own record takes the result (first result wins; a duplicate delivery
+    /// changes nothing), then the parent's group bitset is updated with a revision-checked,
+    /// retried write, so concurrent results are never lost. Use
+    /// [`TaskContext::group_results`] on the returned task to see whether the fan-in is done.
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")] async fn main() -> soorma::Result<()> {
+    /// use soorma::prelude::*;
+    /// # async fn research(mut task: TaskContext<String>) -> soorma::Result<()> {
+    /// #     let topic = task.data.clone();
+    /// #     task.delegate("search.requested", topic, "search.completed").await.map(drop)
+    /// # }
+    /// # async fn search(req: Invocation<String>) -> Result<String, ToolError> { Ok(format!("results for {}", req.data)) }
+    ///
+    /// async fn collect(result: ResultContext<String>) -> soorma::Result<()> {
+    ///     let mut task = result.record_in_parent().await?;
+    ///     task.complete(result.data).await.map(drop)
+    /// }
+    ///
+    /// # let platform = Platform::embedded();
+    /// # let tool = Tool::new("search").use_registered_handlers(false)
+    /// #     .handler(Handler::on_invoke("search.requested", search)).start(&platform).await?;
+    /// # let worker = Worker::new("researcher").use_registered_handlers(false)
+    /// #     .handler(Handler::on_task("research.requested", research))
+    /// #     .handler(Handler::on_result("search.completed", collect)).start(&platform).await?;
+    /// let r: String = platform.client("docs").invoke("research.requested", "rust", "research.completed").await?;
+    /// assert_eq!(r, "results for rust");
+    /// # tool.shutdown().await?; worker.shutdown().await?; Ok(()) }
+    /// ```
+    pub async fn record_in_parent(&self) -> Result<TaskContext<Value>> {
+        let platform = &self.runtime.platform;
+        let tenant = self.envelope.tenant();
+        let (sub_task_id, key) = self.sub_task_key()?;
+        // First result wins; a duplicate reads the record and changes nothing.
+        let (info, _) = state::update_with(
+            &**platform.state(),
+            "sub-task",
+            &key,
+            || Error::UnknownSubTask(sub_task_id.to_owned()),
+            |sub: &mut SubTaskInfo| {
+                if sub.is_finished() {
+                    return Ok(Change::Keep(sub.clone()));
+                }
+                match &self.error {
+                    None => {
+                        sub.status = SubTaskStatus::Completed;
+                        sub.result = Some(self.raw.clone().unwrap_or(Value::Null));
+                    }
+                    Some(e) => {
+                        sub.status = SubTaskStatus::Failed;
+                        sub.error = Some(e.clone());
+                    }
+                }
+                Ok(Change::Write(sub.clone()))
+            },
+        )
+        .await?;
+        let _ = self.group.set(Some(info.group_id.clone()));
+        // Set the sub-task's bit in the parent (idempotent; coalesced with concurrent results).
+        let parent = platform
+            .fan_in()
+            .mark(
+                platform.state().clone(),
+                task_key(tenant, &info.parent_task_id),
+                info.group_id,
+                info.seq,
+            )
+            .await?;
+        Ok(TaskContext::restored(
+            parent.value,
+            parent.revision,
+            self.envelope.clone(),
+            self.runtime.clone(),
+        ))
+    }
+
+    /// Loads the task that delegated this sub-task without recording anything.
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")] async fn main() -> soorma::Result<()> {
+    /// use soorma::prelude::*;
+    /// # async fn research(mut task: TaskContext<String>) -> soorma::Result<()> {
+    /// #     let topic = task.data.clone();
+    /// #     task.delegate("search.requested", topic, "search.completed").await.map(drop)
+    /// # }
+    /// # async fn search(req: Invocation<String>) -> Result<String, ToolError> { Ok(format!("results for {}", req.data)) }
+    ///
+    /// async fn peek(result: ResultContext<String>) -> soorma::Result<()> {
+    ///     let mut task = result.parent().await?;
+    ///     // Nothing recorded: the delegation still waits for this result.
+    ///     let waiting = task.group_results(None).await?.is_none();
+    ///     task.complete(waiting).await.map(drop)
+    /// }
+    ///
+    /// # let platform = Platform::embedded();
+    /// # let tool = Tool::new("search").use_registered_handlers(false)
+    /// #     .handler(Handler::on_invoke("search.requested", search)).start(&platform).await?;
+    /// # let worker = Worker::new("researcher").use_registered_handlers(false)
+    /// #     .handler(Handler::on_task("research.requested", research))
+    /// #     .handler(Handler::on_result("search.completed", peek)).start(&platform).await?;
+    /// let waiting: bool = platform.client("docs").invoke("research.requested", "rust", "research.completed").await?;
+    /// assert!(waiting);
+    /// # tool.shutdown().await?; worker.shutdown().await?; Ok(()) }
+    /// ```
+    pub async fn parent(&self) -> Result<TaskContext<Value>> {
+        let (_, info) = self.sub_task_record().await?;
+        let store = &**self.runtime.platform.state();
+        let stored = state::load::<TaskRecord>(
+            store,
+            "task",
+            &task_key(self.envelope.tenant(), &info.parent_task_id),
+        )
+        .await?
+        .ok_or_else(|| Error::TaskNotFound(info.parent_task_id.clone()))?;
+        Ok(TaskContext::restored(
+            stored.value,
+            stored.revision,
+            self.envelope.clone(),
+            self.runtime.clone(),
+        ))
+    }
+}

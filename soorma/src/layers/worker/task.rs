@@ -1,0 +1,926 @@
+//! [`TaskContext`]: a worker's task — persisted state, delegation, fan-out and completion.
+
+use std::fmt;
+use std::sync::Arc;
+
+use serde::Serialize;
+use serde::de::DeserializeOwned;
+use serde_json::{Map, Value};
+use soorma_common::events::{HUMAN_INPUT, TASK_PROGRESS};
+use soorma_common::{
+    ActionReply, EventEnvelope, SubTaskGroup, SubTaskInfo, TaskProgress, TaskRecord, TaskStatus,
+    Topic,
+};
+
+use super::delegation::Delegation;
+use super::{
+    STATE_CONCURRENCY, TASK_TIMEOUT_EVENT, sub_task_id, subtask_key, task_key, update_task,
+};
+use crate::error::{Error, Result};
+use crate::platform::timers;
+use crate::protocol::decode_payload;
+use crate::protocol::reply::{ReplyRoute, publish_reply};
+use crate::runtime::context::context_accessors;
+use crate::runtime::extract::{AgentRuntime, HandlerInput};
+use crate::spi::state::{self, Change, Revision, StateKey};
+use crate::util::{concurrently, now_rfc3339};
+
+/// A worker's task, for `#[on_task]` handlers: persisted state, delegation and completion.
+///
+/// The task's id is the id of the request that started it. `delegate` and `delegate_parallel`
+/// save the task before publishing, so results can be recorded by any instance of the worker.
+/// Sub-task ids are derived from the task and the handled event, so a redelivered event
+/// re-delegates the same sub-tasks rather than new ones. `complete` and `fail` are
+/// revision-checked: a task completes exactly once however many handlers try.
+///
+/// ```
+/// use soorma::prelude::*;
+///
+/// #[derive(serde::Deserialize, serde::Serialize, schemars::JsonSchema)]
+/// struct Text { text: String }
+///
+/// #[on_task("analyze.requested", agent = "analyzer")]
+/// async fn analyze(mut task: TaskContext<Text>) -> soorma::Result<()> {
+///     let text = serde_json::json!({"text": task.data.text});
+///     task.delegate_parallel([
+///         Delegation::new("sentiment.analyze", &text, "sentiment.completed"),
+///         Delegation::new("entity.extract", &text, "entity.completed"),
+///     ])
+///     .await?;
+///     Ok(())
+/// }
+/// ```
+pub struct TaskContext<T = Value> {
+    /// The task's request payload.
+    pub data: T,
+    record: TaskRecord,
+    revision: Option<Revision>,
+    /// Delegations made through this context (part of sub-task ids).
+    delegated: u32,
+    envelope: Arc<EventEnvelope>,
+    runtime: Arc<AgentRuntime>,
+}
+
+context_accessors!(TaskContext);
+
+impl<T: fmt::Debug> fmt::Debug for TaskContext<T> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("TaskContext")
+            .field("task_id", &self.record.task_id)
+            .field("status", &self.record.status)
+            .field("data", &self.data)
+            .field("groups", &self.record.groups.len())
+            .finish_non_exhaustive()
+    }
+}
+
+impl<T> TaskContext<T> {
+    /// A new task for the request being handled.
+    pub(crate) fn from_request(data: T, input: &HandlerInput) -> Self {
+        let env = &input.envelope;
+        let mut record = TaskRecord::new(&env.id, &*input.runtime.name, &env.event_type);
+        record.data = env.data.clone();
+        record.correlation_id = Some(env.correlation_id.clone().unwrap_or_else(|| env.id.clone()));
+        record.response_event.clone_from(&env.response_event);
+        record.response_topic = env.response_event.as_ref().map(|_| env.reply_topic());
+        record.tenant_id.clone_from(&env.tenant_id);
+        record.user_id.clone_from(&env.user_id);
+        record.session_id.clone_from(&env.session_id);
+        record.plan_id.clone_from(&env.plan_id);
+        record.goal_id.clone_from(&env.goal_id);
+        record.trace_id = Some(env.trace_id.clone().unwrap_or_else(|| env.id.clone()));
+        Self {
+            data,
+            record,
+            revision: None,
+            delegated: 0,
+            envelope: env.clone(),
+            runtime: input.runtime.clone(),
+        }
+    }
+
+    fn store(&self) -> &dyn crate::spi::state::StateStore {
+        &**self.runtime.platform.state()
+    }
+
+    fn key(&self) -> StateKey {
+        task_key(
+            self.record
+                .tenant_id
+                .as_deref()
+                .unwrap_or(soorma_common::DEFAULT_TENANT),
+            &self.record.task_id,
+        )
+    }
+
+    /// The task id (the id of the request that started the task).
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")] async fn main() -> soorma::Result<()> {
+    /// use soorma::prelude::*;
+    ///
+    /// async fn which(mut task: TaskContext) -> soorma::Result<()> {
+    ///     let id = task.task_id().to_owned();
+    ///     task.complete(id).await.map(drop)
+    /// }
+    ///
+    /// # let platform = Platform::embedded();
+    /// # let worker = Worker::new("tasks").use_registered_handlers(false)
+    /// #     .handler(Handler::on_task("which.requested", which)).start(&platform).await?;
+    /// let reply = platform.client("docs").request("which.requested", (), "which.completed").await?;
+    /// assert_eq!(reply.reply.result, Some(reply.reply.request_id.clone().into()));
+    /// # worker.shutdown().await?; Ok(()) }
+    /// ```
+    pub fn task_id(&self) -> &str {
+        &self.record.task_id
+    }
+
+    /// The task as persisted (or as it will be on the next save).
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")] async fn main() -> soorma::Result<()> {
+    /// use soorma::prelude::*;
+    ///
+    /// async fn describe(mut task: TaskContext) -> soorma::Result<()> {
+    ///     let rec = task.record();
+    ///     let summary = format!("{} handles {}", rec.agent, rec.event_type);
+    ///     task.complete(summary).await.map(drop)
+    /// }
+    ///
+    /// # let platform = Platform::embedded();
+    /// # let worker = Worker::new("describer").use_registered_handlers(false)
+    /// #     .handler(Handler::on_task("describe.requested", describe)).start(&platform).await?;
+    /// let s: String = platform.client("docs").invoke("describe.requested", (), "describe.completed").await?;
+    /// assert_eq!(s, "describer handles describe.requested");
+    /// # worker.shutdown().await?; Ok(()) }
+    /// ```
+    pub fn record(&self) -> &TaskRecord {
+        &self.record
+    }
+
+    /// Where the task stands.
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")] async fn main() -> soorma::Result<()> {
+    /// use soorma::prelude::*;
+    /// use soorma::TaskStatus;
+    ///
+    /// async fn report(mut task: TaskContext) -> soorma::Result<()> {
+    ///     let status = task.status();
+    ///     task.complete(status).await.map(drop)
+    /// }
+    ///
+    /// # let platform = Platform::embedded();
+    /// # let worker = Worker::new("reporter").use_registered_handlers(false)
+    /// #     .handler(Handler::on_task("status.requested", report)).start(&platform).await?;
+    /// let s: TaskStatus = platform.client("docs").invoke("status.requested", (), "status.completed").await?;
+    /// assert_eq!(s, TaskStatus::Running); // while the handler runs
+    /// # worker.shutdown().await?; Ok(()) }
+    /// ```
+    pub fn status(&self) -> TaskStatus {
+        self.record.status
+    }
+
+    /// The handler-owned state saved with the task.
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")] async fn main() -> soorma::Result<()> {
+    /// use soorma::prelude::*;
+    ///
+    /// async fn keys(mut task: TaskContext) -> soorma::Result<()> {
+    ///     task.set_state("step", "fetch")?;
+    ///     let keys: Vec<String> = task.state().keys().cloned().collect();
+    ///     task.complete(keys).await.map(drop)
+    /// }
+    ///
+    /// # let platform = Platform::embedded();
+    /// # let worker = Worker::new("stateful").use_registered_handlers(false)
+    /// #     .handler(Handler::on_task("keys.requested", keys)).start(&platform).await?;
+    /// let k: Vec<String> = platform.client("docs").invoke("keys.requested", (), "keys.completed").await?;
+    /// assert_eq!(k, ["step"]);
+    /// # worker.shutdown().await?; Ok(()) }
+    /// ```
+    pub fn state(&self) -> &Map<String, Value> {
+        &self.record.state
+    }
+
+    /// Reads a typed value from the task state.
+    ///
+    /// Returns `Ok(None)` when the key is absent and an error when it does not decode.
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")] async fn main() -> soorma::Result<()> {
+    /// use soorma::prelude::*;
+    ///
+    /// async fn count(mut task: TaskContext<Vec<String>>) -> soorma::Result<()> {
+    ///     task.set_state("items", task.data.len())?;
+    ///     let items: Option<usize> = task.state_value("items")?;
+    ///     let missing: Option<usize> = task.state_value("nope")?;
+    ///     task.complete((items, missing)).await.map(drop)
+    /// }
+    ///
+    /// # let platform = Platform::embedded();
+    /// # let worker = Worker::new("counter").use_registered_handlers(false)
+    /// #     .handler(Handler::on_task("count.requested", count)).start(&platform).await?;
+    /// let got: (Option<usize>, Option<usize>) =
+    ///     platform.client("docs").invoke("count.requested", ["a", "b"], "count.completed").await?;
+    /// assert_eq!(got, (Some(2), None));
+    /// # worker.shutdown().await?; Ok(()) }
+    /// ```
+    pub fn state_value<V: DeserializeOwned>(&self, key: &str) -> Result<Option<V>> {
+        self.record
+            .state
+            .get(key)
+            .map(|v| decode_payload(&format!("task state `{key}`"), v))
+            .transpose()
+    }
+
+    /// Sets a state value (persisted by the next `save`, `delegate` or completion).
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")] async fn main() -> soorma::Result<()> {
+    /// use soorma::prelude::*;
+    ///
+    /// async fn start(mut task: TaskContext<String>) -> soorma::Result<()> {
+    ///     task.set_state("query", task.data.clone())?;
+    ///     task.set_state("attempts", 1)?;
+    ///     task.complete(task.state().clone()).await.map(drop)
+    /// }
+    ///
+    /// # let platform = Platform::embedded();
+    /// # let worker = Worker::new("starter").use_registered_handlers(false)
+    /// #     .handler(Handler::on_task("start.requested", start)).start(&platform).await?;
+    /// let state: serde_json::Value = platform.client("docs").invoke("start.requested", "rust", "start.completed").await?;
+    /// assert_eq!(state, serde_json::json!({"query": "rust", "attempts": 1}));
+    /// # worker.shutdown().await?; Ok(()) }
+    /// ```
+    pub fn set_state(&mut self, key: impl Into<String>, value: impl Serialize) -> Result<()> {
+        let value = serde_json::to_value(value).map_err(|e| Error::serialize("task state", e))?;
+        self.record.state.insert(key.into(), value);
+        Ok(())
+    }
+
+    /// The delegation group `group_id` (counts and which sub-tasks finished).
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")] async fn main() -> soorma::Result<()> {
+    /// # use soorma::prelude::*;
+    /// async fn fan_out(mut task: TaskContext) -> soorma::Result<()> {
+    ///     let group = task.delegate_parallel([
+    ///         Delegation::new("sentiment.analyze", &task.data, "sentiment.completed"),
+    ///         Delegation::new("entity.extract", &task.data, "entity.completed"),
+    ///     ]).await?;
+    ///     let size = task.group(&group).map(|g| g.size);
+    ///     task.complete(size).await.map(drop)
+    /// }
+    ///
+    /// # let platform = Platform::embedded();
+    /// # let worker = Worker::new("fan").use_registered_handlers(false)
+    /// #     .handler(Handler::on_task("fan.requested", fan_out)).start(&platform).await?;
+    /// let size: Option<u32> = platform.client("docs").invoke("fan.requested", "hi", "fan.completed").await?;
+    /// assert_eq!(size, Some(2));
+    /// # worker.shutdown().await?; Ok(()) }
+    /// ```
+    pub fn group(&self, group_id: &str) -> Option<&SubTaskGroup> {
+        self.record.groups.get(group_id)
+    }
+
+    async fn load_members(&self, groups: &[&SubTaskGroup]) -> Result<Vec<SubTaskInfo>> {
+        let tenant = self.tenant_owned();
+        let keys: Vec<StateKey> = groups
+            .iter()
+            .flat_map(|g| (0..g.size).map(move |i| sub_task_id(&g.group_id, i)))
+            .map(|id| subtask_key(&tenant, &id))
+            .collect();
+        let store = self.runtime.platform.state().clone();
+        let mut out = concurrently(keys, STATE_CONCURRENCY, move |key: StateKey| {
+            let store = store.clone();
+            async move {
+                state::load::<SubTaskInfo>(&*store, "sub-task", &key)
+                    .await?
+                    .map(|v| v.value)
+                    .ok_or_else(|| Error::State(format!("sub-task `{key}` is missing")))
+            }
+        })
+        .await?;
+        out.sort_by_key(|s| s.seq);
+        Ok(out)
+    }
+
+    /// Every sub-task of the task (with results where they arrived), in delegation order.
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")] async fn main() -> soorma::Result<()> {
+    /// use soorma::prelude::*;
+    ///
+    /// async fn research(mut task: TaskContext) -> soorma::Result<()> {
+    ///     task.delegate("search.requested", "rust", "search.completed").await?;
+    ///     task.delegate("translate.requested", "rust", "translate.completed").await?;
+    ///     let events: Vec<String> = task.sub_tasks().await?.into_iter().map(|s| s.event_type).collect();
+    ///     task.complete(events).await.map(drop)
+    /// }
+    ///
+    /// # let platform = Platform::embedded();
+    /// # let worker = Worker::new("research").use_registered_handlers(false)
+    /// #     .handler(Handler::on_task("research.requested", research)).start(&platform).await?;
+    /// let e: Vec<String> = platform.client("docs").invoke("research.requested", (), "research.completed").await?;
+    /// assert_eq!(e, ["search.requested", "translate.requested"]);
+    /// # worker.shutdown().await?; Ok(()) }
+    /// ```
+    pub async fn sub_tasks(&self) -> Result<Vec<SubTaskInfo>> {
+        let groups: Vec<&SubTaskGroup> = self.record.groups.values().collect();
+        self.load_members(&groups).await
+    }
+
+    /// The sub-tasks of a delegation group (or of every group for `None`), in delegation
+    /// order, once every one of them has a result; `None` while any is pending.
+    ///
+    /// ```no_run
+    /// # async fn demo(result: soorma::ResultContext) -> soorma::Result<()> {
+    /// let mut task = result.record_in_parent().await?;
+    /// if let Some(all) = task.group_results(result.group_id()).await? {
+    ///     let values: Vec<_> = all.into_iter().map(|s| s.result).collect();
+    ///     task.complete(values).await?;
+    /// }
+    /// # Ok(()) }
+    /// ```
+    pub async fn group_results(&self, group_id: Option<&str>) -> Result<Option<Vec<SubTaskInfo>>> {
+        let groups: Vec<&SubTaskGroup> = match group_id {
+            Some(g) => self.record.groups.get(g).into_iter().collect(),
+            None => self.record.groups.values().collect(),
+        };
+        if groups.is_empty() || groups.iter().any(|g| !g.is_complete()) {
+            return Ok(None);
+        }
+        // A complete group's results never change: concurrent callers in this process share
+        // one load.
+        let mut out = Vec::new();
+        for g in groups {
+            let key = (
+                self.tenant_owned(),
+                self.record.task_id.clone(),
+                g.group_id.clone(),
+            );
+            let members = self
+                .runtime
+                .platform
+                .fan_in()
+                .complete_group(key, self.load_members(&[g]))
+                .await?;
+            out.extend(members.iter().cloned());
+        }
+        out.sort_by_key(|s| s.seq);
+        Ok(Some(out))
+    }
+
+    /// Persists the task (its state; sub-task results recorded concurrently are kept).
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")] async fn main() -> soorma::Result<()> {
+    /// # use soorma::prelude::*;
+    /// async fn step(mut task: TaskContext) -> soorma::Result<()> {
+    ///     task.set_state("step", "fetched")?;
+    ///     task.save().await?; // stored before the slow part
+    ///     task.complete(()).await.map(drop)
+    /// }
+    ///
+    /// let platform = Platform::embedded();
+    /// # let worker = Worker::new("stepper").use_registered_handlers(false)
+    /// #     .handler(Handler::on_task("step.requested", step)).start(&platform).await?;
+    /// let reply = platform.client("docs").request("step.requested", (), "step.completed").await?;
+    /// let key = soorma::state::StateKey::new(soorma::TASKS_BUCKET, "default", reply.reply.request_id.clone());
+    /// let stored = platform.state().get(&key).await?.unwrap();
+    /// assert!(String::from_utf8_lossy(&stored.value).contains(r#""step":"fetched""#));
+    /// # worker.shutdown().await?; Ok(()) }
+    /// ```
+    pub async fn save(&mut self) -> Result<()> {
+        let state = self.record.state.clone();
+        self.persist(move |rec| rec.state.clone_from(&state)).await
+    }
+
+    /// Applies `mutate` locally and to the stored record (created on first save).
+    async fn persist(&mut self, mutate: impl Fn(&mut TaskRecord)) -> Result<()> {
+        let now = now_rfc3339();
+        mutate(&mut self.record);
+        self.record.updated_at = Some(now.clone());
+        let key = self.key();
+        if self.revision.is_none() {
+            self.record.created_at.get_or_insert(now.clone());
+            let bytes = state::encode("task", &self.record)?;
+            match self.store().create(&key, bytes).await {
+                Ok(revision) => {
+                    self.revision = Some(revision);
+                    return Ok(());
+                }
+                // Stored by an earlier delivery of the same request: merge into it.
+                Err(Error::Conflict { .. }) => {}
+                Err(e) => return Err(e),
+            }
+        }
+        let ((), stored) = update_task(self.store(), &key, |rec: &mut TaskRecord| {
+            mutate(rec);
+            rec.updated_at = Some(now.clone());
+            Ok(Change::Write(()))
+        })
+        .await?;
+        self.record = stored.value;
+        self.revision = Some(stored.revision);
+        Ok(())
+    }
+
+    fn next_group_id(&mut self) -> String {
+        let k = self.delegated;
+        self.delegated += 1;
+        // Derived from the task and the handled event: a redelivered event re-creates the same
+        // sub-tasks instead of new ones.
+        if self.envelope.id == self.record.task_id {
+            format!("{}-g{k}", self.record.task_id)
+        } else {
+            format!("{}-{}-g{k}", self.record.task_id, self.envelope.id)
+        }
+    }
+
+    /// Delegates one sub-task (sequential chaining); returns its id. The task is saved first.
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")] async fn main() -> soorma::Result<()> {
+    /// # use soorma::prelude::*;
+    /// async fn research(mut task: TaskContext<String>) -> soorma::Result<()> {
+    ///     let topic = task.data.clone();
+    ///     task.delegate("search.requested", topic, "search.completed").await?;
+    ///     Ok(())
+    /// }
+    ///
+    /// let mut t = soorma::testing::TestPlatform::new();
+    /// # t.start(Worker::new("researcher").use_registered_handlers(false)
+    /// #     .handler(Handler::on_task("research.requested", research))).await?;
+    /// t.client().bus().request("research.requested", "rust", "research.completed").await?;
+    /// let search = t.expect_event("search.requested", std::time::Duration::from_secs(1)).await?;
+    /// assert_eq!(search.data, "rust");
+    /// assert_eq!(search.response_event.as_deref(), Some("search.completed"));
+    /// # t.shutdown().await }
+    /// ```
+    pub async fn delegate(
+        &mut self,
+        event_type: impl Into<String>,
+        data: impl Serialize,
+        response_event: impl Into<String>,
+    ) -> Result<String> {
+        let d = Delegation {
+            event_type: event_type.into(),
+            data: serde_json::to_value(data).map_err(|e| e.to_string()),
+            response_event: response_event.into(),
+            validate: true,
+            topic: Topic::ActionRequests,
+        };
+        self.delegate_with(d).await
+    }
+
+    /// Asks a person, as a sub-task: publishes `notification.human_input` on
+    /// `notification-events` (`{task_id, question, response_event, timeout_seconds}`, correlation
+    /// id = the returned sub-task id). The answer — `response_event` on `action-results` with that
+    /// correlation id — arrives at the worker's `#[on_result(response_event)]` handler like any
+    /// sub-task result. With a `timeout`, a `task.timeout` error result for the same sub-task
+    /// arrives instead when nobody answered in time (handle `#[on_result("task.timeout")]`); the
+    /// first of the two wins. The timer is durable (stored; a restarted worker fires it).
+    ///
+    /// ```
+    /// # use soorma::prelude::*;
+    /// async fn publish(mut task: TaskContext<String>) -> soorma::Result<()> {
+    ///     let within = Some(std::time::Duration::from_secs(3600));
+    ///     task.request_human_input("Publish this post?", "post.reviewed", within).await.map(drop)
+    /// }
+    /// # let _ = publish;
+    /// ```
+    pub async fn request_human_input(
+        &mut self,
+        question: impl Into<String>,
+        response_event: impl Into<String>,
+        timeout: Option<std::time::Duration>,
+    ) -> Result<String> {
+        let question = question.into();
+        let response_event = response_event.into();
+        let timeout_seconds = timeout.map(|t| t.as_secs_f64());
+        let ask = Delegation {
+            event_type: HUMAN_INPUT.into(),
+            data: Ok(serde_json::json!({
+                "task_id": self.record.task_id,
+                "question": question,
+                "response_event": response_event,
+                "timeout_seconds": timeout_seconds,
+            })),
+            response_event: response_event.clone(),
+            validate: false,
+            topic: Topic::NotificationEvents,
+        };
+        let sub_task = self.delegate_with(ask).await?;
+        if let Some(after) = timeout {
+            let reply = ActionReply::failure(
+                &sub_task,
+                format!(
+                    "no answer to \"{question}\" within {} s",
+                    after.as_secs_f64()
+                ),
+            );
+            let data = serde_json::to_value(reply).map_err(|e| Error::serialize("timeout", e))?;
+            let mut env =
+                self.bus()
+                    .envelope(Topic::ActionResults, TASK_TIMEOUT_EVENT.into(), data);
+            env.id = format!("{sub_task}-timeout");
+            env.correlation_id = Some(sub_task.clone());
+            env.tenant_id.clone_from(&self.record.tenant_id);
+            timers::schedule(&self.runtime.platform, env, after).await?;
+        }
+        Ok(sub_task)
+    }
+
+    /// [`delegate`](Self::delegate) with a prepared [`Delegation`] (e.g. one that skips schema
+    /// validation); returns the sub-task id.
+    ///
+    /// ```
+    /// # use soorma::prelude::*;
+    /// async fn forward(mut task: TaskContext<serde_json::Value>) -> soorma::Result<()> {
+    ///     let legacy = Delegation::new("legacy.requested", &task.data, "legacy.done").skip_validation();
+    ///     task.delegate_with(legacy).await.map(drop)
+    /// }
+    /// # let _ = forward;
+    /// ```
+    pub async fn delegate_with(&mut self, delegation: Delegation) -> Result<String> {
+        let group_id = self.delegate_group(vec![delegation]).await?;
+        Ok(sub_task_id(&group_id, 0))
+    }
+
+    /// Delegates several sub-tasks at once (fan-out); returns the group id to pass to
+    /// [`group_results`](Self::group_results). Everything is saved before anything is published.
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")] async fn main() -> soorma::Result<()> {
+    /// # use soorma::prelude::*;
+    /// # use std::time::Duration;
+    /// async fn analyze(mut task: TaskContext<String>) -> soorma::Result<()> {
+    ///     task.delegate_parallel([
+    ///         Delegation::new("sentiment.analyze", &task.data, "sentiment.completed"),
+    ///         Delegation::new("entity.extract", &task.data, "entity.completed"),
+    ///     ]).await.map(drop)
+    /// }
+    ///
+    /// let mut t = soorma::testing::TestPlatform::new();
+    /// # t.start(Worker::new("analyzer").use_registered_handlers(false)
+    /// #     .handler(Handler::on_task("analyze.requested", analyze))).await?;
+    /// t.client().bus().request("analyze.requested", "soorma is great", "analyze.completed").await?;
+    /// t.expect_event("sentiment.analyze", Duration::from_secs(1)).await?;
+    /// t.expect_event("entity.extract", Duration::from_secs(1)).await?;
+    /// # t.shutdown().await }
+    /// ```
+    pub async fn delegate_parallel(
+        &mut self,
+        delegations: impl IntoIterator<Item = Delegation>,
+    ) -> Result<String> {
+        let delegations: Vec<Delegation> = delegations.into_iter().collect();
+        if delegations.is_empty() {
+            return Err(Error::InvalidArgument(
+                "delegate_parallel needs at least one delegation".into(),
+            ));
+        }
+        self.delegate_group(delegations).await
+    }
+
+    async fn delegate_group(&mut self, delegations: Vec<Delegation>) -> Result<String> {
+        let size = u32::try_from(delegations.len())
+            .map_err(|_| Error::InvalidArgument("too many delegations in one group".into()))?;
+        let mut planned = Vec::with_capacity(delegations.len());
+        for d in delegations {
+            if d.event_type.trim().is_empty() || d.response_event.trim().is_empty() {
+                return Err(Error::InvalidArgument(
+                    "a delegation needs an event type and a response event".into(),
+                ));
+            }
+            let data = d
+                .data
+                .map_err(|e| Error::InvalidArgument(format!("delegation data: {e}")))?;
+            planned.push((d.event_type, d.response_event, data, (d.validate, d.topic)));
+        }
+        let group_id = self.next_group_id();
+        // The requests, each correlated by its sub-task id; checked against their consumers'
+        // schemas before anything is saved, so a rejected delegation leaves no trace.
+        let bus = self.bus();
+        let mut envelopes = Vec::with_capacity(planned.len());
+        for (i, (event_type, response_event, data, (validate, topic))) in planned.iter().enumerate()
+        {
+            let id = sub_task_id(&group_id, i as u32);
+            let mut env = bus.envelope(*topic, event_type.clone(), data.clone());
+            if *topic != Topic::ActionRequests {
+                env.response_topic = Some(Topic::ActionResults);
+            }
+            env.id.clone_from(&id);
+            env.correlation_id = Some(id);
+            env.response_event = Some(response_event.clone());
+            if *validate {
+                bus.check_request(&env).await?;
+            }
+            envelopes.push(env);
+        }
+        let base_seq = self.record.next_seq;
+        let tenant = self.tenant_owned();
+        // 1. The sub-task records (a replay finds them already there).
+        let infos: Vec<SubTaskInfo> = planned
+            .iter()
+            .enumerate()
+            .map(|(i, (event_type, response_event, _, _))| {
+                let i = i as u32;
+                SubTaskInfo::new(
+                    sub_task_id(&group_id, i),
+                    event_type,
+                    response_event,
+                    base_seq + i,
+                )
+                .with_parent(&self.record.task_id, &group_id)
+            })
+            .collect();
+        let store = self.runtime.platform.state().clone();
+        let tenant_for_create = tenant.clone();
+        concurrently(infos, STATE_CONCURRENCY, move |info: SubTaskInfo| {
+            let store = store.clone();
+            let key = subtask_key(&tenant_for_create, &info.sub_task_id);
+            async move {
+                match store.create(&key, state::encode("sub-task", &info)?).await {
+                    Ok(_) | Err(Error::Conflict { .. }) => Ok(()),
+                    Err(e) => Err(e),
+                }
+            }
+        })
+        .await?;
+        // 2. The group in the parent task, with the task's state.
+        let group = SubTaskGroup::new(&group_id, base_seq, size);
+        let state = self.record.state.clone();
+        self.persist(move |rec| {
+            if !rec.groups.contains_key(&group.group_id) {
+                rec.groups.insert(group.group_id.clone(), group.clone());
+                rec.next_seq = rec.next_seq.max(group.first_seq + group.size);
+            }
+            rec.state.clone_from(&state);
+            if !rec.status.is_terminal() {
+                rec.status = TaskStatus::Waiting;
+            }
+        })
+        .await?;
+        // 3. The requests.
+        concurrently(envelopes, STATE_CONCURRENCY, move |env: EventEnvelope| {
+            let bus = bus.clone();
+            async move { bus.publish_envelope(env).await }
+        })
+        .await?;
+        Ok(group_id)
+    }
+
+    fn tenant_owned(&self) -> String {
+        self.record
+            .tenant_id
+            .clone()
+            .unwrap_or_else(|| soorma_common::DEFAULT_TENANT.to_owned())
+    }
+
+    /// Publishes a `task.progress` event on `system-events`.
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")] async fn main() -> soorma::Result<()> {
+    /// use soorma::prelude::*;
+    ///
+    /// async fn crawl(task: TaskContext) -> soorma::Result<()> {
+    ///     task.progress(0.5, "half of the pages fetched").await
+    /// }
+    ///
+    /// let mut t = soorma::testing::TestPlatform::new();
+    /// # t.start(Worker::new("crawler").use_registered_handlers(false)
+    /// #     .handler(Handler::on_task("crawl.requested", crawl))).await?;
+    /// t.client().bus().request("crawl.requested", (), "crawl.completed").await?;
+    /// let p = t.expect_event("task.progress", std::time::Duration::from_secs(1)).await?;
+    /// assert_eq!(p.data["progress"], 0.5);
+    /// # t.shutdown().await }
+    /// ```
+    pub async fn progress(&self, fraction: f64, message: impl Into<String>) -> Result<()> {
+        let mut progress = TaskProgress::new(
+            &self.record.task_id,
+            &*self.runtime.name,
+            fraction.clamp(0.0, 1.0),
+        )
+        .with_message(message);
+        if let Some(plan) = &self.record.plan_id {
+            progress = progress.with_plan_id(plan);
+        }
+        self.bus()
+            .publish(Topic::SystemEvents, TASK_PROGRESS, progress)
+            .await
+            .map(drop)
+    }
+
+    /// Completes the task and replies `{request_id, success: true, result}` on the caller's
+    /// `response_event`. Returns `false` (and publishes nothing) if the task had already ended.
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")] async fn main() -> soorma::Result<()> {
+    /// use soorma::prelude::*;
+    ///
+    /// async fn shout(mut task: TaskContext<String>) -> soorma::Result<()> {
+    ///     let loud = task.data.to_uppercase();
+    ///     task.complete(loud).await?;
+    ///     Ok(())
+    /// }
+    ///
+    /// # let platform = Platform::embedded();
+    /// # let worker = Worker::new("shouter").use_registered_handlers(false)
+    /// #     .handler(Handler::on_task("shout.requested", shout)).start(&platform).await?;
+    /// let out: String = platform.client("docs").invoke("shout.requested", "hi", "shout.completed").await?;
+    /// assert_eq!(out, "HI");
+    /// # worker.shutdown().await?; Ok(()) }
+    /// ```
+    pub async fn complete(&mut self, result: impl Serialize) -> Result<bool> {
+        let value = serde_json::to_value(result).map_err(|e| Error::serialize("task result", e))?;
+        self.finish(Ok(value)).await
+    }
+
+    /// Fails the task and replies `{request_id, success: false, error}`. Returns `false` if the
+    /// task had already ended.
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")] async fn main() -> soorma::Result<()> {
+    /// use soorma::prelude::*;
+    ///
+    /// async fn validate(mut task: TaskContext<String>) -> soorma::Result<()> {
+    ///     if task.data.is_empty() {
+    ///         task.fail("empty input").await?;
+    ///     }
+    ///     Ok(())
+    /// }
+    ///
+    /// # let platform = Platform::embedded();
+    /// # let worker = Worker::new("validator").use_registered_handlers(false)
+    /// #     .handler(Handler::on_task("validate.requested", validate)).start(&platform).await?;
+    /// let err = platform.client("docs").invoke::<()>("validate.requested", "", "validate.completed").await;
+    /// assert!(matches!(err, Err(soorma::Error::Remote { message, .. }) if message == "empty input"));
+    /// # worker.shutdown().await?; Ok(()) }
+    /// ```
+    pub async fn fail(&mut self, error: impl fmt::Display) -> Result<bool> {
+        self.finish(Err(error.to_string())).await
+    }
+
+    async fn finish(&mut self, outcome: std::result::Result<Value, String>) -> Result<bool> {
+        let now = now_rfc3339();
+        let state = self.record.state.clone();
+        let apply = |rec: &mut TaskRecord| {
+            rec.state.clone_from(&state);
+            match &outcome {
+                Ok(v) => {
+                    rec.status = TaskStatus::Completed;
+                    rec.result = Some(v.clone());
+                }
+                Err(e) => {
+                    rec.status = TaskStatus::Failed;
+                    rec.error = Some(e.clone());
+                }
+            }
+            rec.updated_at = Some(now.clone());
+        };
+        let key = self.key();
+        let mut won = None;
+        if self.revision.is_none() {
+            let mut record = self.record.clone();
+            record.created_at.get_or_insert(now.clone());
+            apply(&mut record);
+            match self
+                .store()
+                .create(&key, state::encode("task", &record)?)
+                .await
+            {
+                Ok(revision) => {
+                    self.record = record;
+                    self.revision = Some(revision);
+                    won = Some(true);
+                }
+                Err(Error::Conflict { .. }) => {}
+                Err(e) => return Err(e),
+            }
+        }
+        let won = match won {
+            Some(w) => w,
+            None => {
+                let (won, stored) = update_task(self.store(), &key, |rec: &mut TaskRecord| {
+                    if rec.status.is_terminal() {
+                        return Ok(Change::Keep(false));
+                    }
+                    apply(rec);
+                    Ok(Change::Write(true))
+                })
+                .await?;
+                self.record = stored.value;
+                self.revision = Some(stored.revision);
+                won
+            }
+        };
+        if won || !self.record.reply_sent {
+            // Also when another handler ended the task but its reply is not known to have gone
+            // out (that process may have died in between): the reply keeps its id, so the bus
+            // drops the copy if the first one was published.
+            let reply = match (self.record.status, &self.record.result, &self.record.error) {
+                (TaskStatus::Failed, _, error) => {
+                    ActionReply::failure(&self.record.task_id, error.clone().unwrap_or_default())
+                }
+                (_, result, _) => {
+                    ActionReply::success(&self.record.task_id, result.clone().unwrap_or_default())
+                }
+            };
+            self.reply(reply).await?;
+            self.mark_reply_sent().await?;
+        } else {
+            tracing::debug!(task_id = %self.record.task_id, "task already ended and replied");
+        }
+        Ok(won)
+    }
+
+    async fn mark_reply_sent(&mut self) -> Result<()> {
+        let key = self.key();
+        let ((), stored) = update_task(self.store(), &key, |rec: &mut TaskRecord| {
+            if rec.reply_sent {
+                return Ok(Change::Keep(()));
+            }
+            rec.reply_sent = true;
+            Ok(Change::Write(()))
+        })
+        .await?;
+        self.record = stored.value;
+        self.revision = Some(stored.revision);
+        Ok(())
+    }
+
+    async fn reply(&self, reply: ActionReply) -> Result<()> {
+        let record = &self.record;
+        let route = ReplyRoute {
+            event: record.response_event.clone(),
+            topic: record.response_topic,
+            correlation_id: record.correlation_id.clone(),
+            tenant_id: record.tenant_id.clone(),
+            user_id: record.user_id.clone(),
+            session_id: record.session_id.clone(),
+            plan_id: record.plan_id.clone(),
+        };
+        publish_reply(&self.bus(), &record.task_id, route, reply).await
+    }
+}
+
+impl TaskContext<Value> {
+    pub(crate) fn restored(
+        record: TaskRecord,
+        revision: Revision,
+        envelope: Arc<EventEnvelope>,
+        runtime: Arc<AgentRuntime>,
+    ) -> Self {
+        Self {
+            data: record.data.clone(),
+            record,
+            revision: Some(revision),
+            delegated: 0,
+            envelope,
+            runtime,
+        }
+    }
+
+    /// Decodes the task's request payload as `T`.
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")] async fn main() -> soorma::Result<()> {
+    /// use soorma::prelude::*;
+    /// # async fn research(mut task: TaskContext<String>) -> soorma::Result<()> {
+    /// #     let topic = task.data.clone();
+    /// #     task.delegate("search.requested", topic, "search.completed").await.map(drop)
+    /// # }
+    /// # async fn search(req: Invocation<String>) -> Result<usize, ToolError> { Ok(req.data.len() * 10) }
+    ///
+    /// async fn collect(result: ResultContext<usize>) -> soorma::Result<()> {
+    ///     let task = result.record_in_parent().await?;
+    ///     let mut task = task.into_typed::<String>()?; // the original request: the topic
+    ///     let summary = format!("{} hits for {}", result.data.unwrap_or(0), task.data);
+    ///     task.complete(summary).await.map(drop)
+    /// }
+    ///
+    /// # let platform = Platform::embedded();
+    /// # let tool = Tool::new("search").use_registered_handlers(false)
+    /// #     .handler(Handler::on_invoke("search.requested", search)).start(&platform).await?;
+    /// # let worker = Worker::new("researcher").use_registered_handlers(false)
+    /// #     .handler(Handler::on_task("research.requested", research))
+    /// #     .handler(Handler::on_result("search.completed", collect)).start(&platform).await?;
+    /// let s: String = platform.client("docs").invoke("research.requested", "rust", "research.completed").await?;
+    /// assert_eq!(s, "40 hits for rust");
+    /// # tool.shutdown().await?; worker.shutdown().await?; Ok(()) }
+    /// ```
+    pub fn into_typed<T: DeserializeOwned>(self) -> Result<TaskContext<T>> {
+        let data = decode_payload(&self.record.event_type, &self.record.data)?;
+        Ok(TaskContext {
+            data,
+            record: self.record,
+            revision: self.revision,
+            delegated: self.delegated,
+            envelope: self.envelope,
+            runtime: self.runtime,
+        })
+    }
+}

@@ -1,0 +1,146 @@
+//! The fan-in coalescer: concurrent "this sub-task has a result" marks on one parent task go
+//! into a few revision-checked writes, and the members of a complete group are loaded once.
+
+use std::sync::Arc;
+
+use soorma_common::{SubTaskInfo, TaskRecord};
+
+use crate::error::{Error, Result};
+use crate::spi::state::{self, Change, StateKey};
+use crate::util::now_rfc3339;
+
+/// Coalesces concurrent "this sub-task has a result" marks on one parent task into a few
+/// revision-checked writes: while one write is in flight, later marks queue and go into the
+/// next one. Within a process this removes the write contention of a large fan-in; across
+/// processes the revision check still arbitrates.
+#[derive(Default)]
+pub(crate) struct FanIn {
+    lanes: std::sync::Mutex<std::collections::HashMap<StateKey, Vec<MarkWaiter>>>,
+    complete: std::sync::Mutex<CompleteGroups>,
+}
+
+/// (tenant, task id, group id)
+pub(crate) type GroupKey = (String, String, String);
+type GroupCell = Arc<tokio::sync::OnceCell<Arc<Vec<SubTaskInfo>>>>;
+
+/// The members of recently completed groups, loaded once (bounded, oldest evicted first).
+#[derive(Default)]
+struct CompleteGroups {
+    cells: std::collections::HashMap<GroupKey, GroupCell>,
+    order: std::collections::VecDeque<GroupKey>,
+}
+
+const COMPLETE_GROUPS_KEPT: usize = 256;
+
+struct MarkWaiter {
+    group: String,
+    seq: u32,
+    tx: tokio::sync::oneshot::Sender<std::result::Result<state::Versioned<TaskRecord>, String>>,
+}
+
+impl FanIn {
+    /// Marks sub-task `seq` of `group` finished in the task at `key`; returns the stored task
+    /// after a write that includes the mark.
+    pub(crate) async fn mark(
+        self: &Arc<Self>,
+        store: Arc<dyn crate::spi::state::StateStore>,
+        key: StateKey,
+        group: String,
+        seq: u32,
+    ) -> Result<state::Versioned<TaskRecord>> {
+        let (tx, rx) = tokio::sync::oneshot::channel();
+        let lead = {
+            let mut lanes = self.lanes.lock().expect("group marks lock");
+            let waiter = MarkWaiter { group, seq, tx };
+            match lanes.get_mut(&key) {
+                Some(waiters) => {
+                    waiters.push(waiter);
+                    false
+                }
+                None => {
+                    lanes.insert(key.clone(), vec![waiter]);
+                    true
+                }
+            }
+        };
+        if lead {
+            // A task of its own, so that no caller's cancellation can strand the queue.
+            tokio::spawn(self.clone().drain(store, key));
+        }
+        rx.await
+            .map_err(|_| Error::State("the fan-in writer stopped".into()))?
+            .map_err(Error::State)
+    }
+
+    /// The members of a complete group, loaded by the first caller and shared with the rest.
+    pub(crate) async fn complete_group(
+        &self,
+        key: GroupKey,
+        load: impl std::future::Future<Output = Result<Vec<SubTaskInfo>>>,
+    ) -> Result<Arc<Vec<SubTaskInfo>>> {
+        let cell = {
+            let mut complete = self.complete.lock().expect("complete groups lock");
+            if let Some(cell) = complete.cells.get(&key) {
+                cell.clone()
+            } else {
+                let cell = GroupCell::default();
+                complete.cells.insert(key.clone(), cell.clone());
+                complete.order.push_back(key);
+                while complete.order.len() > COMPLETE_GROUPS_KEPT {
+                    if let Some(old) = complete.order.pop_front() {
+                        complete.cells.remove(&old);
+                    }
+                }
+                cell
+            }
+        };
+        cell.get_or_try_init(|| async { load.await.map(Arc::new) })
+            .await
+            .cloned()
+    }
+
+    async fn drain(self: Arc<Self>, store: Arc<dyn crate::spi::state::StateStore>, key: StateKey) {
+        loop {
+            let batch = {
+                let mut lanes = self.lanes.lock().expect("group marks lock");
+                let waiters = lanes.entry(key.clone()).or_default();
+                if waiters.is_empty() {
+                    lanes.remove(&key);
+                    return;
+                }
+                std::mem::take(waiters)
+            };
+            let now = now_rfc3339();
+            let result = state::update_with(
+                &*store,
+                "task",
+                &key,
+                || Error::TaskNotFound(key.key.clone()),
+                |rec: &mut TaskRecord| {
+                    let mut changed = false;
+                    for w in &batch {
+                        let group = rec.groups.get_mut(&w.group).ok_or_else(|| {
+                            Error::State(format!(
+                                "task `{}` has no delegation group `{}`",
+                                rec.task_id, w.group
+                            ))
+                        })?;
+                        changed |= group.mark_finished(w.seq);
+                    }
+                    if changed {
+                        rec.updated_at = Some(now.clone());
+                        Ok(Change::Write(()))
+                    } else {
+                        Ok(Change::Keep(()))
+                    }
+                },
+            )
+            .await
+            .map(|((), stored)| stored)
+            .map_err(|e| e.to_string());
+            for w in batch {
+                let _ = w.tx.send(result.clone());
+            }
+        }
+    }
+}

@@ -1,0 +1,183 @@
+//! Validation of action requests against the payload schema their consumer registered.
+//!
+//! `request`, `invoke` and `delegate` look up the requested event in the registry (a snapshot
+//! refreshed at most every [`REFRESH`]) and, when a consumer registered a payload schema for
+//! it, validate the payload before publishing: a mismatch fails the call with
+//! [`Error::SchemaViolation`] listing every violation, and nothing is published. Events no
+//! registered agent describes are published unchecked. Opt out per call with
+//! `skip_validation()`, or build without the `schema-validation` feature.
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use serde_json::Value;
+use soorma_common::{AgentDefinition, EventEnvelope, Topic};
+
+use crate::error::{Error, Result, SchemaViolation};
+use crate::spi::registry::Registry;
+
+/// How long a registry snapshot is used before it is read again.
+pub(crate) const REFRESH: Duration = Duration::from_secs(2);
+
+/// Validates requests against the schemas in the registry, caching what it reads.
+pub(crate) struct RequestValidator {
+    registry: Arc<dyn Registry>,
+    refresh: Duration,
+    cache: Mutex<Cache>,
+    /// Serializes registry reads, so an expiring snapshot is read once, not by every caller.
+    reading: tokio::sync::Mutex<()>,
+}
+
+#[derive(Default)]
+struct Cache {
+    fetched: Option<Instant>,
+    /// Event type → the payload schema its consumer registered.
+    schemas: Arc<HashMap<String, Value>>,
+    #[cfg(feature = "schema-validation")]
+    compiled: HashMap<String, Compiled>,
+}
+
+#[cfg(feature = "schema-validation")]
+struct Compiled {
+    schema: Value,
+    /// `None` when the registered schema is not a valid JSON Schema (logged, not enforced).
+    validator: Option<Arc<jsonschema::Validator>>,
+}
+
+impl std::fmt::Debug for RequestValidator {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("RequestValidator").finish_non_exhaustive()
+    }
+}
+
+impl RequestValidator {
+    pub(crate) fn new(registry: Arc<dyn Registry>) -> Self {
+        Self {
+            registry,
+            refresh: REFRESH,
+            cache: Mutex::default(),
+            reading: tokio::sync::Mutex::const_new(()),
+        }
+    }
+
+    /// Checks `env` (an action request) against its consumer's payload schema.
+    pub(crate) async fn check(&self, env: &EventEnvelope) -> Result<()> {
+        if env.topic != Topic::ActionRequests || !cfg!(feature = "schema-validation") {
+            return Ok(());
+        }
+        let schemas = self.schemas().await;
+        let Some(schema) = schemas.get(&env.event_type) else {
+            return Ok(());
+        };
+        let violations = self.violations(&env.event_type, schema, &env.data);
+        if violations.is_empty() {
+            Ok(())
+        } else {
+            tracing::debug!(event_type = %env.event_type, count = violations.len(), "request rejected by its schema");
+            Err(Error::SchemaViolation {
+                event: env.event_type.clone(),
+                violations,
+            })
+        }
+    }
+
+    /// The current snapshot of registered payload schemas (a stale one if the registry cannot
+    /// be read; nothing is enforced before the first successful read).
+    async fn schemas(&self) -> Arc<HashMap<String, Value>> {
+        if let Some(fresh) = self.fresh() {
+            return fresh;
+        }
+        let _reading = self.reading.lock().await;
+        if let Some(fresh) = self.fresh() {
+            return fresh;
+        }
+        match self.registry.agents().await {
+            Ok(agents) => {
+                let schemas = Arc::new(payload_schemas(agents));
+                let mut cache = self.lock();
+                cache.fetched = Some(Instant::now());
+                cache.schemas = schemas.clone();
+                schemas
+            }
+            Err(e) => {
+                tracing::warn!(error = %e, "cannot read the registry; requests are validated against the last schemas read");
+                self.lock().schemas.clone()
+            }
+        }
+    }
+
+    fn fresh(&self) -> Option<Arc<HashMap<String, Value>>> {
+        let cache = self.lock();
+        cache
+            .fetched
+            .filter(|at| at.elapsed() < self.refresh)
+            .map(|_| cache.schemas.clone())
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, Cache> {
+        self.cache.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    #[cfg(feature = "schema-validation")]
+    fn violations(&self, event: &str, schema: &Value, data: &Value) -> Vec<SchemaViolation> {
+        let validator = {
+            let mut cache = self.lock();
+            match cache.compiled.get(event) {
+                Some(c) if c.schema == *schema => c.validator.clone(),
+                _ => {
+                    let validator = match jsonschema::validator_for(schema) {
+                        Ok(v) => Some(Arc::new(v)),
+                        Err(e) => {
+                            tracing::warn!(event_type = %event, error = %e, "the registered payload schema is not a valid JSON Schema; not enforced");
+                            None
+                        }
+                    };
+                    cache.compiled.insert(
+                        event.to_owned(),
+                        Compiled {
+                            schema: schema.clone(),
+                            validator: validator.clone(),
+                        },
+                    );
+                    validator
+                }
+            }
+        };
+        let Some(validator) = validator else {
+            return Vec::new();
+        };
+        validator
+            .iter_errors(data)
+            .map(|e| SchemaViolation::new(e.instance_path().to_string(), e.to_string()))
+            .collect()
+    }
+
+    #[cfg(not(feature = "schema-validation"))]
+    fn violations(&self, _: &str, _: &Value, _: &Value) -> Vec<SchemaViolation> {
+        Vec::new()
+    }
+}
+
+/// Event type → payload schema, from each capability's consumed event. When several agents
+/// consume one event, the first by agent name that registered a schema wins.
+fn payload_schemas(mut agents: Vec<AgentDefinition>) -> HashMap<String, Value> {
+    agents.sort_by(|a, b| {
+        a.name
+            .cmp(&b.name)
+            .then_with(|| a.agent_id.cmp(&b.agent_id))
+    });
+    let mut schemas = HashMap::new();
+    for agent in agents {
+        for cap in agent.capabilities {
+            let event = cap.consumed_event;
+            if event.topic != Topic::ActionRequests {
+                continue;
+            }
+            if let Some(schema) = event.payload_schema {
+                schemas.entry(event.event_name).or_insert(schema);
+            }
+        }
+    }
+    schemas
+}

@@ -1,0 +1,520 @@
+//! Agents: collect handlers, check them, subscribe, register, and shut down gracefully.
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+
+use soorma_common::{AgentDefinition, AgentKind, Topic};
+use tokio::sync::{Semaphore, watch};
+use tokio::task::JoinHandle;
+
+use super::definition::definition;
+use super::dispatch::{Table, dispatch_loop};
+use super::extract::{AgentRuntime, Extensions};
+use super::handler::{Handler, StartHook, registered_for};
+use crate::error::{Error, Result};
+use crate::platform::Platform;
+use crate::spi::bus::{EventFilter, SubscriptionSpec};
+use crate::util::{new_id, shutdown_signal};
+
+const DEFAULT_CONCURRENCY: usize = 1024;
+const DEFAULT_MAX_DELIVER: u32 = 5;
+
+/// Configures and starts an agent of any layer.
+///
+/// Handlers come from the attribute macros (those naming this agent with `agent = "..."`, and
+/// those naming no agent) and from [`handler`](Self::handler).
+///
+/// ```
+/// use soorma::prelude::*;
+///
+/// #[derive(Clone)]
+/// struct Config { greeting: String }
+///
+/// async fn greet(req: Invocation<String>, State(cfg): State<Config>) -> Result<String, ToolError> {
+///     Ok(format!("{} {}", cfg.greeting, req.data))
+/// }
+///
+/// let tool = Tool::new("greeter")
+///     .version("1.0.0")
+///     .description("Greets people.")
+///     .with_state(Config { greeting: "hello".into() })
+///     .handler(Handler::on_invoke("greet.requested", greet));
+/// assert_eq!(tool.name(), "greeter");
+/// ```
+#[must_use = "an agent does nothing until started"]
+pub struct AgentBuilder {
+    name: String,
+    kind: AgentKind,
+    version: String,
+    description: String,
+    tenant: Option<String>,
+    handlers: Vec<Handler>,
+    from_inventory: bool,
+    extensions: Extensions,
+    concurrency: usize,
+    max_deliver: u32,
+}
+
+impl std::fmt::Debug for AgentBuilder {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("AgentBuilder")
+            .field("name", &self.name)
+            .field("kind", &self.kind)
+            .field("handlers", &self.handlers)
+            .finish_non_exhaustive()
+    }
+}
+
+impl AgentBuilder {
+    /// A builder for an agent of `kind`.
+    ///
+    /// ```
+    /// use soorma::{AgentBuilder, AgentKind};
+    /// let planner = AgentBuilder::new("trip-planner", AgentKind::Planner);
+    /// assert_eq!(planner.definition().kind, AgentKind::Planner);
+    /// ```
+    pub fn new(name: impl Into<String>, kind: AgentKind) -> Self {
+        Self {
+            name: name.into(),
+            kind,
+            version: "0.0.0".into(),
+            description: String::new(),
+            tenant: None,
+            handlers: Vec::new(),
+            from_inventory: true,
+            extensions: Extensions::default(),
+            concurrency: DEFAULT_CONCURRENCY,
+            max_deliver: DEFAULT_MAX_DELIVER,
+        }
+    }
+
+    /// The agent's name.
+    ///
+    /// ```
+    /// assert_eq!(soorma::Tool::new("calculator").name(), "calculator");
+    /// ```
+    pub fn name(&self) -> &str {
+        &self.name
+    }
+
+    /// Sets the version published to the registry.
+    ///
+    /// ```
+    /// let tool = soorma::Tool::new("calculator").version("1.2.0");
+    /// assert_eq!(tool.definition().version, "1.2.0");
+    /// ```
+    pub fn version(mut self, version: impl Into<String>) -> Self {
+        self.version = version.into();
+        self
+    }
+
+    /// Sets the description published to the registry.
+    ///
+    /// ```
+    /// let tool = soorma::Tool::new("calculator").description("Evaluates arithmetic.");
+    /// assert_eq!(tool.definition().description, "Evaluates arithmetic.");
+    /// ```
+    pub fn description(mut self, description: impl Into<String>) -> Self {
+        self.description = description.into();
+        self
+    }
+
+    /// Serves only events of `tenant` (default: every tenant).
+    ///
+    /// ```
+    /// let tool = soorma::Tool::new("calculator").tenant("acme");
+    /// assert_eq!(tool.definition().tenant_id.as_deref(), Some("acme"));
+    /// ```
+    pub fn tenant(mut self, tenant: impl Into<String>) -> Self {
+        self.tenant = Some(tenant.into());
+        self
+    }
+
+    /// Attaches typed state, read by handlers through [`State<S>`](crate::State).
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")] async fn main() -> soorma::Result<()> {
+    /// use soorma::prelude::*;
+    ///
+    /// async fn limit(_: Invocation, State(max): State<u32>) -> Result<u32, ToolError> {
+    ///     Ok(max)
+    /// }
+    ///
+    /// let platform = Platform::embedded();
+    /// let tool = Tool::new("limits").use_registered_handlers(false).with_state(10_u32)
+    ///     .handler(Handler::on_invoke("limit.requested", limit)).start(&platform).await?;
+    /// let max: u32 = platform.client("docs").invoke("limit.requested", (), "limit.completed").await?;
+    /// assert_eq!(max, 10);
+    /// # tool.shutdown().await?; Ok(()) }
+    /// ```
+    pub fn with_state<S: Clone + Send + Sync + 'static>(mut self, state: S) -> Self {
+        self.extensions.insert(state);
+        self
+    }
+
+    /// Adds a handler built at run time.
+    ///
+    /// ```
+    /// use soorma::prelude::*;
+    ///
+    /// async fn ping(_: Invocation) -> Result<String, ToolError> {
+    ///     Ok("pong".into())
+    /// }
+    ///
+    /// let tool = Tool::new("pinger").handler(Handler::on_invoke("ping.requested", ping));
+    /// assert_eq!(tool.definition().capabilities[0].task_name, "ping.requested");
+    /// ```
+    pub fn handler(mut self, handler: Handler) -> Self {
+        self.handlers.push(handler);
+        self
+    }
+
+    /// Whether to include the handlers registered by the attribute macros (default `true`).
+    ///
+    /// ```
+    /// use soorma::prelude::*;
+    ///
+    /// #[on_invoke("hello.requested", agent = "hello-docs")]
+    /// async fn hello(_: Invocation) -> Result<String, ToolError> {
+    ///     Ok("hi".into())
+    /// }
+    ///
+    /// # fn main() {
+    /// assert_eq!(Tool::new("hello-docs").definition().capabilities.len(), 1);
+    /// let bare = Tool::new("hello-docs").use_registered_handlers(false);
+    /// assert!(bare.definition().capabilities.is_empty());
+    /// # }
+    /// ```
+    pub fn use_registered_handlers(mut self, yes: bool) -> Self {
+        self.from_inventory = yes;
+        self
+    }
+
+    /// How many events the agent handles at once (default 1024).
+    ///
+    /// ```
+    /// // Render at most 4 documents at a time.
+    /// let worker = soorma::Worker::new("renderer").concurrency(4);
+    /// # let _ = worker;
+    /// ```
+    pub fn concurrency(mut self, limit: usize) -> Self {
+        self.concurrency = limit.max(1);
+        self
+    }
+
+    /// How many times a retryable failure is redelivered before dead-lettering (default 5).
+    ///
+    /// ```
+    /// // Dead-letter an event after its third retryable failure.
+    /// let agent = soorma::Agent::new("audit-log").max_deliver(3);
+    /// # let _ = agent;
+    /// ```
+    pub fn max_deliver(mut self, attempts: u32) -> Self {
+        self.max_deliver = attempts.max(1);
+        self
+    }
+
+    fn collect_handlers(&self) -> Vec<Handler> {
+        let mut all = self.handlers.clone();
+        if self.from_inventory {
+            all.extend(registered_for(&self.name));
+        }
+        all
+    }
+
+    /// The registry definition the agent publishes: capabilities with their schemas.
+    ///
+    /// ```
+    /// use soorma::prelude::*;
+    ///
+    /// async fn add(req: Invocation<(i64, i64)>) -> Result<i64, ToolError> {
+    ///     Ok(req.data.0 + req.data.1)
+    /// }
+    ///
+    /// let tool = Tool::new("calculator").handler(Handler::on_invoke("add.requested", add));
+    /// let def = tool.definition();
+    /// assert_eq!(def.capabilities[0].consumed_event.event_name, "add.requested");
+    /// assert!(def.capabilities[0].consumed_event.response_schema.is_some());
+    /// ```
+    pub fn definition(&self) -> AgentDefinition {
+        definition(
+            &self.name,
+            self.kind,
+            &self.version,
+            &self.description,
+            self.tenant.as_deref(),
+            &self.collect_handlers(),
+            String::new(),
+        )
+    }
+
+    /// Starts the agent: subscribes, registers, and handles events until shut down.
+    ///
+    /// Fails if no handler was found or the handlers are inconsistent.
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")] async fn main() -> soorma::Result<()> {
+    /// use soorma::prelude::*;
+    ///
+    /// async fn ping(_: Invocation) -> Result<String, ToolError> { Ok("pong".into()) }
+    ///
+    /// let platform = Platform::embedded();
+    /// let tool = Tool::new("pinger").use_registered_handlers(false)
+    ///     .handler(Handler::on_invoke("ping.requested", ping))
+    ///     .start(&platform).await?;
+    /// assert_eq!(platform.discovery().by_consumed_event("ping.requested").await?.len(), 1);
+    /// # tool.shutdown().await?;
+    /// let idle = Tool::new("idle").use_registered_handlers(false);
+    /// assert!(idle.start(&platform).await.is_err()); // no handlers
+    /// # Ok(()) }
+    /// ```
+    pub async fn start(self, platform: &Platform) -> Result<AgentHandle> {
+        let mut handlers = self.collect_handlers();
+        // Companions: a handler a layer adds when the agent has none of its kind (a planner's
+        // default transition).
+        let mut companions: Vec<Handler> = Vec::new();
+        for (kind, build) in handlers.iter().filter_map(|h| h.companion) {
+            let present = handlers.iter().chain(&companions).any(|h| h.kind == kind);
+            if !present {
+                companions.push(build());
+            }
+        }
+        handlers.extend(companions);
+        if handlers.is_empty() {
+            return Err(Error::NoHandlers { agent: self.name });
+        }
+        let mut problems = Vec::new();
+        let mut table = Table::default();
+        for h in &handlers {
+            for check in &h.checks {
+                if let Err(p) = check(&self.extensions) {
+                    problems.push(format!("{}: {p}", h.label()));
+                }
+            }
+            let slot = if h.event == "*" {
+                table.wildcard.insert(h.topic, Arc::new(h.clone()))
+            } else {
+                table
+                    .exact
+                    .entry(h.topic)
+                    .or_default()
+                    .insert(h.event.clone(), Arc::new(h.clone()))
+            };
+            if let Some(previous) = slot {
+                problems.push(format!(
+                    "{} and {} both handle `{}` on `{}`",
+                    previous.label(),
+                    h.label(),
+                    h.event,
+                    h.topic
+                ));
+            }
+        }
+        if !problems.is_empty() {
+            return Err(Error::Misconfigured {
+                agent: self.name,
+                problems,
+            });
+        }
+
+        let agent_id = format!("{}-{}", self.name, &new_id()[16..24]);
+        let def = definition(
+            &self.name,
+            self.kind,
+            &self.version,
+            &self.description,
+            self.tenant.as_deref(),
+            &handlers,
+            agent_id.clone(),
+        );
+        let runtime = Arc::new(AgentRuntime {
+            name: Arc::from(self.name.as_str()),
+            kind: self.kind,
+            platform: platform.clone(),
+            extensions: self.extensions,
+            bus: platform.bus_client(&self.name),
+        });
+
+        let mut filters: BTreeMap<Topic, EventFilter> = BTreeMap::new();
+        for h in &handlers {
+            let f = if h.event == "*" {
+                EventFilter::All
+            } else {
+                EventFilter::only([h.event.clone()])
+            };
+            let merged = match filters.get(&h.topic) {
+                Some(existing) => existing.union(&f),
+                None => f,
+            };
+            filters.insert(h.topic, merged);
+        }
+
+        let (stop_tx, stop_rx) = watch::channel(false);
+        let inflight = Arc::new(Semaphore::new(self.concurrency));
+        let table = Arc::new(table);
+        let mut loops = Vec::new();
+        for (topic, filter) in filters {
+            let mut spec = SubscriptionSpec::new(self.name.clone(), topic, filter);
+            if let Some(t) = &self.tenant {
+                spec = spec.with_tenant(t.clone());
+            }
+            let sub = platform.bus().subscribe(spec).await?;
+            loops.push(tokio::spawn(dispatch_loop(
+                sub,
+                runtime.clone(),
+                table.clone(),
+                inflight.clone(),
+                stop_rx.clone(),
+                self.max_deliver,
+            )));
+        }
+        platform.registry().register(def.clone()).await?;
+        // What the handlers' layers need once per start (e.g. restoring durable timers).
+        let mut hooks: Vec<StartHook> = Vec::new();
+        for hook in handlers.iter().filter_map(|h| h.on_start) {
+            if !hooks.iter().any(|h| std::ptr::fn_addr_eq(*h, hook)) {
+                hooks.push(hook);
+            }
+        }
+        for hook in hooks {
+            hook(platform, self.tenant.as_deref()).await;
+        }
+        tracing::info!(agent = %self.name, agent_id = %agent_id, handlers = handlers.len(), "agent started");
+        Ok(AgentHandle {
+            definition: def,
+            platform: platform.clone(),
+            stop: stop_tx,
+            loops,
+            inflight,
+            capacity: self.concurrency,
+        })
+    }
+
+    /// Starts the agent and serves until Ctrl-C / SIGTERM, then shuts down gracefully.
+    ///
+    /// ```no_run
+    /// # #[tokio::main(flavor = "current_thread")] async fn main() -> soorma::Result<()> {
+    /// let platform = soorma::Platform::from_env().await?;
+    /// soorma::Worker::new("researcher").run(&platform).await // until Ctrl-C or SIGTERM
+    /// # }
+    /// ```
+    pub async fn run(self, platform: &Platform) -> Result<()> {
+        self.start(platform).await?.shutdown_on_signal().await
+    }
+}
+
+/// A running agent. [`shutdown`](Self::shutdown) stops taking events and waits for the
+/// handlers in flight.
+///
+/// ```
+/// # #[tokio::main(flavor = "current_thread")] async fn main() -> soorma::Result<()> {
+/// use soorma::prelude::*;
+///
+/// async fn audit(event: Event) {
+///     println!("saw {}", event.event_type());
+/// }
+///
+/// let platform = Platform::embedded();
+/// let handle = Agent::new("auditor").use_registered_handlers(false)
+///     .handler(Handler::on_event(Topic::BusinessFacts, "*", audit))
+///     .start(&platform).await?;
+/// assert_eq!(handle.name(), "auditor");
+/// handle.shutdown().await?;
+/// # Ok(()) }
+/// ```
+#[derive(Debug)]
+pub struct AgentHandle {
+    definition: AgentDefinition,
+    platform: Platform,
+    stop: watch::Sender<bool>,
+    loops: Vec<JoinHandle<()>>,
+    inflight: Arc<Semaphore>,
+    capacity: usize,
+}
+
+impl AgentHandle {
+    /// Serves until Ctrl-C / SIGTERM, then shuts down gracefully (in-flight handlers finish).
+    ///
+    /// ```no_run
+    /// # #[tokio::main(flavor = "current_thread")] async fn main() -> soorma::Result<()> {
+    /// let platform = soorma::Platform::from_env().await?;
+    /// let worker = soorma::Worker::new("researcher").start(&platform).await?;
+    /// println!("ready"); // the agent's consumers exist from here on
+    /// worker.shutdown_on_signal().await
+    /// # }
+    /// ```
+    pub async fn shutdown_on_signal(self) -> Result<()> {
+        shutdown_signal().await;
+        tracing::info!(agent = %self.definition.name, "shutdown requested");
+        self.shutdown().await
+    }
+
+    /// The agent's name.
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")] async fn main() -> soorma::Result<()> {
+    /// # use soorma::prelude::*;
+    /// # async fn ping(_: Invocation) -> Result<String, ToolError> { Ok("pong".into()) }
+    /// # let platform = Platform::embedded();
+    /// let handle = Tool::new("pinger").use_registered_handlers(false)
+    ///     .handler(Handler::on_invoke("ping.requested", ping))
+    ///     .start(&platform).await?;
+    /// assert_eq!(handle.name(), "pinger");
+    /// # handle.shutdown().await?; Ok(()) }
+    /// ```
+    pub fn name(&self) -> &str {
+        &self.definition.name
+    }
+
+    /// The registry definition the agent published.
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")] async fn main() -> soorma::Result<()> {
+    /// # use soorma::prelude::*;
+    /// # async fn ping(_: Invocation) -> Result<String, ToolError> { Ok("pong".into()) }
+    /// # let platform = Platform::embedded();
+    /// let handle = Tool::new("pinger").use_registered_handlers(false)
+    ///     .handler(Handler::on_invoke("ping.requested", ping))
+    ///     .start(&platform).await?;
+    /// // Each running instance gets its own id.
+    /// assert!(handle.definition().agent_id.starts_with("pinger-"));
+    /// # handle.shutdown().await?; Ok(()) }
+    /// ```
+    pub fn definition(&self) -> &AgentDefinition {
+        &self.definition
+    }
+
+    /// Stops taking events, lets in-flight handlers finish, and deregisters.
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")] async fn main() -> soorma::Result<()> {
+    /// # use soorma::prelude::*;
+    /// # async fn ping(_: Invocation) -> Result<String, ToolError> { Ok("pong".into()) }
+    /// let platform = Platform::embedded();
+    /// let handle = Tool::new("pinger").use_registered_handlers(false)
+    ///     .handler(Handler::on_invoke("ping.requested", ping))
+    ///     .start(&platform).await?;
+    /// handle.shutdown().await?;
+    /// assert!(platform.discovery().all().await?.is_empty()); // deregistered
+    /// # Ok(()) }
+    /// ```
+    pub async fn shutdown(self) -> Result<()> {
+        let _ = self.stop.send(true);
+        for l in self.loops {
+            if let Err(e) = l.await {
+                tracing::warn!(error = %e, "dispatch loop ended abnormally");
+            }
+        }
+        // Every permit back = no handler in flight.
+        let _all = self
+            .inflight
+            .acquire_many(u32::try_from(self.capacity).unwrap_or(u32::MAX))
+            .await;
+        self.platform
+            .registry()
+            .deregister(&self.definition.agent_id)
+            .await?;
+        tracing::info!(agent = %self.definition.name, "agent stopped");
+        Ok(())
+    }
+}

@@ -1,0 +1,462 @@
+//! The event bus: the trait engines implement (publish, subscribe in consumer groups, observe)
+//! and the deliveries they hand out.
+
+use std::collections::HashSet;
+use std::sync::Arc;
+use std::time::Duration;
+
+use soorma_common::{EventEnvelope, Topic};
+
+use crate::error::Result;
+use crate::util::BoxFuture;
+
+/// Which event types of a topic a subscription receives.
+///
+/// ```
+/// use soorma::bus::EventFilter;
+/// let f = EventFilter::only(["order.placed"]);
+/// assert!(f.matches("order.placed"));
+/// assert!(!f.matches("order.cancelled"));
+/// assert!(EventFilter::All.matches("anything"));
+/// ```
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum EventFilter {
+    /// Every event on the topic.
+    All,
+    /// Only these event types.
+    Only(HashSet<String>),
+}
+
+impl EventFilter {
+    /// A filter for the given event types.
+    ///
+    /// ```
+    /// # use soorma::bus::EventFilter;
+    /// assert!(EventFilter::only(["a", "b"]).matches("b"));
+    /// ```
+    pub fn only<I, S>(events: I) -> Self
+    where
+        I: IntoIterator<Item = S>,
+        S: Into<String>,
+    {
+        EventFilter::Only(events.into_iter().map(Into::into).collect())
+    }
+
+    /// Whether `event_type` passes the filter.
+    ///
+    /// ```
+    /// # use soorma::bus::EventFilter;
+    /// assert!(!EventFilter::only(["a"]).matches("b"));
+    /// ```
+    pub fn matches(&self, event_type: &str) -> bool {
+        match self {
+            EventFilter::All => true,
+            EventFilter::Only(set) => set.contains(event_type),
+        }
+    }
+
+    /// The union of two filters.
+    ///
+    /// ```
+    /// # use soorma::bus::EventFilter;
+    /// let u = EventFilter::only(["a"]).union(&EventFilter::only(["b"]));
+    /// assert!(u.matches("a") && u.matches("b"));
+    /// ```
+    #[must_use]
+    pub fn union(&self, other: &EventFilter) -> EventFilter {
+        match (self, other) {
+            (EventFilter::Only(a), EventFilter::Only(b)) => {
+                EventFilter::Only(a.union(b).cloned().collect())
+            }
+            _ => EventFilter::All,
+        }
+    }
+}
+
+/// What to subscribe to. Subscriptions with the same `group` share the work (each event goes to
+/// one of them); different groups each receive every matching event.
+///
+/// ```
+/// use soorma::bus::{EventFilter, SubscriptionSpec};
+/// use soorma::Topic;
+/// let spec = SubscriptionSpec::new("calculator", Topic::ActionRequests, EventFilter::All)
+///     .with_tenant("acme");
+/// assert_eq!(spec.tenant.as_deref(), Some("acme"));
+/// ```
+#[derive(Debug, Clone)]
+#[non_exhaustive]
+pub struct SubscriptionSpec {
+    /// The consumer group (the agent's name).
+    pub group: String,
+    /// The topic.
+    pub topic: Topic,
+    /// The event types wanted.
+    pub events: EventFilter,
+    /// Only events of this tenant (`None`: every tenant).
+    pub tenant: Option<String>,
+    /// Whether the group's position survives restarts (a durable consumer). Ephemeral
+    /// subscriptions (e.g. a client waiting for replies) only see events published while
+    /// they are live.
+    pub durable: bool,
+}
+
+impl SubscriptionSpec {
+    /// A subscription for every tenant.
+    ///
+    /// ```
+    /// # use soorma::bus::{EventFilter, SubscriptionSpec};
+    /// let s = SubscriptionSpec::new("g", soorma::Topic::BusinessFacts, EventFilter::All);
+    /// assert!(s.tenant.is_none());
+    /// ```
+    pub fn new(group: impl Into<String>, topic: Topic, events: EventFilter) -> Self {
+        Self {
+            group: group.into(),
+            topic,
+            events,
+            tenant: None,
+            durable: true,
+        }
+    }
+
+    /// Makes the subscription ephemeral: nothing is kept for it while it is not live.
+    ///
+    /// ```
+    /// # use soorma::bus::{EventFilter, SubscriptionSpec};
+    /// let s = SubscriptionSpec::new("cli-1", soorma::Topic::ActionResults, EventFilter::All).ephemeral();
+    /// assert!(!s.durable);
+    /// ```
+    #[must_use]
+    pub fn ephemeral(mut self) -> Self {
+        self.durable = false;
+        self
+    }
+
+    /// Restricts the subscription to one tenant.
+    ///
+    /// ```
+    /// # use soorma::bus::{EventFilter, SubscriptionSpec};
+    /// let s = SubscriptionSpec::new("g", soorma::Topic::BusinessFacts, EventFilter::All).with_tenant("t");
+    /// assert_eq!(s.tenant.as_deref(), Some("t"));
+    /// ```
+    #[must_use]
+    pub fn with_tenant(mut self, tenant: impl Into<String>) -> Self {
+        self.tenant = Some(tenant.into());
+        self
+    }
+}
+
+/// How a delivery was handled; platforms with durable delivery act on it.
+///
+/// ```
+/// use soorma::bus::Settlement;
+/// let s = Settlement::DeadLetter { reason: "undecodable".into() };
+/// assert!(matches!(s, Settlement::DeadLetter { .. }));
+/// ```
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum Settlement {
+    /// Handled; do not deliver again.
+    Ack,
+    /// Failed in a way that may pass later: deliver again after `delay`.
+    Retry {
+        /// How long to wait before redelivery.
+        delay: Duration,
+    },
+    /// Cannot be handled: move to the dead-letter store.
+    DeadLetter {
+        /// Why.
+        reason: String,
+    },
+}
+
+/// Settles one delivery with its platform.
+///
+/// ```
+/// # #[tokio::main(flavor = "current_thread")] async fn main() -> soorma::Result<()> {
+/// # use std::sync::{Arc, Mutex};
+/// # use soorma::{EventEnvelope, Topic};
+/// use soorma::bus::{Acker, Delivery, Settlement};
+///
+/// struct Recorder(Arc<Mutex<Vec<Settlement>>>); // a real platform acks, naks, dead-letters
+///
+/// impl Acker for Recorder {
+///     fn settle(self: Box<Self>, s: Settlement) -> soorma::BoxFuture<'static, soorma::Result<()>> {
+///         self.0.lock().unwrap().push(s);
+///         Box::pin(std::future::ready(Ok(())))
+///     }
+/// }
+///
+/// let log = Arc::new(Mutex::new(Vec::new()));
+/// # let env = Arc::new(EventEnvelope::new("e1", "shop", Topic::BusinessFacts, "order.placed"));
+/// Delivery::new(env, 1, Some(Box::new(Recorder(log.clone())))).settle(Settlement::Ack).await?;
+/// assert_eq!(*log.lock().unwrap(), [Settlement::Ack]);
+/// # Ok(()) }
+/// ```
+pub trait Acker: Send + Sync {
+    /// Reports how the delivery was handled.
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")] async fn main() -> soorma::Result<()> {
+    /// use soorma::bus::{Acker, Settlement};
+    /// use soorma::BoxFuture;
+    ///
+    /// struct AutoAck;
+    ///
+    /// impl Acker for AutoAck {
+    ///     fn settle(self: Box<Self>, _: Settlement) -> BoxFuture<'static, soorma::Result<()>> {
+    ///         Box::pin(std::future::ready(Ok(())))
+    ///     }
+    /// }
+    ///
+    /// Box::new(AutoAck).settle(Settlement::Ack).await?;
+    /// # Ok(()) }
+    /// ```
+    fn settle(self: Box<Self>, settlement: Settlement) -> BoxFuture<'static, Result<()>>;
+
+    /// How often [`in_progress`](Acker::in_progress) must be called while a handler is still
+    /// working, or the platform redelivers the event to another instance. `None` (the default)
+    /// means deliveries never time out.
+    ///
+    /// ```
+    /// # use soorma::bus::{Acker, Settlement};
+    /// # struct AutoAck;
+    /// # impl Acker for AutoAck {
+    /// #     fn settle(self: Box<Self>, _: Settlement) -> soorma::BoxFuture<'static, soorma::Result<()>> {
+    /// #         Box::pin(std::future::ready(Ok(())))
+    /// #     }
+    /// # }
+    /// assert_eq!(AutoAck.keep_alive_interval(), None);
+    /// ```
+    fn keep_alive_interval(&self) -> Option<Duration> {
+        None
+    }
+
+    /// Tells the platform the event is still being handled (resets its redelivery timer).
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")] async fn main() -> soorma::Result<()> {
+    /// # use soorma::bus::{Acker, Settlement};
+    /// # struct AutoAck;
+    /// # impl Acker for AutoAck {
+    /// #     fn settle(self: Box<Self>, _: Settlement) -> soorma::BoxFuture<'static, soorma::Result<()>> {
+    /// #         Box::pin(std::future::ready(Ok(())))
+    /// #     }
+    /// # }
+    /// AutoAck.in_progress().await?; // a no-op unless the platform has delivery timeouts
+    /// # Ok(()) }
+    /// ```
+    fn in_progress(&self) -> BoxFuture<'_, Result<()>> {
+        Box::pin(std::future::ready(Ok(())))
+    }
+}
+
+/// One event delivered to a subscription.
+///
+/// ```
+/// # #[tokio::main(flavor = "current_thread")] async fn main() -> soorma::Result<()> {
+/// use soorma::bus::{EventBus, EventFilter, Settlement, SubscriptionSpec};
+/// use soorma::{EventEnvelope, Topic};
+///
+/// let bus = soorma::embedded::EmbeddedBus::new();
+/// let mut sub = bus.subscribe(SubscriptionSpec::new("audit", Topic::BusinessFacts, EventFilter::All)).await?;
+/// bus.publish(EventEnvelope::new("e1", "shop", Topic::BusinessFacts, "order.placed")).await?;
+/// let delivery = sub.next().await.unwrap();
+/// assert_eq!((delivery.envelope.id.as_str(), delivery.attempt), ("e1", 1));
+/// delivery.settle(Settlement::Ack).await?;
+/// # Ok(()) }
+/// ```
+#[non_exhaustive]
+pub struct Delivery {
+    /// The event.
+    pub envelope: Arc<EventEnvelope>,
+    /// How many times it has been delivered (1 on first delivery).
+    pub attempt: u32,
+    acker: Option<Box<dyn Acker>>,
+}
+
+impl std::fmt::Debug for Delivery {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Delivery")
+            .field("envelope", &self.envelope)
+            .field("attempt", &self.attempt)
+            .finish_non_exhaustive()
+    }
+}
+
+impl Delivery {
+    /// A delivery; `acker` is `None` for platforms without acknowledgements.
+    ///
+    /// ```
+    /// use std::sync::Arc;
+    /// use soorma::bus::Delivery;
+    /// use soorma::{EventEnvelope, Topic};
+    ///
+    /// let env = EventEnvelope::new("e1", "shop", Topic::BusinessFacts, "order.placed");
+    /// let delivery = Delivery::new(Arc::new(env), 1, None); // no acknowledgements
+    /// assert_eq!(delivery.attempt, 1);
+    /// ```
+    pub fn new(envelope: Arc<EventEnvelope>, attempt: u32, acker: Option<Box<dyn Acker>>) -> Self {
+        Self {
+            envelope,
+            attempt,
+            acker,
+        }
+    }
+
+    /// Settles the delivery (a no-op without an acker).
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")] async fn main() -> soorma::Result<()> {
+    /// use std::time::Duration;
+    /// use soorma::bus::{EventBus, EventFilter, Settlement, SubscriptionSpec};
+    /// use soorma::{EventEnvelope, Topic};
+    ///
+    /// let bus = soorma::embedded::EmbeddedBus::new();
+    /// let mut sub = bus.subscribe(SubscriptionSpec::new("audit", Topic::BusinessFacts, EventFilter::All)).await?;
+    /// bus.publish(EventEnvelope::new("e1", "shop", Topic::BusinessFacts, "order.placed")).await?;
+    /// let first = sub.next().await.unwrap();
+    /// first.settle(Settlement::Retry { delay: Duration::from_millis(1) }).await?;
+    /// assert_eq!(sub.next().await.unwrap().attempt, 2); // redelivered
+    /// # Ok(()) }
+    /// ```
+    pub async fn settle(self, settlement: Settlement) -> Result<()> {
+        match self.acker {
+            Some(acker) => acker.settle(settlement).await,
+            None => Ok(()),
+        }
+    }
+
+    /// Runs `work` (the handling of this delivery), telling the platform the event is still in
+    /// progress often enough that it is not redelivered while `work` runs, however long it takes.
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")] async fn main() -> soorma::Result<()> {
+    /// use std::sync::Arc;
+    /// use soorma::bus::{Delivery, Settlement};
+    /// use soorma::{EventEnvelope, Topic};
+    ///
+    /// let env = EventEnvelope::new("e1", "shop", Topic::BusinessFacts, "order.placed");
+    /// let delivery = Delivery::new(Arc::new(env), 1, None);
+    /// let answer = delivery.keep_alive_while(async { 42 }).await;
+    /// assert_eq!(answer, 42);
+    /// delivery.settle(Settlement::Ack).await?;
+    /// # Ok(()) }
+    /// ```
+    pub async fn keep_alive_while<F: Future>(&self, work: F) -> F::Output {
+        let Some((acker, every)) = self
+            .acker
+            .as_deref()
+            .and_then(|a| a.keep_alive_interval().map(|every| (a, every)))
+        else {
+            return work.await;
+        };
+        let mut work = std::pin::pin!(work);
+        loop {
+            tokio::select! {
+                biased;
+                out = &mut work => return out,
+                _ = tokio::time::sleep(every) => {
+                    if let Err(e) = acker.in_progress().await {
+                        tracing::warn!(event_id = %self.envelope.id, error = %e, "could not extend the delivery's deadline");
+                    }
+                }
+            }
+        }
+    }
+}
+
+/// A stream of deliveries for one [`SubscriptionSpec`]. Dropping it unsubscribes.
+///
+/// ```
+/// # #[tokio::main(flavor = "current_thread")] async fn main() -> soorma::Result<()> {
+/// use soorma::bus::{EventFilter, Subscription, SubscriptionSpec};
+/// use soorma::{EventEnvelope, Topic};
+///
+/// let platform = soorma::Platform::embedded();
+/// let spec = SubscriptionSpec::new("alerts", Topic::SystemEvents, EventFilter::only(["disk.full"]));
+/// let mut sub: Box<dyn Subscription> = platform.bus().subscribe(spec).await?;
+/// platform.bus().publish(EventEnvelope::new("e1", "host-1", Topic::SystemEvents, "disk.full")).await?;
+/// assert_eq!(sub.next().await.unwrap().envelope.event_type, "disk.full");
+/// # Ok(()) }
+/// ```
+pub trait Subscription: Send {
+    /// The next delivery, or `None` once the bus is closed. Cancel-safe.
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")] async fn main() -> soorma::Result<()> {
+    /// use std::time::Duration;
+    /// use soorma::bus::{EventFilter, SubscriptionSpec};
+    /// use soorma::Topic;
+    ///
+    /// let platform = soorma::Platform::embedded();
+    /// let spec = SubscriptionSpec::new("alerts", Topic::SystemEvents, EventFilter::All);
+    /// let mut sub = platform.bus().subscribe(spec).await?;
+    /// // Nothing published yet: waiting can be bounded (and cancelled) safely.
+    /// assert!(tokio::time::timeout(Duration::from_millis(10), sub.next()).await.is_err());
+    /// # Ok(()) }
+    /// ```
+    fn next(&mut self) -> BoxFuture<'_, Option<Delivery>>;
+}
+
+/// A platform's event transport.
+///
+/// ```
+/// # #[tokio::main(flavor = "current_thread")] async fn main() -> soorma::Result<()> {
+/// use soorma::bus::{EventFilter, SubscriptionSpec};
+/// use soorma::{EventEnvelope, Topic};
+///
+/// let platform = soorma::Platform::embedded();
+/// let bus = platform.bus(); // &Arc<dyn EventBus>
+/// let mut sub = bus.subscribe(SubscriptionSpec::new("audit", Topic::BusinessFacts, EventFilter::All)).await?;
+/// bus.publish(EventEnvelope::new("e1", "shop", Topic::BusinessFacts, "order.placed")).await?;
+/// assert_eq!(sub.next().await.unwrap().envelope.id, "e1");
+/// # Ok(()) }
+/// ```
+pub trait EventBus: Send + Sync + 'static {
+    /// Publishes one event.
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")] async fn main() -> soorma::Result<()> {
+    /// use soorma::bus::EventBus;
+    /// use soorma::{EventEnvelope, Topic};
+    ///
+    /// let t = soorma::testing::TestPlatform::new();
+    /// let env = EventEnvelope::new("e1", "shop", Topic::BusinessFacts, "order.placed").with_tenant_id("acme");
+    /// t.platform().bus().publish(env).await?; // published as is
+    /// assert_eq!(t.events()[0].tenant_id.as_deref(), Some("acme"));
+    /// # Ok(()) }
+    /// ```
+    fn publish(&self, envelope: EventEnvelope) -> BoxFuture<'_, Result<()>>;
+    /// Subscribes; the subscription is live when the returned future resolves.
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")] async fn main() -> soorma::Result<()> {
+    /// use soorma::bus::{EventBus, EventFilter, SubscriptionSpec};
+    /// use soorma::{EventEnvelope, Topic};
+    ///
+    /// let bus = soorma::embedded::EmbeddedBus::new();
+    /// let spec = |group: &str| SubscriptionSpec::new(group, Topic::BusinessFacts, EventFilter::All);
+    /// let (mut billing, mut shipping) = (bus.subscribe(spec("billing")).await?, bus.subscribe(spec("shipping")).await?);
+    /// bus.publish(EventEnvelope::new("e1", "shop", Topic::BusinessFacts, "order.placed")).await?;
+    /// // Different groups each receive the event.
+    /// assert_eq!(billing.next().await.unwrap().envelope.id, shipping.next().await.unwrap().envelope.id);
+    /// # Ok(()) }
+    /// ```
+    fn subscribe(&self, spec: SubscriptionSpec) -> BoxFuture<'_, Result<Box<dyn Subscription>>>;
+    /// Observes every event (of one topic, or of all), every tenant, without taking part in any
+    /// consumer group: for tests, tools and `events tail`. Deliveries need no settling.
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")] async fn main() -> soorma::Result<()> {
+    /// use soorma::bus::EventBus;
+    /// use soorma::{EventEnvelope, Topic};
+    ///
+    /// let bus = soorma::embedded::EmbeddedBus::new();
+    /// let mut all = bus.observe(None).await?;
+    /// bus.publish(EventEnvelope::new("e1", "shop", Topic::BusinessFacts, "order.placed")).await?;
+    /// assert_eq!(all.next().await.unwrap().envelope.id, "e1");
+    /// # Ok(()) }
+    /// ```
+    fn observe(&self, topic: Option<Topic>) -> BoxFuture<'_, Result<Box<dyn Subscription>>>;
+}
