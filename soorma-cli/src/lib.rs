@@ -27,6 +27,7 @@ pub mod dev;
 mod error;
 pub mod events;
 pub mod mcp;
+pub mod output;
 pub mod platform;
 pub mod scaffold;
 
@@ -34,6 +35,8 @@ use std::path::PathBuf;
 
 use clap::{Args, Parser, Subcommand};
 use soorma::Topic;
+
+use crate::output::out;
 
 pub use error::CliError;
 pub use scaffold::Kind;
@@ -217,8 +220,7 @@ pub async fn run(cli: Cli) -> Result<(), CliError> {
                 soorma_path: args.soorma_path,
             };
             let dir = scaffold::scaffold(&options)?;
-            print!("{}", scaffold::next_steps(&options, &dir));
-            Ok(())
+            out!("{}", scaffold::next_steps(&options, &dir))
         }
         Command::Dev(args) => {
             dev::run(dev::DevOptions {

@@ -140,6 +140,56 @@ fn new_worker_includes_the_tool_it_delegates_to() {
     assert!(manifest.contains(&dependency), "{manifest}");
 }
 
+/// A pipe whose reading end is already closed: the first write to it fails with `EPIPE`.
+fn closed_pipe() -> std::process::Stdio {
+    let (reader, writer) = std::io::pipe().expect("a pipe");
+    drop(reader);
+    writer.into()
+}
+
+/// Runs `soorma` with its stdout connected to a closed pipe.
+fn soorma_into_closed_pipe(args: &[&str], dir: &Path) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_soorma"))
+        .args(args)
+        .current_dir(dir)
+        .stdout(closed_pipe())
+        .stderr(std::process::Stdio::piped())
+        .output()
+        .expect("run soorma")
+}
+
+#[test]
+fn a_closed_stdout_ends_quietly_instead_of_panicking() {
+    let tmp = TempDir::new();
+    // `soorma new` prints its next steps after creating the crate; `| head -0` closes the pipe.
+    let out = soorma_into_closed_pipe(
+        &["new", "piped", "--kind", "planner", "--path", "."],
+        &tmp.0,
+    );
+    let err = stderr(&out);
+    assert!(!err.contains("panicked"), "{err}");
+    assert_eq!(out.status.code(), Some(0), "{err}");
+    assert!(err.is_empty(), "quiet: {err}");
+    assert!(
+        tmp.0.join("piped/Cargo.toml").is_file(),
+        "the crate was still created"
+    );
+
+    // clap's help and version output.
+    for args in [
+        &["--help"][..],
+        &["--version"],
+        &["new", "--help"],
+        &["events", "tail", "--help"],
+        &["mcp", "call", "--help"],
+    ] {
+        let out = soorma_into_closed_pipe(args, &tmp.0);
+        let err = stderr(&out);
+        assert!(!err.contains("panicked"), "{args:?}: {err}");
+        assert_eq!(out.status.code(), Some(0), "{args:?}: {err}");
+    }
+}
+
 #[test]
 fn invalid_names_are_refused_with_the_reason_and_nothing_is_written() {
     let tmp = TempDir::new();
