@@ -28,12 +28,30 @@ pub enum Kind {
 }
 
 impl Kind {
-    /// `tool` or `worker`.
+    /// Every kind, in the order `--help` lists them.
+    pub const ALL: [Kind; 3] = [Kind::Tool, Kind::Worker, Kind::Planner];
+
+    /// The kind's name on the command line: `tool`, `worker` or `planner`.
     pub fn as_str(self) -> &'static str {
         match self {
             Kind::Tool => "tool",
             Kind::Worker => "worker",
             Kind::Planner => "planner",
+        }
+    }
+
+    /// What `--kind <this>` generates, in one line (for `--help`).
+    pub fn about(self) -> &'static str {
+        match self {
+            Kind::Tool => "a typed request → reply handler (#[on_invoke])",
+            Kind::Worker => {
+                "a task handler (#[on_task]) that delegates to a tool and completes with its \
+                 result (#[on_result]); the tool is generated too"
+            }
+            Kind::Planner => {
+                "a goal handler (#[on_goal]) that runs a state-machine plan whose action calls a \
+                 tool; the tool is generated too"
+            }
         }
     }
 

@@ -190,6 +190,83 @@ fn a_closed_stdout_ends_quietly_instead_of_panicking() {
     }
 }
 
+/// `soorma <args> --help`, which must succeed.
+fn help(args: &[&str]) -> String {
+    let mut all = args.to_vec();
+    all.push("--help");
+    let out = soorma(&all);
+    assert!(out.status.success(), "{all:?}: {}", stderr(&out));
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
+#[test]
+fn help_names_every_accepted_value() {
+    let kinds = ["tool", "worker", "planner"];
+    let new = help(&["new"]);
+    for kind in kinds {
+        assert!(
+            new.contains(kind),
+            "`soorma new --help` omits {kind}:\n{new}"
+        );
+    }
+    assert!(
+        new.contains("Possible values:") && new.contains("- planner:"),
+        "the kinds are listed as values, each with what it generates:\n{new}"
+    );
+    // `-h` (short help) lists them too.
+    let out = soorma(&["new", "-h"]);
+    let short = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        short.contains("[possible values: tool, worker, planner]"),
+        "{short}"
+    );
+
+    // The top level's summary of `new`.
+    let top = help(&[]);
+    let new_line = top
+        .lines()
+        .find(|l| l.trim_start().starts_with("new "))
+        .unwrap_or_else(|| panic!("no `new` line:\n{top}"));
+    for kind in kinds {
+        assert!(new_line.contains(kind), "{new_line}");
+    }
+
+    // `events tail --topic`: every topic.
+    let tail = help(&["events", "tail"]);
+    for topic in soorma::Topic::ALL {
+        assert!(
+            tail.contains(topic.as_str()),
+            "`soorma events tail --help` omits {topic}:\n{tail}"
+        );
+    }
+    let out = soorma(&["events", "tail", "--topic", "nope"]);
+    assert_eq!(out.status.code(), Some(2));
+    assert!(
+        stderr(&out).contains("unknown topic `nope`; expected one of business-facts"),
+        "{}",
+        stderr(&out)
+    );
+
+    // Every subcommand has a help page naming its options.
+    for (args, expected) in [
+        (&["dev"][..], &["--port", "--store"][..]),
+        (&["agents"], &["--json"]),
+        (&["card"], &["--url", "--v0-3"]),
+        (&["mcp", "tools"], &["--config", "--json"]),
+        (&["mcp", "call"], &["--args", "--timeout-ms", "--config"]),
+        (&["mcp", "bridge"], &["--config", "--name"]),
+        (&["mcp", "serve"], &["--http", "--agent"]),
+    ] {
+        let text = help(args);
+        for option in expected {
+            assert!(
+                text.contains(option),
+                "{args:?} --help omits {option}:\n{text}"
+            );
+        }
+    }
+}
+
 #[test]
 fn invalid_names_are_refused_with_the_reason_and_nothing_is_written() {
     let tmp = TempDir::new();
@@ -286,6 +363,7 @@ fn new_planner_includes_its_plan_and_the_tool_it_calls() {
         "every placeholder is substituted"
     );
     let unknown = soorma(&["new", "x", "--kind", "robot"]);
+    assert_eq!(unknown.status.code(), Some(2));
     let err = stderr(&unknown);
     assert!(
         err.contains("unknown kind `robot`; available kinds: tool, worker, planner"),
