@@ -145,7 +145,8 @@ pub struct NewArgs {
     #[arg(long, value_name = "DIR", default_value = ".")]
     pub path: PathBuf,
     /// Depend on a local soorma checkout: the path of its `soorma/` crate directory.
-    /// Without it the crate depends on the soorma version of this CLI from crates.io.
+    /// Default: the checkout this CLI was built from, when it was built from one that still
+    /// exists; else this CLI's soorma version from crates.io.
     #[arg(long, value_name = "PATH")]
     pub soorma_path: Option<PathBuf>,
 }
@@ -268,8 +269,8 @@ pub async fn run(cli: Cli) -> Result<(), CliError> {
                 parent: args.path,
                 soorma_path: args.soorma_path,
             };
-            let dir = scaffold::scaffold(&options)?;
-            out!("{}", scaffold::next_steps(&options, &dir))
+            let created = scaffold::scaffold(&options)?;
+            out!("{}", scaffold::next_steps(&options, &created))
         }
         Command::Dev(args) => {
             dev::run(dev::DevOptions {

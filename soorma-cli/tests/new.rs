@@ -130,14 +130,62 @@ fn new_worker_includes_the_tool_it_delegates_to() {
     );
     assert!(main.contains("task.delegate(") && main.contains("task.complete("));
     assert!(main.contains("#[tokio::test]"));
+}
 
-    // Without --soorma-path: the soorma version of this CLI.
-    let manifest = read(dir.join("Cargo.toml"));
+#[test]
+fn without_soorma_path_a_cli_built_from_a_checkout_depends_on_that_checkout() {
+    // This binary was built from this workspace, so its `soorma/` crate is the dependency
+    // (a `version = "0.1.0"` one would not resolve before soorma is published, and the printed
+    // `cargo test` would fail). The registry case is unit-tested in `scaffold.rs`.
+    let tmp = TempDir::new();
+    let out = soorma(&[
+        "new",
+        "default-dep",
+        "--kind",
+        "tool",
+        "--path",
+        tmp.0.to_str().unwrap(),
+    ]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    let manifest = read(tmp.0.join("default-dep/Cargo.toml"));
+    let checkout = std::fs::canonicalize(soorma_crate()).unwrap();
     let dependency = format!(
-        "soorma = {{ version = \"{}\", features = [\"nats\"] }}",
-        env!("CARGO_PKG_VERSION")
+        "soorma = {{ path = \"{}\", features = [\"nats\"] }}",
+        checkout.display()
     );
     assert!(manifest.contains(&dependency), "{manifest}");
+    assert!(!manifest.contains("soorma = { version"), "{manifest}");
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        stdout.contains(&format!("soorma from {}", checkout.display())),
+        "says which soorma it uses:\n{stdout}"
+    );
+}
+
+#[test]
+fn the_printed_cd_line_enters_the_new_crate() {
+    // `--path` relative to the working directory, with a space: the `cd` line is relative to
+    // where `soorma new` ran and quoted for the shell.
+    let tmp = TempDir::new();
+    let out = Command::new(env!("CARGO_BIN_EXE_soorma"))
+        .args(["new", "cd-check", "--kind", "tool", "--path", "my agents"])
+        .current_dir(&tmp.0)
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", stderr(&out));
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let cd = stdout
+        .lines()
+        .map(str::trim)
+        .find(|l| l.starts_with("cd "))
+        .unwrap_or_else(|| panic!("no cd line:\n{stdout}"));
+    let sh = Command::new("sh")
+        .arg("-c")
+        .arg(format!("{cd} && test -f Cargo.toml && test -f src/main.rs"))
+        .current_dir(&tmp.0)
+        .output()
+        .unwrap();
+    assert!(sh.status.success(), "`{cd}` failed: {}", stderr(&sh));
 }
 
 /// A pipe whose reading end is already closed: the first write to it fails with `EPIPE`.
