@@ -7,6 +7,7 @@ use soorma::registry::Requirements;
 use soorma::{AgentDefinition, AgentKind};
 
 use crate::CliError;
+use crate::output::{out, outln};
 use crate::platform::connect;
 
 /// `soorma agents [--json]`: prints every registered agent of the shared platform.
@@ -22,11 +23,10 @@ pub async fn list(json: bool) -> Result<(), CliError> {
             what: "the agent definitions",
             source,
         })?;
-        println!("{text}");
+        outln!("{text}")
     } else {
-        print!("{}", render_agents(&agents, &connected.url));
+        out!("{}", render_agents(&agents, &connected.url))
     }
-    Ok(())
 }
 
 /// The wire name of a kind (`tool`).
@@ -122,8 +122,7 @@ pub async fn card(name: &str, url: &str, v0_3: bool) -> Result<(), CliError> {
         .await?;
     let def = find_agent(&agents, name, &connected.url)?;
     let text = card_json(def, url, v0_3)?;
-    println!("{text}");
-    Ok(())
+    outln!("{text}")
 }
 
 /// The first registered instance of the agent called `name` (instances are sorted by id),

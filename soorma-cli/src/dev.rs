@@ -9,6 +9,7 @@ use std::time::{Duration, Instant};
 use soorma::nats::async_nats;
 
 use crate::CliError;
+use crate::output::{errln, outln};
 
 /// The environment variable naming the nats-server binary (else `nats-server` on `PATH`).
 pub const NATS_SERVER_ENV: &str = "SOORMA_NATS_SERVER";
@@ -150,15 +151,19 @@ pub async fn run(options: DevOptions) -> Result<(), CliError> {
     let url = format!("nats://127.0.0.1:{port}");
     server.wait_ready(port, &url, &log).await?;
 
-    eprintln!(
+    errln!(
         "nats-server {major}.{minor}.{patch} with JetStream is listening on 127.0.0.1:{port}\n\
          store: {} (log: {})\n\
          Run this in every shell that runs agents or soorma commands:\n",
         store.display(),
         log.display()
     );
-    println!("export SOORMA_NATS_URL={url}");
-    eprintln!("\nCtrl-C stops the server.");
+    // Nobody to tell the URL to (`soorma dev | head -0`): stop the server, exit quietly.
+    if let Err(e) = outln!("export SOORMA_NATS_URL={url}") {
+        server.stop().await;
+        return Err(e);
+    }
+    errln!("\nCtrl-C stops the server.");
 
     let signal = crate::shutdown_signal();
     tokio::pin!(signal);
@@ -175,9 +180,9 @@ pub async fn run(options: DevOptions) -> Result<(), CliError> {
             }
         }
     }
-    eprintln!("stopping nats-server ...");
+    errln!("stopping nats-server ...");
     let status = server.stop().await;
-    eprintln!(
+    errln!(
         "nats-server stopped ({status}); the store is kept in {}",
         store.display()
     );

@@ -2,10 +2,16 @@
 
 use std::path::PathBuf;
 
-/// Why a `soorma` command failed. The binary prints it as `error: <message>` and exits with 1.
+/// Why a `soorma` command failed. The binary prints it as `error: <message>` and exits with 1,
+/// except for [`CliError::StdoutClosed`], which ends the command quietly with status 0.
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
 pub enum CliError {
+    /// Stdout was closed by its reader (`soorma card ... | head -1`): there is nobody left to
+    /// print to. Not a failure: the binary exits with 0 and prints nothing (see
+    /// [`crate::output`]).
+    #[error("stdout was closed")]
+    StdoutClosed,
     /// `soorma new`: the name is not a usable crate name.
     #[error("invalid crate name `{name}`: {reason}")]
     InvalidName {

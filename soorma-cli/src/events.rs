@@ -1,10 +1,9 @@
 //! `soorma events tail`: live events of the shared platform.
 
-use std::io::{ErrorKind, Write};
-
 use soorma::{EventEnvelope, Topic};
 
 use crate::CliError;
+use crate::output::{errln, outln};
 use crate::platform::connect;
 
 /// How many characters of an event's compact JSON data a line shows.
@@ -61,11 +60,12 @@ impl TailOptions {
 /// Streams the shared platform's events to stdout until Ctrl-C or SIGTERM.
 ///
 /// Prints `tailing ...` on stderr once the subscription is live; events published from then on
-/// are printed. A closed stdout (`soorma events tail | head`) ends the command quietly.
+/// are printed. A closed stdout (`soorma events tail | head`) ends the command with
+/// [`CliError::StdoutClosed`], which the binary turns into a quiet exit with status 0.
 pub async fn tail(options: TailOptions) -> Result<(), CliError> {
     let connected = connect("events tail").await?;
     let mut events = connected.platform.bus().observe(options.topic).await?;
-    eprintln!(
+    errln!(
         "tailing {} on {}; Ctrl-C to stop",
         options.describe(),
         connected.url
@@ -92,18 +92,7 @@ pub async fn tail(options: TailOptions) -> Result<(), CliError> {
         } else {
             format_line(env)
         };
-        let mut out = std::io::stdout().lock();
-        match writeln!(out, "{line}").and_then(|()| out.flush()) {
-            Ok(()) => {}
-            Err(e) if e.kind() == ErrorKind::BrokenPipe => return Ok(()),
-            Err(e) => {
-                return Err(CliError::Io {
-                    what: "cannot write to",
-                    path: "stdout".into(),
-                    source: e,
-                });
-            }
-        }
+        outln!("{line}")?;
     }
 }
 

@@ -27,13 +27,18 @@ pub mod dev;
 mod error;
 pub mod events;
 pub mod mcp;
+pub mod output;
 pub mod platform;
 pub mod scaffold;
 
+use std::ffi::OsStr;
 use std::path::PathBuf;
 
+use clap::builder::{PossibleValue, TypedValueParser};
 use clap::{Args, Parser, Subcommand};
 use soorma::Topic;
+
+use crate::output::out;
 
 pub use error::CliError;
 pub use scaffold::Kind;
@@ -56,7 +61,8 @@ pub struct Cli {
 /// The subcommands.
 #[derive(Debug, Subcommand)]
 pub enum Command {
-    /// Create a new agent crate (a tool or a worker) with a working agent and its test.
+    /// Create a new agent crate (a tool, a worker or a planner) with a working agent and its
+    /// test.
     New(NewArgs),
     /// Run a local nats-server with JetStream and print the SOORMA_NATS_URL to export.
     Dev(DevArgs),
@@ -132,21 +138,68 @@ pub struct NewArgs {
     /// The crate's name (also the agent's name): lowercase letters, digits, `-` and `_`, starting with a
     /// letter.
     pub name: String,
-    /// What to generate: `tool` (request → reply) or `worker` (a task that delegates to a
-    /// tool and completes).
-    #[arg(long, value_parser = parse_kind)]
+    /// What to generate.
+    #[arg(long, value_parser = kind_parser())]
     pub kind: Kind,
     /// The directory to create the crate in (the crate goes into `<DIR>/<name>`).
     #[arg(long, value_name = "DIR", default_value = ".")]
     pub path: PathBuf,
     /// Depend on a local soorma checkout: the path of its `soorma/` crate directory.
-    /// Without it the crate depends on the soorma version of this CLI from crates.io.
+    /// Default: the checkout this CLI was built from, when it was built from one that still
+    /// exists; else this CLI's soorma version from crates.io.
     #[arg(long, value_name = "PATH")]
     pub soorma_path: Option<PathBuf>,
 }
 
-fn parse_kind(s: &str) -> Result<Kind, String> {
-    s.parse()
+/// A value parser that names the values it accepts (in `--help`, `-h` and completions) and
+/// parses with `parse`, whose error message clap shows as it is.
+#[derive(Clone)]
+struct Listed<T> {
+    values: fn() -> Vec<PossibleValue>,
+    parse: fn(&str) -> Result<T, String>,
+}
+
+impl<T: Clone + Send + Sync + 'static> TypedValueParser for Listed<T> {
+    type Value = T;
+
+    fn parse_ref(
+        &self,
+        cmd: &clap::Command,
+        arg: Option<&clap::Arg>,
+        value: &OsStr,
+    ) -> Result<T, clap::Error> {
+        self.parse.parse_ref(cmd, arg, value)
+    }
+
+    fn possible_values(&self) -> Option<Box<dyn Iterator<Item = PossibleValue> + '_>> {
+        Some(Box::new((self.values)().into_iter()))
+    }
+}
+
+/// `--kind`: every [`Kind`], each with what it generates.
+fn kind_parser() -> Listed<Kind> {
+    Listed {
+        values: || {
+            Kind::ALL
+                .iter()
+                .map(|k| PossibleValue::new(k.as_str()).help(k.about()))
+                .collect()
+        },
+        parse: str::parse,
+    }
+}
+
+/// `--topic`: every [`Topic`].
+fn topic_parser() -> Listed<Topic> {
+    Listed {
+        values: || {
+            Topic::ALL
+                .iter()
+                .map(|t| PossibleValue::new(t.as_str()))
+                .collect()
+        },
+        parse: |s| s.parse::<Topic>().map_err(|e| e.to_string()),
+    }
 }
 
 /// `soorma dev`.
@@ -192,8 +245,8 @@ pub enum EventsCommand {
 /// `soorma events tail`.
 #[derive(Debug, Args)]
 pub struct TailArgs {
-    /// Only this topic (e.g. `action-requests`, `business-facts`).
-    #[arg(long)]
+    /// Only this topic.
+    #[arg(long, value_parser = topic_parser())]
     pub topic: Option<Topic>,
     /// Only events of this type (repeat for several).
     #[arg(long = "event", value_name = "EVENT")]
@@ -216,9 +269,8 @@ pub async fn run(cli: Cli) -> Result<(), CliError> {
                 parent: args.path,
                 soorma_path: args.soorma_path,
             };
-            let dir = scaffold::scaffold(&options)?;
-            print!("{}", scaffold::next_steps(&options, &dir));
-            Ok(())
+            let created = scaffold::scaffold(&options)?;
+            out!("{}", scaffold::next_steps(&options, &created))
         }
         Command::Dev(args) => {
             dev::run(dev::DevOptions {

@@ -11,6 +11,7 @@ use soorma::mcp::{
 };
 
 use crate::CliError;
+use crate::output::{errln, out, outln};
 use crate::platform::connect;
 
 /// `soorma mcp tools --config <mcp.json> [--json]`: the tools of every configured server.
@@ -36,16 +37,13 @@ pub async fn tools(config: &Path, json: bool) -> Result<(), CliError> {
                 }
             }
             serde_json::to_string_pretty(&all)
-                .map(|text| println!("{text}"))
                 .map_err(|source| CliError::Json {
                     what: "the tools",
                     source,
                 })
+                .and_then(|text| outln!("{text}"))
         }
-        Ok(tools) => {
-            print!("{}", render_tools(&tools));
-            Ok(())
-        }
+        Ok(tools) => out!("{}", render_tools(&tools)),
         Err(e) => Err(e.into()),
     };
     mcp.shutdown().await;
@@ -106,8 +104,7 @@ pub async fn call(
         what: "the tool's output",
         source,
     })?;
-    println!("{text}");
-    Ok(())
+    outln!("{text}")
 }
 
 /// `soorma mcp bridge --config <mcp.json> [--name N]`: bridges the configured servers' tools
@@ -127,19 +124,24 @@ pub async fn bridge(config: &Path, name: Option<String>) -> Result<(), CliError>
         }
     };
     let capabilities = &handle.definition().capabilities;
-    println!(
-        "bridged {} MCP tools onto {} as agent `{}`:",
+    let mut listing = format!(
+        "bridged {} MCP tools onto {} as agent `{}`:\n",
         capabilities.len(),
         connected.url,
         handle.name()
     );
     for cap in capabilities {
-        println!("  {}", cap.consumed_event.event_name);
+        let _ = writeln!(listing, "  {}", cap.consumed_event.event_name);
     }
-    println!("Ctrl-C to stop");
-    crate::shutdown_signal().await;
+    listing.push_str("Ctrl-C to stop");
+    // A closed stdout ends the bridge (after stopping it) like Ctrl-C does.
+    let printed = outln!("{listing}");
+    if printed.is_ok() {
+        crate::shutdown_signal().await;
+    }
     let stopped = handle.shutdown().await;
     mcp.shutdown().await;
+    printed?;
     stopped.map_err(Into::into)
 }
 
@@ -154,7 +156,7 @@ pub async fn serve(http: Option<SocketAddr>, agents: Vec<String>) -> Result<(), 
     }
     match http {
         None => {
-            eprintln!(
+            errln!(
                 "serving the agents of {} over MCP on stdin/stdout",
                 connected.url
             );
@@ -168,14 +170,17 @@ pub async fn serve(http: Option<SocketAddr>, agents: Vec<String>) -> Result<(), 
                 })
             })?;
             let handle = server.spawn(listener).await?;
-            println!(
+            // A closed stdout stops serving like Ctrl-C does.
+            let printed = outln!(
                 "serving the agents of {} over MCP at {}\nCtrl-C to stop",
                 connected.url,
                 handle.url()
             );
-            crate::shutdown_signal().await;
+            if printed.is_ok() {
+                crate::shutdown_signal().await;
+            }
             handle.shutdown().await;
-            Ok(())
+            printed
         }
     }
 }

@@ -28,12 +28,30 @@ pub enum Kind {
 }
 
 impl Kind {
-    /// `tool` or `worker`.
+    /// Every kind, in the order `--help` lists them.
+    pub const ALL: [Kind; 3] = [Kind::Tool, Kind::Worker, Kind::Planner];
+
+    /// The kind's name on the command line: `tool`, `worker` or `planner`.
     pub fn as_str(self) -> &'static str {
         match self {
             Kind::Tool => "tool",
             Kind::Worker => "worker",
             Kind::Planner => "planner",
+        }
+    }
+
+    /// What `--kind <this>` generates, in one line (for `--help`).
+    pub fn about(self) -> &'static str {
+        match self {
+            Kind::Tool => "a typed request → reply handler (#[on_invoke])",
+            Kind::Worker => {
+                "a task handler (#[on_task]) that delegates to a tool and completes with its \
+                 result (#[on_result]); the tool is generated too"
+            }
+            Kind::Planner => {
+                "a goal handler (#[on_goal]) that runs a state-machine plan whose action calls a \
+                 tool; the tool is generated too"
+            }
         }
     }
 
@@ -101,8 +119,91 @@ pub struct NewOptions {
     pub kind: Kind,
     /// The directory the crate directory is created in.
     pub parent: PathBuf,
-    /// A local `soorma/` crate directory to depend on (else the CLI's soorma version).
+    /// A local `soorma/` crate directory to depend on (else [`SoormaSource::resolve`]'s
+    /// default).
     pub soorma_path: Option<PathBuf>,
+}
+
+/// The `soorma/` crate directory of the checkout this CLI was built from, as it was at build
+/// time. The generated crates depend on it when it still is a soorma crate at run time.
+const CHECKOUT_SOORMA: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/../soorma");
+
+/// Where the generated crate's `soorma` dependency comes from.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum SoormaSource {
+    /// `--soorma-path`: a local soorma crate directory (absolute, canonical).
+    Given(PathBuf),
+    /// The soorma crate of the checkout this CLI was built from (absolute, canonical): the CLI
+    /// was built (or `cargo install --path`-ed) from a soorma workspace, whose soorma the
+    /// registry may not have (an unreleased version) and which is what the CLI itself uses.
+    Checkout(PathBuf),
+    /// This CLI's soorma version from crates.io: the CLI came from the registry, or its
+    /// checkout is gone.
+    Registry,
+}
+
+impl SoormaSource {
+    /// `--soorma-path` when given (checked: it must be a soorma crate directory), else the
+    /// checkout this CLI was built from when it still exists, else the registry.
+    ///
+    /// # Errors
+    /// [`CliError::BadSoormaPath`] when `given` is not a soorma crate directory.
+    pub fn resolve(given: Option<&Path>) -> Result<Self, CliError> {
+        Self::resolve_with(given, Path::new(CHECKOUT_SOORMA))
+    }
+
+    /// [`SoormaSource::resolve`] with `checkout` as the build-time checkout's crate directory.
+    fn resolve_with(given: Option<&Path>, checkout: &Path) -> Result<Self, CliError> {
+        if let Some(path) = given {
+            return resolve_soorma_path(path).map(SoormaSource::Given);
+        }
+        Ok(match std::fs::canonicalize(checkout) {
+            Ok(abs) if is_soorma_crate(&abs) => SoormaSource::Checkout(abs),
+            _ => SoormaSource::Registry,
+        })
+    }
+
+    /// The local crate directory, if any.
+    pub fn path(&self) -> Option<&Path> {
+        match self {
+            SoormaSource::Given(p) | SoormaSource::Checkout(p) => Some(p),
+            SoormaSource::Registry => None,
+        }
+    }
+
+    /// The `soorma = ...` line of the generated `Cargo.toml` (see [`soorma_dependency`]).
+    pub fn dependency(&self) -> String {
+        soorma_dependency(self.path())
+    }
+
+    /// Which soorma the crate uses, for the message `soorma new` prints.
+    ///
+    /// ```
+    /// use soorma_cli::scaffold::SoormaSource;
+    /// assert!(SoormaSource::Registry.describe().ends_with(" from crates.io"));
+    /// ```
+    pub fn describe(&self) -> String {
+        match self {
+            SoormaSource::Given(p) => format!("soorma from {} (--soorma-path)", p.display()),
+            SoormaSource::Checkout(p) => format!(
+                "soorma from {} (the checkout this soorma CLI was built from; --soorma-path \
+                 picks another)",
+                p.display()
+            ),
+            SoormaSource::Registry => {
+                format!("soorma {} from crates.io", env!("CARGO_PKG_VERSION"))
+            }
+        }
+    }
+}
+
+/// What [`scaffold`] created.
+#[derive(Debug, Clone)]
+pub struct Scaffolded {
+    /// The crate directory, `<parent>/<name>`.
+    pub dir: PathBuf,
+    /// Where its `soorma` dependency comes from.
+    pub soorma: SoormaSource,
 }
 
 const KEYWORDS: &[&str] = &[
@@ -227,6 +328,15 @@ pub fn soorma_dependency(path: Option<&Path>) -> String {
     }
 }
 
+/// Whether `dir` holds the `Cargo.toml` of the `soorma` package.
+fn is_soorma_crate(dir: &Path) -> bool {
+    std::fs::read_to_string(dir.join("Cargo.toml")).is_ok_and(|manifest| {
+        manifest
+            .lines()
+            .any(|l| l.split_whitespace().collect::<String>() == "name=\"soorma\"")
+    })
+}
+
 /// The absolute path of a soorma crate directory, or why `path` is not one.
 fn resolve_soorma_path(path: &Path) -> Result<PathBuf, CliError> {
     let bad = |reason: String| CliError::BadSoormaPath {
@@ -238,11 +348,7 @@ fn resolve_soorma_path(path: &Path) -> Result<PathBuf, CliError> {
             "{e}; give the `soorma/` directory of a soorma checkout"
         ))
     })?;
-    let manifest = std::fs::read_to_string(abs.join("Cargo.toml")).unwrap_or_default();
-    let is_soorma = manifest
-        .lines()
-        .any(|l| l.split_whitespace().collect::<String>() == "name=\"soorma\"");
-    if is_soorma {
+    if is_soorma_crate(&abs) {
         return Ok(abs);
     }
     if abs.join("soorma").join("Cargo.toml").is_file() {
@@ -258,20 +364,16 @@ fn resolve_soorma_path(path: &Path) -> Result<PathBuf, CliError> {
     ))
 }
 
-/// Creates `<parent>/<name>` with `Cargo.toml`, `src/main.rs`, `README.md` and `.gitignore`;
-/// returns the crate directory. Refuses (writing nothing) when the name is invalid, the
-/// directory exists or `--soorma-path` is not a soorma crate.
-pub fn scaffold(options: &NewOptions) -> Result<PathBuf, CliError> {
+/// Creates `<parent>/<name>` with `Cargo.toml`, `src/main.rs`, `README.md` and `.gitignore`.
+/// Refuses (writing nothing) when the name is invalid, the directory exists or `--soorma-path`
+/// is not a soorma crate.
+pub fn scaffold(options: &NewOptions) -> Result<Scaffolded, CliError> {
     let name = options.name.as_str();
     validate_name(name).map_err(|reason| CliError::InvalidName {
         name: name.to_owned(),
         reason,
     })?;
-    let soorma_path = options
-        .soorma_path
-        .as_deref()
-        .map(resolve_soorma_path)
-        .transpose()?;
+    let soorma = SoormaSource::resolve(options.soorma_path.as_deref())?;
     let dir = options.parent.join(name);
     // `symlink_metadata`: a dangling symlink is in the way too.
     if dir.symlink_metadata().is_ok() {
@@ -291,7 +393,7 @@ pub fn scaffold(options: &NewOptions) -> Result<PathBuf, CliError> {
             io("cannot create directory", &dir)(e)
         }
     })?;
-    let dependency = soorma_dependency(soorma_path.as_deref());
+    let dependency = soorma.dependency();
     let summary = options.kind.summary(name);
     let vars = [
         ("name", name),
@@ -304,7 +406,7 @@ pub fn scaffold(options: &NewOptions) -> Result<PathBuf, CliError> {
         // The directory is ours (created above): leave no half-written crate behind.
         let _ = std::fs::remove_dir_all(&dir);
     }
-    written.map(|()| dir)
+    written.map(|()| Scaffolded { dir, soorma })
 }
 
 fn write_files(dir: &Path, kind: Kind, vars: &[(&str, &str)]) -> Result<(), CliError> {
@@ -330,19 +432,44 @@ fn write_files(dir: &Path, kind: Kind, vars: &[(&str, &str)]) -> Result<(), CliE
     Ok(())
 }
 
-/// What `soorma new` prints after creating the crate.
-pub fn next_steps(options: &NewOptions, dir: &Path) -> String {
+/// What `soorma new` prints after creating the crate: the commands to run next, which work
+/// as printed from the directory `soorma new` ran in (the `cd` argument is quoted for the
+/// shell when it needs to be).
+pub fn next_steps(options: &NewOptions, created: &Scaffolded) -> String {
     let kind = options.kind;
     format!(
-        "Created the {kind} `{name}` in {dir}\n\n\
-         \x20 cd {dir}\n\
+        "Created the {kind} `{name}` in {dir}, using {soorma}.\n\n\
+         \x20 cd {cd}\n\
          \x20 cargo test    # a round trip on the embedded platform\n\
          \x20 cargo run     # starts it on the embedded platform and sends it one request\n\n\
          With `soorma dev` running and SOORMA_NATS_URL exported, `cargo run` serves until Ctrl-C \
          and `soorma agents` lists it.\n",
         name = options.name,
-        dir = dir.display(),
+        dir = created.dir.display(),
+        soorma = created.soorma.describe(),
+        cd = shell_word(&created.dir.to_string_lossy()),
     )
+}
+
+/// `s` as one shell word: as it is when it has only characters no shell treats specially,
+/// else quoted (single quotes for POSIX shells, double quotes on Windows).
+///
+/// ```
+/// use soorma_cli::scaffold::shell_word;
+/// assert_eq!(shell_word("./agents/my-tool"), "./agents/my-tool");
+/// # #[cfg(unix)]
+/// assert_eq!(shell_word("my agents/it's"), r"'my agents/it'\''s'");
+/// ```
+pub fn shell_word(s: &str) -> String {
+    let plain = |c: char| c.is_ascii_alphanumeric() || "/._-+,:@%=".contains(c);
+    if !s.is_empty() && s.chars().all(plain) {
+        return s.to_owned();
+    }
+    if cfg!(windows) {
+        format!("\"{s}\"")
+    } else {
+        format!("'{}'", s.replace('\'', r"'\''"))
+    }
 }
 
 #[cfg(test)]
@@ -389,6 +516,63 @@ mod tests {
             assert!(validate_name(bad).is_err(), "{bad:?} accepted");
         }
         assert!(validate_name(&"a".repeat(65)).is_err());
+    }
+
+    /// A fresh temporary directory (removed by the test).
+    fn temp_dir(tag: &str) -> PathBuf {
+        let dir = std::env::temp_dir().join(format!("soorma-cli-{tag}-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).unwrap();
+        dir
+    }
+
+    #[test]
+    fn the_build_checkout_is_the_default_when_it_is_a_soorma_crate() {
+        // This test binary was built from a checkout: its soorma crate is the default.
+        let checkout = std::fs::canonicalize(CHECKOUT_SOORMA).unwrap();
+        assert_eq!(
+            SoormaSource::resolve(None).unwrap(),
+            SoormaSource::Checkout(checkout.clone())
+        );
+        assert_eq!(
+            SoormaSource::resolve(None).unwrap().dependency(),
+            format!(
+                "soorma = {{ path = {}, features = [\"nats\"] }}",
+                toml_string(&checkout.to_string_lossy())
+            )
+        );
+
+        // A CLI from the registry: `<registry>/soorma-cli-0.1.0/../soorma` does not exist, or
+        // is some other crate.
+        let dir = temp_dir("no-checkout");
+        assert_eq!(
+            SoormaSource::resolve_with(None, &dir.join("soorma")).unwrap(),
+            SoormaSource::Registry
+        );
+        std::fs::create_dir_all(dir.join("soorma")).unwrap();
+        std::fs::write(
+            dir.join("soorma/Cargo.toml"),
+            "[package]\nname = \"soorma-fork\"\n",
+        )
+        .unwrap();
+        let registry = SoormaSource::resolve_with(None, &dir.join("soorma")).unwrap();
+        assert_eq!(registry, SoormaSource::Registry);
+        assert_eq!(
+            registry.dependency(),
+            format!(
+                "soorma = {{ version = \"{}\", features = [\"nats\"] }}",
+                env!("CARGO_PKG_VERSION")
+            )
+        );
+
+        // --soorma-path overrides both, and is checked.
+        let given = SoormaSource::resolve_with(Some(Path::new(CHECKOUT_SOORMA)), &dir).unwrap();
+        assert_eq!(given, SoormaSource::Given(checkout));
+        assert!(matches!(
+            SoormaSource::resolve_with(Some(&dir.join("soorma")), Path::new(CHECKOUT_SOORMA)),
+            Err(CliError::BadSoormaPath { .. })
+        ));
+        let _ = std::fs::remove_dir_all(&dir);
     }
 
     #[test]

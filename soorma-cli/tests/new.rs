@@ -130,14 +130,189 @@ fn new_worker_includes_the_tool_it_delegates_to() {
     );
     assert!(main.contains("task.delegate(") && main.contains("task.complete("));
     assert!(main.contains("#[tokio::test]"));
+}
 
-    // Without --soorma-path: the soorma version of this CLI.
-    let manifest = read(dir.join("Cargo.toml"));
+#[test]
+fn without_soorma_path_a_cli_built_from_a_checkout_depends_on_that_checkout() {
+    // This binary was built from this workspace, so its `soorma/` crate is the dependency
+    // (a `version = "0.1.0"` one would not resolve before soorma is published, and the printed
+    // `cargo test` would fail). The registry case is unit-tested in `scaffold.rs`.
+    let tmp = TempDir::new();
+    let out = soorma(&[
+        "new",
+        "default-dep",
+        "--kind",
+        "tool",
+        "--path",
+        tmp.0.to_str().unwrap(),
+    ]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    let manifest = read(tmp.0.join("default-dep/Cargo.toml"));
+    let checkout = std::fs::canonicalize(soorma_crate()).unwrap();
     let dependency = format!(
-        "soorma = {{ version = \"{}\", features = [\"nats\"] }}",
-        env!("CARGO_PKG_VERSION")
+        "soorma = {{ path = \"{}\", features = [\"nats\"] }}",
+        checkout.display()
     );
     assert!(manifest.contains(&dependency), "{manifest}");
+    assert!(!manifest.contains("soorma = { version"), "{manifest}");
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        stdout.contains(&format!("soorma from {}", checkout.display())),
+        "says which soorma it uses:\n{stdout}"
+    );
+}
+
+#[test]
+fn the_printed_cd_line_enters_the_new_crate() {
+    // `--path` relative to the working directory, with a space: the `cd` line is relative to
+    // where `soorma new` ran and quoted for the shell.
+    let tmp = TempDir::new();
+    let out = Command::new(env!("CARGO_BIN_EXE_soorma"))
+        .args(["new", "cd-check", "--kind", "tool", "--path", "my agents"])
+        .current_dir(&tmp.0)
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", stderr(&out));
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let cd = stdout
+        .lines()
+        .map(str::trim)
+        .find(|l| l.starts_with("cd "))
+        .unwrap_or_else(|| panic!("no cd line:\n{stdout}"));
+    let sh = Command::new("sh")
+        .arg("-c")
+        .arg(format!("{cd} && test -f Cargo.toml && test -f src/main.rs"))
+        .current_dir(&tmp.0)
+        .output()
+        .unwrap();
+    assert!(sh.status.success(), "`{cd}` failed: {}", stderr(&sh));
+}
+
+/// A pipe whose reading end is already closed: the first write to it fails with `EPIPE`.
+fn closed_pipe() -> std::process::Stdio {
+    let (reader, writer) = std::io::pipe().expect("a pipe");
+    drop(reader);
+    writer.into()
+}
+
+/// Runs `soorma` with its stdout connected to a closed pipe.
+fn soorma_into_closed_pipe(args: &[&str], dir: &Path) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_soorma"))
+        .args(args)
+        .current_dir(dir)
+        .stdout(closed_pipe())
+        .stderr(std::process::Stdio::piped())
+        .output()
+        .expect("run soorma")
+}
+
+#[test]
+fn a_closed_stdout_ends_quietly_instead_of_panicking() {
+    let tmp = TempDir::new();
+    // `soorma new` prints its next steps after creating the crate; `| head -0` closes the pipe.
+    let out = soorma_into_closed_pipe(
+        &["new", "piped", "--kind", "planner", "--path", "."],
+        &tmp.0,
+    );
+    let err = stderr(&out);
+    assert!(!err.contains("panicked"), "{err}");
+    assert_eq!(out.status.code(), Some(0), "{err}");
+    assert!(err.is_empty(), "quiet: {err}");
+    assert!(
+        tmp.0.join("piped/Cargo.toml").is_file(),
+        "the crate was still created"
+    );
+
+    // clap's help and version output.
+    for args in [
+        &["--help"][..],
+        &["--version"],
+        &["new", "--help"],
+        &["events", "tail", "--help"],
+        &["mcp", "call", "--help"],
+    ] {
+        let out = soorma_into_closed_pipe(args, &tmp.0);
+        let err = stderr(&out);
+        assert!(!err.contains("panicked"), "{args:?}: {err}");
+        assert_eq!(out.status.code(), Some(0), "{args:?}: {err}");
+    }
+}
+
+/// `soorma <args> --help`, which must succeed.
+fn help(args: &[&str]) -> String {
+    let mut all = args.to_vec();
+    all.push("--help");
+    let out = soorma(&all);
+    assert!(out.status.success(), "{all:?}: {}", stderr(&out));
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
+#[test]
+fn help_names_every_accepted_value() {
+    let kinds = ["tool", "worker", "planner"];
+    let new = help(&["new"]);
+    for kind in kinds {
+        assert!(
+            new.contains(kind),
+            "`soorma new --help` omits {kind}:\n{new}"
+        );
+    }
+    assert!(
+        new.contains("Possible values:") && new.contains("- planner:"),
+        "the kinds are listed as values, each with what it generates:\n{new}"
+    );
+    // `-h` (short help) lists them too.
+    let out = soorma(&["new", "-h"]);
+    let short = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        short.contains("[possible values: tool, worker, planner]"),
+        "{short}"
+    );
+
+    // The top level's summary of `new`.
+    let top = help(&[]);
+    let new_line = top
+        .lines()
+        .find(|l| l.trim_start().starts_with("new "))
+        .unwrap_or_else(|| panic!("no `new` line:\n{top}"));
+    for kind in kinds {
+        assert!(new_line.contains(kind), "{new_line}");
+    }
+
+    // `events tail --topic`: every topic.
+    let tail = help(&["events", "tail"]);
+    for topic in soorma::Topic::ALL {
+        assert!(
+            tail.contains(topic.as_str()),
+            "`soorma events tail --help` omits {topic}:\n{tail}"
+        );
+    }
+    let out = soorma(&["events", "tail", "--topic", "nope"]);
+    assert_eq!(out.status.code(), Some(2));
+    assert!(
+        stderr(&out).contains("unknown topic `nope`; expected one of business-facts"),
+        "{}",
+        stderr(&out)
+    );
+
+    // Every subcommand has a help page naming its options.
+    for (args, expected) in [
+        (&["dev"][..], &["--port", "--store"][..]),
+        (&["agents"], &["--json"]),
+        (&["card"], &["--url", "--v0-3"]),
+        (&["mcp", "tools"], &["--config", "--json"]),
+        (&["mcp", "call"], &["--args", "--timeout-ms", "--config"]),
+        (&["mcp", "bridge"], &["--config", "--name"]),
+        (&["mcp", "serve"], &["--http", "--agent"]),
+    ] {
+        let text = help(args);
+        for option in expected {
+            assert!(
+                text.contains(option),
+                "{args:?} --help omits {option}:\n{text}"
+            );
+        }
+    }
 }
 
 #[test]
@@ -236,6 +411,7 @@ fn new_planner_includes_its_plan_and_the_tool_it_calls() {
         "every placeholder is substituted"
     );
     let unknown = soorma(&["new", "x", "--kind", "robot"]);
+    assert_eq!(unknown.status.code(), Some(2));
     let err = stderr(&unknown);
     assert!(
         err.contains("unknown kind `robot`; available kinds: tool, worker, planner"),

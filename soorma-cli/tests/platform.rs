@@ -716,3 +716,131 @@ async fn mcp_bridge_and_serve_work_on_the_shared_platform() {
     calculator.shutdown().await.unwrap();
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+/// A pipe whose reading end is already closed (`soorma ... | head -0`): the first write to it
+/// fails with `EPIPE`.
+fn closed_pipe() -> Stdio {
+    let (reader, writer) = std::io::pipe().expect("a pipe");
+    drop(reader);
+    writer.into()
+}
+
+/// Runs `command` with its stdout closed and checks that it exited with 0, without a panic or
+/// an error message; returns its stderr.
+async fn run_into_closed_pipe(mut command: Command, what: &str) -> String {
+    command.stdout(closed_pipe()).stderr(Stdio::piped());
+    let out = output(command).await;
+    let err = text(&out.stderr);
+    assert!(!err.contains("panicked"), "{what}: {err}");
+    assert_eq!(out.status.code(), Some(0), "{what}: {err}");
+    assert!(!err.contains("error:"), "{what}: {err}");
+    err
+}
+
+/// Waits (bounded) for a child to exit.
+fn wait_exit(child: &mut Child, timeout: Duration) -> ExitStatus {
+    let deadline = Instant::now() + timeout;
+    loop {
+        if let Some(status) = child.try_wait().unwrap() {
+            return status;
+        }
+        assert!(Instant::now() < deadline, "soorma did not exit");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn platform_commands_end_quietly_when_stdout_is_closed() {
+    let server = NatsServer::start();
+    let url = server.url();
+    let platform = nats_platform(&server).await;
+    let calculator = start_calculator(&platform).await;
+    let gateway = "https://agents.example.com/calculator/a2a";
+
+    for args in [
+        &["agents"][..],
+        &["agents", "--json"],
+        &["card", "calculator", "--url", gateway],
+        &["card", "calculator", "--url", gateway, "--v0-3"],
+    ] {
+        run_into_closed_pipe(soorma(Some(&url), args), &format!("{args:?}")).await;
+    }
+
+    // `events tail` ends at the first event it cannot print.
+    let mut command = soorma(Some(&url), &["events", "tail"]);
+    let mut tail = command
+        .stdout(closed_pipe())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let stderr = lines(tail.stderr.take().unwrap());
+    wait_for(&stderr, Duration::from_secs(20), |l| {
+        l.starts_with("tailing ")
+    });
+    let bus = platform.client("tester").bus();
+    bus.announce("x.happened", json!({"n": 1})).await.unwrap();
+    let status = tokio::task::spawn_blocking(move || wait_exit(&mut tail, Duration::from_secs(20)))
+        .await
+        .unwrap();
+    let said = drain(&stderr, Duration::from_millis(200)).join("\n");
+    assert_eq!(status.code(), Some(0), "{said}");
+    assert!(
+        !said.contains("panicked") && !said.contains("error:"),
+        "{said}"
+    );
+
+    calculator.shutdown().await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn dev_with_a_closed_stdout_stops_its_server_and_exits_quietly() {
+    let port = free_port();
+    let store = temp_dir("dev-closed-stdout");
+    let args = [
+        "dev",
+        "--port",
+        &port.to_string(),
+        "--store",
+        store.to_str().unwrap(),
+    ];
+    // Nobody can read the `export SOORMA_NATS_URL=...` line: the server is stopped again.
+    run_into_closed_pipe(soorma(None, &args), "soorma dev").await;
+    assert!(
+        TcpStream::connect(("127.0.0.1", port)).is_err(),
+        "the server is stopped with soorma dev"
+    );
+    let _ = std::fs::remove_dir_all(&store);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn mcp_commands_end_quietly_when_stdout_is_closed() {
+    let dir = temp_dir("mcp-closed-stdout");
+    let config = everything_config(&dir);
+    let config = config.to_str().unwrap();
+    for args in [
+        &["mcp", "tools", "--config", config][..],
+        &["mcp", "tools", "--json", "--config", config],
+        &[
+            "mcp",
+            "call",
+            "get-sum",
+            "--args",
+            r#"{"a": 40, "b": 2}"#,
+            "--config",
+            config,
+        ],
+    ] {
+        run_into_closed_pipe(soorma(None, args), &format!("{args:?}")).await;
+    }
+
+    // The long-running ones stop what they started and exit.
+    let server = NatsServer::start();
+    let url = server.url();
+    let bridge = ["mcp", "bridge", "--config", config];
+    run_into_closed_pipe(soorma(Some(&url), &bridge), "mcp bridge").await;
+    let addr = format!("127.0.0.1:{}", free_port());
+    let serve = ["mcp", "serve", "--http", &addr];
+    run_into_closed_pipe(soorma(Some(&url), &serve), "mcp serve --http").await;
+    assert!(TcpStream::connect(&addr).is_err(), "no longer serving");
+    let _ = std::fs::remove_dir_all(&dir);
+}
