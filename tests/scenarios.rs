@@ -854,7 +854,7 @@ const FAN: usize = 1_000;
 /// Fans out to an event nobody serves; the test plays the sub-agents.
 async fn big(mut task: TaskContext<u32>) -> soorma::Result<()> {
     let d: Vec<Delegation> = (0..task.data)
-        .map(|i| Delegation::new("ghost.requested", &i, "ghost.completed"))
+        .map(|i| Delegation::new("ghost.requested", &i, "ghost.completed").skip_consumer_check())
         .collect();
     task.delegate_parallel(d).await?;
     Ok(())

@@ -77,20 +77,23 @@ pub mod testing;
 mod tls;
 mod util;
 
-pub use client::{Call, Client, Reply};
+pub use client::{Call, Client, Reply, TypedCall};
 pub use engine::{EngineParts, NATS_URL_ENV};
 pub use error::{Error, Result, SchemaViolation, ToolError};
 pub use layers::event::{Agent, Event};
 pub use layers::tool::{Invocation, Tool, ToolOutput};
 pub use layers::worker::{
-    Delegation, ResultContext, SUBTASKS_BUCKET, TASK_TIMEOUT_EVENT, TASKS_BUCKET, TaskContext,
-    Worker,
+    Delegated, Delegation, FanInHandler, FanInOutput, FromReplies, FromReply, ResultContext,
+    SUBTASKS_BUCKET, StateMap, SubTaskFailed, TASK_TIMEOUT_EVENT, TASKS_BUCKET, TaskContext,
+    TaskState, Worker,
 };
 pub use platform::Platform;
 pub use protocol::publish::{BusClient, Publish};
+pub use protocol::request::{OutgoingRequest, Request, RequestSet, reply_event_for};
 pub use runtime::agent::{AgentBuilder, AgentHandle};
 pub use runtime::extract::State;
-pub use runtime::handler::{Handler, HandlerFn, HandlerKind, HandlerOutput};
+pub use runtime::group::{Agents, AgentsHandle};
+pub use runtime::handler::{Handler, HandlerFn, HandlerFnWith, HandlerKind, HandlerOutput};
 pub use util::BoxFuture;
 
 /// The expression language of plan-transition conditions and action data templates
@@ -261,8 +264,9 @@ pub use soorma_macros::{on_event, on_goal, on_invoke, on_result, on_task, on_tra
 pub mod prelude {
     pub use crate::planner::{GoalContext, Plan, PlanContext, Planner};
     pub use crate::{
-        Agent, AgentBuilder, BusClient, Client, Delegation, Error, Event, Handler, Invocation,
-        Platform, ResultContext, State, TaskContext, Tool, ToolError, Topic, Worker,
+        Agent, AgentBuilder, Agents, BusClient, Client, Delegated, Delegation, Error, Event,
+        Handler, Invocation, Platform, Request, ResultContext, State, SubTaskFailed, TaskContext,
+        Tool, ToolError, Topic, Worker,
     };
     pub use soorma_macros::{on_event, on_goal, on_invoke, on_result, on_task, on_transition};
 }
@@ -271,7 +275,7 @@ pub mod prelude {
 #[doc(hidden)]
 pub mod __private {
     pub use crate::runtime::extract::FromHandlerInput;
-    pub use crate::runtime::handler::{Handler, HandlerRegistration};
+    pub use crate::runtime::handler::{Handler, HandlerRegistration, HandlerSet};
     pub use inventory;
     pub use schemars;
     pub use serde;

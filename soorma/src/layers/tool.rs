@@ -13,6 +13,7 @@ use soorma_common::{ActionReply, AgentKind, EventEnvelope, Topic};
 use crate::error::Result as SdkResult;
 use crate::protocol::decode_payload;
 use crate::protocol::reply::send_reply;
+use crate::protocol::request::Request;
 use crate::runtime::agent::AgentBuilder;
 use crate::runtime::context::context_accessors;
 use crate::runtime::extract::{AgentRuntime, HandlerInput};
@@ -211,6 +212,45 @@ impl Handler {
         h.response_schema = Some(SchemaSource::Of(schema_of::<<H::Output as ToolOutput>::Ok>));
         h.advertised = Advertised::Capability;
         h.on_failure = Some(reply_with_error);
+        h
+    }
+
+    /// A tool handler for the typed request `R`: the event is `R::EVENT`, and the handler
+    /// replies with `R::Reply`.
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")] async fn main() -> soorma::Result<()> {
+    /// use serde::{Deserialize, Serialize};
+    /// use soorma::prelude::*;
+    ///
+    /// #[derive(Serialize, Deserialize, schemars::JsonSchema)]
+    /// struct Shout { text: String }
+    ///
+    /// impl Request for Shout {
+    ///     const EVENT: &'static str = "shout.requested";
+    ///     type Reply = String;
+    /// }
+    ///
+    /// async fn shout(req: Invocation<Shout>) -> Result<String, ToolError> {
+    ///     Ok(req.data.text.to_uppercase())
+    /// }
+    ///
+    /// let h = Handler::invoke(shout);
+    /// assert_eq!(h.event(), "shout.requested");
+    /// # let platform = Platform::embedded();
+    /// # let tool = Tool::new("shouter").use_registered_handlers(false).handler(h).start(&platform).await?;
+    /// let loud = platform.client("docs").call(Shout { text: "hi".into() }).await?;
+    /// assert_eq!(loud, "HI");
+    /// # tool.shutdown().await?; Ok(()) }
+    /// ```
+    pub fn invoke<H, R, Args>(handler: H) -> Self
+    where
+        H: HandlerFn<Invocation<R>, Args>,
+        H::Output: ToolOutput<Ok = R::Reply>,
+        R: Request,
+    {
+        let mut h = Self::on_invoke(R::EVENT, handler);
+        h.reply_event = Some(R::reply_event());
         h
     }
 }

@@ -35,19 +35,27 @@ const COMPLETE_GROUPS_KEPT: usize = 256;
 struct MarkWaiter {
     group: String,
     seq: u32,
-    tx: tokio::sync::oneshot::Sender<std::result::Result<state::Versioned<TaskRecord>, String>>,
+    tx: tokio::sync::oneshot::Sender<std::result::Result<Marked, String>>,
+}
+
+/// A mark written: the stored task after the write, and whether this mark is the one that
+/// completed its group (true for exactly one mark per group, across every writer).
+#[derive(Debug, Clone)]
+pub(crate) struct Marked {
+    pub(crate) task: state::Versioned<TaskRecord>,
+    pub(crate) completed_group: bool,
 }
 
 impl FanIn {
     /// Marks sub-task `seq` of `group` finished in the task at `key`; returns the stored task
-    /// after a write that includes the mark.
+    /// after a write that includes the mark, and whether this mark completed the group.
     pub(crate) async fn mark(
         self: &Arc<Self>,
         store: Arc<dyn crate::spi::state::StateStore>,
         key: StateKey,
         group: String,
         seq: u32,
-    ) -> Result<state::Versioned<TaskRecord>> {
+    ) -> Result<Marked> {
         let (tx, rx) = tokio::sync::oneshot::channel();
         let lead = {
             let mut lanes = self.lanes.lock().expect("group marks lock");
@@ -111,35 +119,44 @@ impl FanIn {
                 std::mem::take(waiters)
             };
             let now = now_rfc3339();
+            // Which waiter's mark completed its group in the write that succeeds (recomputed
+            // on every attempt of the revision-checked update).
             let result = state::update_with(
                 &*store,
                 "task",
                 &key,
                 || Error::TaskNotFound(key.key.clone()),
                 |rec: &mut TaskRecord| {
+                    let mut completed = vec![false; batch.len()];
                     let mut changed = false;
-                    for w in &batch {
+                    for (i, w) in batch.iter().enumerate() {
                         let group = rec.groups.get_mut(&w.group).ok_or_else(|| {
                             Error::State(format!(
                                 "task `{}` has no delegation group `{}`",
                                 rec.task_id, w.group
                             ))
                         })?;
-                        changed |= group.mark_finished(w.seq);
+                        let was_complete = group.is_complete();
+                        let marked = group.mark_finished(w.seq);
+                        changed |= marked;
+                        completed[i] = marked && !was_complete && group.is_complete();
                     }
                     if changed {
                         rec.updated_at = Some(now.clone());
-                        Ok(Change::Write(()))
+                        Ok(Change::Write(completed))
                     } else {
-                        Ok(Change::Keep(()))
+                        Ok(Change::Keep(completed))
                     }
                 },
             )
             .await
-            .map(|((), stored)| stored)
             .map_err(|e| e.to_string());
-            for w in batch {
-                let _ = w.tx.send(result.clone());
+            for (i, w) in batch.into_iter().enumerate() {
+                let marked = result.as_ref().map(|(completed, stored)| Marked {
+                    task: stored.clone(),
+                    completed_group: completed[i],
+                });
+                let _ = w.tx.send(marked.map_err(Clone::clone));
             }
         }
     }

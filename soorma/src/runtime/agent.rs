@@ -10,7 +10,7 @@ use tokio::task::JoinHandle;
 use super::definition::definition;
 use super::dispatch::{Table, dispatch_loop};
 use super::extract::{AgentRuntime, Extensions};
-use super::handler::{Handler, StartHook, registered_for};
+use super::handler::{Assemble, Handler, StartHook, registered_for};
 use crate::error::{Error, Result};
 use crate::platform::Platform;
 use crate::spi::bus::{EventFilter, SubscriptionSpec};
@@ -169,6 +169,44 @@ impl AgentBuilder {
         self
     }
 
+    /// Adds several handlers: those of annotated functions listed with
+    /// [`handlers!`](crate::handlers), or any built at run time.
+    ///
+    /// ```
+    /// use soorma::prelude::*;
+    ///
+    /// async fn ping(_: Invocation) -> Result<String, ToolError> { Ok("pong".into()) }
+    /// async fn echo(req: Invocation<String>) -> Result<String, ToolError> { Ok(req.data) }
+    ///
+    /// let tool = Tool::new("utils").use_registered_handlers(false).handlers(vec![
+    ///     Handler::on_invoke("ping.requested", ping),
+    ///     Handler::on_invoke("echo.requested", echo),
+    /// ]);
+    /// assert_eq!(tool.definition().capabilities.len(), 2);
+    /// ```
+    pub fn handlers(mut self, handlers: impl IntoIterator<Item = Handler>) -> Self {
+        self.handlers.extend(handlers);
+        self
+    }
+
+    /// The agent's kind.
+    ///
+    /// ```
+    /// assert_eq!(soorma::Worker::new("w").kind(), soorma::AgentKind::Worker);
+    /// ```
+    pub fn kind(&self) -> AgentKind {
+        self.kind
+    }
+
+    /// The handlers given with [`handler`](Self::handler) / [`handlers`](Self::handlers).
+    pub(crate) fn listed_handlers(&self) -> &[Handler] {
+        &self.handlers
+    }
+
+    pub(crate) fn uses_registered_handlers(&self) -> bool {
+        self.from_inventory
+    }
+
     /// Whether to include the handlers registered by the attribute macros (default `true`).
     ///
     /// ```
@@ -214,10 +252,22 @@ impl AgentBuilder {
         self
     }
 
+    /// The listed handlers, then (unless turned off) the attribute-registered ones for this
+    /// agent that are not listed already.
     fn collect_handlers(&self) -> Vec<Handler> {
         let mut all = self.handlers.clone();
         if self.from_inventory {
-            all.extend(registered_for(&self.name));
+            let listed = |h: &Handler| {
+                h.fn_name.is_some()
+                    && self.handlers.iter().any(|l| {
+                        l.fn_name == h.fn_name && l.module == h.module && l.event == h.event
+                    })
+            };
+            all.extend(
+                registered_for(&self.name, self.kind)
+                    .into_iter()
+                    .filter(|h| !listed(h)),
+            );
         }
         all
     }
@@ -237,13 +287,14 @@ impl AgentBuilder {
     /// assert!(def.capabilities[0].consumed_event.response_schema.is_some());
     /// ```
     pub fn definition(&self) -> AgentDefinition {
+        let (handlers, _, _) = assemble(self.collect_handlers());
         definition(
             &self.name,
             self.kind,
             &self.version,
             &self.description,
             self.tenant.as_deref(),
-            &self.collect_handlers(),
+            &handlers,
             String::new(),
         )
     }
@@ -269,21 +320,12 @@ impl AgentBuilder {
     /// # Ok(()) }
     /// ```
     pub async fn start(self, platform: &Platform) -> Result<AgentHandle> {
-        let mut handlers = self.collect_handlers();
-        // Companions: a handler a layer adds when the agent has none of its kind (a planner's
-        // default transition).
-        let mut companions: Vec<Handler> = Vec::new();
-        for (kind, build) in handlers.iter().filter_map(|h| h.companion) {
-            let present = handlers.iter().chain(&companions).any(|h| h.kind == kind);
-            if !present {
-                companions.push(build());
-            }
-        }
-        handlers.extend(companions);
+        let collected = self.collect_handlers();
+        claim_unnamed(&self.name, &collected[self.handlers.len()..])?;
+        let (handlers, wiring, mut problems) = assemble(collected);
         if handlers.is_empty() {
             return Err(Error::NoHandlers { agent: self.name });
         }
-        let mut problems = Vec::new();
         let mut table = Table::default();
         for h in &handlers {
             for check in &h.checks {
@@ -332,6 +374,7 @@ impl AgentBuilder {
             kind: self.kind,
             platform: platform.clone(),
             extensions: self.extensions,
+            wiring,
             bus: platform.bus_client(&self.name),
         });
 
@@ -401,6 +444,78 @@ impl AgentBuilder {
     pub async fn run(self, platform: &Platform) -> Result<()> {
         self.start(platform).await?.shutdown_on_signal().await
     }
+}
+
+/// The agent that took the attribute-registered handlers naming no agent, in this process.
+static UNNAMED_TAKEN_BY: std::sync::Mutex<Option<String>> = std::sync::Mutex::new(None);
+
+/// Handlers naming no agent join the one agent a process starts from them: a second agent of
+/// another name taking them, or unnamed handlers from several crates (a linked library's and
+/// the application's), is an error rather than a silent join.
+fn claim_unnamed(agent: &str, handlers: &[Handler]) -> Result<()> {
+    let unnamed: Vec<&Handler> = handlers
+        .iter()
+        .filter(|h| h.fn_name.is_some() && h.named_agent.is_none())
+        .collect();
+    if unnamed.is_empty() {
+        return Ok(());
+    }
+    let crates: std::collections::BTreeSet<&str> = unnamed
+        .iter()
+        .filter_map(|h| h.module)
+        .map(|m| m.split("::").next().unwrap_or(m))
+        .collect();
+    if crates.len() > 1 {
+        return Err(Error::Misconfigured {
+            agent: agent.to_owned(),
+            problems: vec![format!(
+                "handlers naming no agent come from several crates ({}): {}; name their agent (`agent = \"...\"`) or list them with `handlers![..]`",
+                crates.iter().copied().collect::<Vec<_>>().join(", "),
+                describe(&unnamed)
+            )],
+        });
+    }
+    let mut taken = UNNAMED_TAKEN_BY
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner);
+    match taken.as_deref() {
+        Some(other) if other != agent => Err(Error::Misconfigured {
+            agent: agent.to_owned(),
+            problems: vec![format!(
+                "{} name no agent and already serve `{other}` in this process; name their agent (`agent = \"...\"`), or group the agents with `Agents` and list each one's handlers with `handlers![..]`",
+                describe(&unnamed)
+            )],
+        }),
+        _ => {
+            *taken = Some(agent.to_owned());
+            Ok(())
+        }
+    }
+}
+
+fn describe(handlers: &[&Handler]) -> String {
+    handlers
+        .iter()
+        .map(|h| h.label())
+        .collect::<Vec<_>>()
+        .join(", ")
+}
+
+/// Runs each layer's assembly of the handlers once (see [`Assemble`]): the handlers to serve,
+/// what the layers recorded about them, and the problems they found.
+fn assemble(mut handlers: Vec<Handler>) -> (Vec<Handler>, Extensions, Vec<String>) {
+    let mut hooks: Vec<Assemble> = Vec::new();
+    for hook in handlers.iter().filter_map(|h| h.assemble) {
+        if !hooks.iter().any(|h| std::ptr::fn_addr_eq(*h, hook)) {
+            hooks.push(hook);
+        }
+    }
+    let mut wiring = Extensions::default();
+    let mut problems = Vec::new();
+    for hook in hooks {
+        problems.extend(hook(&mut handlers, &mut wiring));
+    }
+    (handlers, wiring, problems)
 }
 
 /// A running agent. [`shutdown`](Self::shutdown) stops taking events and waits for the

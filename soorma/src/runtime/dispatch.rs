@@ -86,7 +86,7 @@ async fn handle_delivery(
         handler = handler.kind.attribute(),
     );
     async move {
-        let input = HandlerInput { envelope: env.clone(), runtime: runtime.clone() };
+        let input = HandlerInput { envelope: env.clone(), runtime: runtime.clone(), attempt: delivery.attempt };
         // A slow handler keeps its delivery alive, so the platform does not hand the event to
         // another instance while this one is still working on it.
         let outcome = delivery

@@ -23,8 +23,9 @@ pub use tracker::{PlanEvent, PlanView, TaskState, TaskView, Tracker, TrackerBuil
 
 use crate::error::Result;
 use crate::platform::Platform;
+use crate::protocol::request::Request;
 use crate::runtime::agent::AgentBuilder;
-use crate::runtime::extract::HandlerInput;
+use crate::runtime::extract::{Extensions, HandlerInput};
 use crate::runtime::handler::{
     Advertised, ErasedFn, Failure, Handler, HandlerFn, HandlerKind, HandlerOutput,
     extractor_failure, payload_call, schema_of,
@@ -89,7 +90,38 @@ impl Handler {
         h.advertised = Advertised::Capability;
         h.on_failure = Some(fail_goal);
         h.on_start = Some(restore_timers);
-        h.companion = Some((HandlerKind::Transition, default_transition));
+        h.assemble = Some(ensure_transition);
+        h
+    }
+
+    /// A planner's goal handler for the typed request `R`: the event is `R::EVENT`, and the
+    /// plan's result is the reply (`R::Reply`) its caller decodes.
+    ///
+    /// ```
+    /// use std::sync::Arc;
+    /// use serde::{Deserialize, Serialize};
+    /// use soorma::prelude::*;
+    ///
+    /// #[derive(Serialize, Deserialize, schemars::JsonSchema)]
+    /// struct Trip { to: String }
+    /// impl Request for Trip { const EVENT: &'static str = "trip.goal"; type Reply = serde_json::Value; }
+    ///
+    /// async fn plan_trip(goal: GoalContext<Trip>, plan: State<Arc<Plan>>) -> soorma::Result<()> {
+    ///     goal.start(&plan).await?;
+    ///     Ok(())
+    /// }
+    ///
+    /// let h = Handler::goal(plan_trip);
+    /// assert_eq!(h.event(), "trip.goal");
+    /// ```
+    pub fn goal<H, R, Args>(handler: H) -> Self
+    where
+        H: HandlerFn<GoalContext<R>, Args>,
+        H::Output: HandlerOutput,
+        R: Request,
+    {
+        let mut h = Self::on_goal(R::EVENT, handler);
+        h.reply_event = Some(R::reply_event());
         h
     }
 
@@ -149,12 +181,16 @@ impl Handler {
     }
 }
 
-/// The transition handler of planners that define none.
-fn default_transition() -> Handler {
+/// A planner without a transition handler gets one that advances its plans with
+/// [`PlanContext::execute_next`].
+fn ensure_transition(handlers: &mut Vec<Handler>, _: &mut Extensions) -> Vec<String> {
     async fn advance_plan(mut plan: PlanContext) -> Result<()> {
         plan.execute_next().await
     }
-    Handler::on_transition(advance_plan)
+    if !handlers.iter().any(|h| h.kind == HandlerKind::Transition) {
+        handlers.push(Handler::on_transition(advance_plan));
+    }
+    Vec::new()
 }
 
 /// A goal handler's failure fails its plan (or, before one started, replies with the error).

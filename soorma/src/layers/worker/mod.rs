@@ -2,8 +2,11 @@
 //! delegation to other agents (sequential or fan-out) and revision-checked fan-in.
 
 mod delegation;
+mod fan_in;
 mod result;
 mod task;
+
+use std::collections::BTreeSet;
 
 use std::sync::Arc;
 
@@ -12,13 +15,15 @@ use serde::de::DeserializeOwned;
 use soorma_common::{AgentKind, TaskRecord, Topic};
 
 pub use delegation::Delegation;
+pub use fan_in::{FanInHandler, FanInOutput, FromReplies, FromReply, SubTaskFailed};
 pub use result::ResultContext;
-pub use task::TaskContext;
+pub use task::{Delegated, StateMap, TaskContext, TaskState};
 
 use crate::error::{Error, Result};
 use crate::platform::Platform;
+use crate::protocol::request::Request;
 use crate::runtime::agent::AgentBuilder;
-use crate::runtime::extract::HandlerInput;
+use crate::runtime::extract::{Extensions, HandlerInput};
 use crate::runtime::handler::{
     Advertised, ErasedFn, Failure, Handler, HandlerFn, HandlerKind, HandlerOutput,
     extractor_failure, payload_call, schema_of,
@@ -138,11 +143,12 @@ impl Handler {
     /// let h = Handler::on_task("research.requested", research);
     /// assert_eq!(h.kind(), soorma::HandlerKind::Task);
     /// ```
-    pub fn on_task<H, T, Args>(event: impl Into<String>, handler: H) -> Self
+    pub fn on_task<H, T, S, Args>(event: impl Into<String>, handler: H) -> Self
     where
-        H: HandlerFn<TaskContext<T>, Args>,
+        H: HandlerFn<TaskContext<T, S>, Args>,
         H::Output: HandlerOutput,
         T: DeserializeOwned + JsonSchema + Send + 'static,
+        S: TaskState,
     {
         let call = payload_call(handler, TaskContext::from_request);
         let mut h = Handler::new(
@@ -156,6 +162,43 @@ impl Handler {
         h.advertised = Advertised::Capability;
         h.on_failure = Some(fail_task);
         h.on_start = Some(restore_timers);
+        h.assemble = Some(assemble_worker);
+        h
+    }
+
+    /// A worker task handler for the typed request `R`: the event is `R::EVENT`, and the task
+    /// replies with `R::Reply` (from its `#[on_fan_in]` handler, or `task.complete(..)`).
+    ///
+    /// ```
+    /// use serde::{Deserialize, Serialize};
+    /// use soorma::prelude::*;
+    ///
+    /// #[derive(Serialize, Deserialize, schemars::JsonSchema)]
+    /// struct Research { topic: String }
+    /// impl Request for Research { const EVENT: &'static str = "research.requested"; type Reply = String; }
+    ///
+    /// #[derive(Default, Serialize, Deserialize)]
+    /// struct Notes { attempts: u32 }
+    ///
+    /// async fn research(mut task: TaskContext<Research, Notes>) -> soorma::Result<()> {
+    ///     task.state_mut().attempts += 1;
+    ///     let topic = task.data.topic.clone();
+    ///     task.complete(format!("nothing yet on {topic}")).await?;
+    ///     Ok(())
+    /// }
+    ///
+    /// let h = Handler::task(research);
+    /// assert_eq!(h.event(), "research.requested");
+    /// ```
+    pub fn task<H, R, S, Args>(handler: H) -> Self
+    where
+        H: HandlerFn<TaskContext<R, S>, Args>,
+        H::Output: HandlerOutput,
+        R: Request,
+        S: TaskState,
+    {
+        let mut h = Self::on_task(R::EVENT, handler);
+        h.reply_event = Some(R::reply_event());
         h
     }
 
@@ -196,6 +239,7 @@ impl Handler {
             call,
         );
         h.on_start = Some(restore_timers);
+        h.assemble = Some(assemble_worker);
         h
     }
 }
@@ -204,13 +248,50 @@ impl Handler {
 fn fail_task(input: &HandlerInput, error: String) -> BoxFuture<'_, Result<bool>> {
     Box::pin(async move {
         tracing::warn!(error = %error, "task handler failed; failing the task");
-        let mut task = TaskContext::from_request((), input);
+        let mut task = TaskContext::<(), StateMap>::from_request((), input);
+        task.keep_stored_state = true;
         task.fail(error).await?;
         Ok(true)
     })
 }
 
+/// What a worker's handlers need to know about each other: which replies it waits for.
+#[derive(Debug, Default, Clone)]
+pub(crate) struct WorkerWiring {
+    /// The reply events of its `#[on_result]` handlers.
+    pub(crate) results: BTreeSet<String>,
+    /// The keys of its `#[on_fan_in]` handlers ([`RequestSet::key`](crate::protocol::request::RequestSet::key)).
+    pub(crate) fan_ins: BTreeSet<String>,
+}
+
+impl WorkerWiring {
+    /// Whether a reply `event` of a string delegation has an `#[on_result]` handler.
+    pub(crate) fn handles_result(&self, event: &str) -> bool {
+        self.results.contains(event)
+    }
+}
+
+/// The worker layer's assembly of an agent's handlers: its fan-ins become routers, and what
+/// it waits for is recorded for the delegation checks.
+fn assemble_worker(handlers: &mut Vec<Handler>, wiring: &mut Extensions) -> Vec<String> {
+    let mut problems = Vec::new();
+    let mut worker = WorkerWiring {
+        results: handlers
+            .iter()
+            .filter(|h| h.kind == HandlerKind::Result)
+            .map(|h| h.event.clone())
+            .collect(),
+        fan_ins: BTreeSet::new(),
+    };
+    fan_in::assemble(handlers, &mut worker, &mut problems);
+    wiring.insert(worker);
+    problems
+}
+
 /// Human-input timers of a worker instance that stopped fire from here on.
-fn restore_timers<'a>(platform: &'a Platform, tenant: Option<&'a str>) -> BoxFuture<'a, ()> {
+pub(crate) fn restore_timers<'a>(
+    platform: &'a Platform,
+    tenant: Option<&'a str>,
+) -> BoxFuture<'a, ()> {
     Box::pin(crate::platform::timers::restore(platform, tenant))
 }

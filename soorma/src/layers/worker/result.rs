@@ -232,6 +232,12 @@ impl<T> ResultContext<T> {
     /// # tool.shutdown().await?; worker.shutdown().await?; Ok(()) }
     /// ```
     pub async fn record_in_parent(&self) -> Result<TaskContext<Value>> {
+        self.record().await.map(|(task, _)| task)
+    }
+
+    /// Records this result in its parent task; also says whether this result completed its
+    /// delegation group (true for exactly one result of each group).
+    pub(crate) async fn record(&self) -> Result<(TaskContext<Value>, bool)> {
         let platform = &self.runtime.platform;
         let tenant = self.envelope.tenant();
         let (sub_task_id, key) = self.sub_task_key()?;
@@ -261,7 +267,7 @@ impl<T> ResultContext<T> {
         .await?;
         let _ = self.group.set(Some(info.group_id.clone()));
         // Set the sub-task's bit in the parent (idempotent; coalesced with concurrent results).
-        let parent = platform
+        let marked = platform
             .fan_in()
             .mark(
                 platform.state().clone(),
@@ -270,12 +276,13 @@ impl<T> ResultContext<T> {
                 info.seq,
             )
             .await?;
-        Ok(TaskContext::restored(
-            parent.value,
-            parent.revision,
+        let task = TaskContext::restored(
+            marked.task.value,
+            marked.task.revision,
             self.envelope.clone(),
             self.runtime.clone(),
-        ))
+        );
+        Ok((task, marked.completed_group))
     }
 
     /// Loads the task that delegated this sub-task without recording anything.
