@@ -81,7 +81,7 @@ pub use client::{Call, Client, Reply, TypedCall};
 pub use engine::{EngineParts, NATS_URL_ENV};
 pub use error::{Error, Result, SchemaViolation, ToolError};
 pub use layers::event::{Agent, Event};
-pub use layers::tool::{Invocation, Tool, ToolOutput};
+pub use layers::tool::{Invocation, Tool, ToolOutput, ToolReply};
 pub use layers::worker::{
     Delegated, Delegation, FanInHandler, FanInOutput, FromReplies, FromReply, ResultContext,
     SUBTASKS_BUCKET, StateMap, SubTaskFailed, TASK_TIMEOUT_EVENT, TASKS_BUCKET, TaskContext,
@@ -258,7 +258,9 @@ pub use soorma_common::{
     SubTaskInfo, SubTaskStatus, TaskProgress, TaskRecord, TaskStatus, Topic,
 };
 
-pub use soorma_macros::{on_event, on_goal, on_invoke, on_result, on_task, on_transition};
+pub use soorma_macros::{
+    Request, on_event, on_fan_in, on_goal, on_invoke, on_result, on_task, on_transition,
+};
 
 /// Everything a handler module needs: `use soorma::prelude::*;`.
 pub mod prelude {
@@ -268,12 +270,16 @@ pub mod prelude {
         Handler, Invocation, Platform, Request, ResultContext, State, SubTaskFailed, TaskContext,
         Tool, ToolError, Topic, Worker,
     };
-    pub use soorma_macros::{on_event, on_goal, on_invoke, on_result, on_task, on_transition};
+    // `Request` (the trait and its derive) comes with `crate::Request` above.
+    pub use soorma_macros::{
+        on_event, on_fan_in, on_goal, on_invoke, on_result, on_task, on_transition,
+    };
 }
 
 /// Items used by code the macros generate. Not public API.
 #[doc(hidden)]
 pub mod __private {
+    pub use crate::protocol::request::Request;
     pub use crate::runtime::extract::FromHandlerInput;
     pub use crate::runtime::handler::{Handler, HandlerRegistration, HandlerSet};
     pub use inventory;
@@ -281,4 +287,35 @@ pub mod __private {
     pub use serde;
     pub use serde_json;
     pub use soorma_common::Topic;
+
+    /// `R`, when it is a request type. When it is not, the one error is "`R` is not a request
+    /// type" where the macro wrote this type (on the user's `R`), and the type is left
+    /// undetermined, so that what is built on it does not report the same problem again (a
+    /// fan-in's request set, for one).
+    pub type RequestType<R> = <(R, <<R as Request>::Reply as Unit>::Unit) as Pick>::Out;
+
+    /// `()` for every type (see [`RequestType`]): undetermined for an undetermined type.
+    pub trait Unit {
+        /// Always `()`.
+        type Unit;
+    }
+
+    impl<T: ?Sized> Unit for T {
+        type Unit = ();
+    }
+
+    /// The first element of a pair whose second is `()` (see [`RequestType`]). The second impl
+    /// only makes a pair whose second element is undetermined ambiguous, rather than `()`.
+    pub trait Pick {
+        /// The first element.
+        type Out;
+    }
+
+    impl<A> Pick for (A, ()) {
+        type Out = A;
+    }
+
+    impl<A> Pick for (A, ((),)) {
+        type Out = A;
+    }
 }

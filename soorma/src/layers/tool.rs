@@ -165,6 +165,28 @@ where
     }
 }
 
+/// What a tool handler of a typed request returns: `Result<V, E>` where `V` is the request's
+/// reply type and `E: Display` ([`Handler::invoke`]).
+///
+/// ```
+/// use soorma::ToolReply;
+///
+/// fn replies_with<V, O: ToolReply<V>>() {}
+/// replies_with::<u32, Result<u32, soorma::ToolError>>();
+/// ```
+#[diagnostic::on_unimplemented(
+    message = "a tool handler of a request replying `{V}` must return `Result<{V}, E>` where `E: Display`; found `{Self}`",
+    label = "expected `Result<{V}, E>`"
+)]
+pub trait ToolReply<V>: ToolOutput<Ok = V> {}
+
+impl<V, E> ToolReply<V> for Result<V, E>
+where
+    V: Serialize + JsonSchema + Send + 'static,
+    E: Display + Send + 'static,
+{
+}
+
 impl Handler {
     /// A tool handler for requests of type `event` on `action-requests`.
     ///
@@ -246,7 +268,7 @@ impl Handler {
     pub fn invoke<H, R, Args>(handler: H) -> Self
     where
         H: HandlerFn<Invocation<R>, Args>,
-        H::Output: ToolOutput<Ok = R::Reply>,
+        H::Output: ToolReply<R::Reply>,
         R: Request,
     {
         let mut h = Self::on_invoke(R::EVENT, handler);

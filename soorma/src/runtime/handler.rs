@@ -661,6 +661,11 @@ pub(crate) fn fits(agent: AgentKind, handler: HandlerKind) -> bool {
 /// The handlers of one annotated function: the attribute macros implement it for a
 /// type named like the function, so that [`handlers!`](crate::handlers) can list functions
 /// by path (a typo is a compile error).
+#[diagnostic::on_unimplemented(
+    message = "`{Self}` is not a function annotated with a soorma handler attribute",
+    label = "not an annotated handler function",
+    note = "`handlers![..]` lists functions annotated with `#[on_invoke]`, `#[on_task]`, `#[on_fan_in(..)]`, `#[on_result(..)]`, `#[on_event(..)]`, `#[on_goal]` or `#[on_transition]`; add other handlers with `.handler(Handler::on_invoke(..))`"
+)]
 pub trait HandlerSet {
     /// The function's handlers (one per attribute on it).
     fn handlers() -> Vec<Handler>;
