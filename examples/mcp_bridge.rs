@@ -32,7 +32,7 @@ struct McpCall {
 async fn call_tool(mut task: TaskContext<McpCall>) -> soorma::Result<()> {
     let event = McpBridge::event_name(&task.data.server, &task.data.tool);
     let arguments = task.data.arguments.clone();
-    task.delegate(&event, arguments, "mcp.call.answered")
+    task.delegate_with(Delegation::new(&event, &arguments, "mcp.call.answered"))
         .await?;
     Ok(())
 }

@@ -462,7 +462,8 @@ async fn a_server_that_cannot_start_is_a_connect_error_naming_it() {
 async fn sum(mut task: TaskContext<Value>) -> soorma::Result<()> {
     let event = McpBridge::event_name("everything", "get-sum");
     let args = task.data.clone();
-    task.delegate(&event, args, "sum.computed").await?;
+    task.delegate_with(Delegation::new(&event, &args, "sum.computed"))
+        .await?;
     Ok(())
 }
 

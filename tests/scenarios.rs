@@ -341,8 +341,12 @@ pub async fn requests_are_checked_against_the_consumers_schema_before_publishing
 
 async fn forward(mut task: TaskContext<Value>) -> soorma::Result<()> {
     let data = task.data.clone();
-    task.delegate("calculate.requested", data, "forward.calculated")
-        .await?;
+    task.delegate_with(Delegation::new(
+        "calculate.requested",
+        &data,
+        "forward.calculated",
+    ))
+    .await?;
     Ok(())
 }
 
@@ -768,8 +772,12 @@ pub async fn a_failed_sub_task_is_recorded_as_failed_in_the_group(
 async fn chain(mut task: TaskContext<String>) -> soorma::Result<()> {
     let input = task.data.clone();
     task.set_state("step", "upper")?;
-    task.delegate("upper.requested", input, "chain.upper.done")
-        .await?;
+    task.delegate_with(Delegation::new(
+        "upper.requested",
+        &input,
+        "chain.upper.done",
+    ))
+    .await?;
     Ok(())
 }
 
@@ -781,8 +789,12 @@ async fn chain_upper(result: ResultContext<String>) -> soorma::Result<()> {
     );
     let upper = result.data.clone().unwrap_or_default();
     task.set_state("step", "reverse")?;
-    task.delegate("reverse.requested", upper, "chain.reverse.done")
-        .await?;
+    task.delegate_with(Delegation::new(
+        "reverse.requested",
+        &upper,
+        "chain.reverse.done",
+    ))
+    .await?;
     Ok(())
 }
 

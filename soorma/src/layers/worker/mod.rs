@@ -56,13 +56,17 @@ pub const TASKS_BUCKET: &str = "tasks";
 /// # #[tokio::main(flavor = "current_thread")] async fn main() -> soorma::Result<()> {
 /// use soorma::prelude::*;
 ///
-/// async fn plan(mut task: TaskContext) -> soorma::Result<()> {
-///     task.delegate("search.requested", "rust", "search.completed").await.map(drop)
+/// async fn plan(mut task: TaskContext) -> soorma::Result<String> {
+///     // Nobody serves `search.requested` here: this test plays the searcher.
+///     let search = Delegation::new("search.requested", &"rust", "search.completed").skip_consumer_check();
+///     task.delegate_with(search).await
 /// }
+/// # async fn searched(_: ResultContext) {}
 ///
 /// let mut t = soorma::testing::TestPlatform::new();
 /// # t.start(Worker::new("planner").use_registered_handlers(false)
-/// #     .handler(Handler::on_task("plan.requested", plan))).await?;
+/// #     .handler(Handler::on_task("plan.requested", plan))
+/// #     .handler(Handler::on_result("search.completed", searched))).await?;
 /// t.client().bus().request("plan.requested", (), "plan.completed").await?;
 /// let search = t.expect_event("search.requested", std::time::Duration::from_secs(1)).await?;
 /// let sub_tasks = t.platform().state().keys(soorma::SUBTASKS_BUCKET, "default").await?;
@@ -136,7 +140,7 @@ impl Handler {
     ///
     /// async fn research(mut task: TaskContext<String>) -> soorma::Result<()> {
     ///     let topic = task.data.clone();
-    ///     task.delegate("search.requested", topic, "search.completed").await?;
+    ///     task.delegate_with(Delegation::new("search.requested", &topic, "search.completed")).await?;
     ///     Ok(())
     /// }
     ///
