@@ -12,6 +12,7 @@ use std::sync::Arc;
 
 use schemars::JsonSchema;
 use serde::de::DeserializeOwned;
+use soorma_common::events::TASK_DEADLINE;
 use soorma_common::{AgentKind, TaskRecord, Topic};
 
 pub use delegation::Delegation;
@@ -288,8 +289,75 @@ fn assemble_worker(handlers: &mut Vec<Handler>, wiring: &mut Extensions) -> Vec<
         fan_ins: BTreeSet::new(),
     };
     fan_in::assemble(handlers, &mut worker, &mut problems);
+    let has_tasks = handlers.iter().any(|h| h.kind == HandlerKind::Task);
+    let deadline_handled = handlers
+        .iter()
+        .any(|h| h.topic == Topic::ActionResults && h.event == TASK_DEADLINE);
+    if has_tasks && !deadline_handled {
+        handlers.push(deadline_handler());
+    }
     wiring.insert(worker);
     problems
+}
+
+/// Fails a task whose deadline ([`TaskContext::fail_after`]) passed before it ended.
+fn deadline_handler() -> Handler {
+    let call: ErasedFn = Arc::new(|input: HandlerInput| Box::pin(enforce_deadline(input)));
+    let mut h = Handler::new(
+        HandlerKind::Result,
+        Topic::ActionResults,
+        TASK_DEADLINE.to_owned(),
+        schema_of::<serde_json::Value>,
+        Vec::new(),
+        call,
+    );
+    h.advertised = Advertised::Hidden;
+    h.on_start = Some(restore_timers);
+    h
+}
+
+async fn enforce_deadline(input: HandlerInput) -> crate::runtime::handler::HandlerOutcome {
+    let retryable = |e: crate::error::Error| Failure::Handler {
+        retryable: e.is_retryable(),
+        message: e.to_string(),
+    };
+    let Some(task_id) = input.envelope.correlation_id.clone() else {
+        return Ok(None);
+    };
+    let tenant = input.envelope.tenant().to_owned();
+    let mut task = match TaskContext::load(&input, &tenant, &task_id).await {
+        Ok(task) => task,
+        Err(Error::TaskNotFound(_)) => return Ok(None),
+        Err(e) => return Err(retryable(e)),
+    };
+    let Some(deadline) = task.record().deadline_at.clone() else {
+        return Ok(None);
+    };
+    // Ended already, or the deadline was moved later (its own timer fires then).
+    if task.status().is_terminal() || deadline > crate::util::now_rfc3339() {
+        return Ok(None);
+    }
+    let pending = task.pending_sub_tasks().await.map_err(retryable)?;
+    let reason = if pending.is_empty() {
+        format!("the task's deadline ({deadline}) passed before it completed")
+    } else {
+        let waiting: Vec<String> = pending
+            .iter()
+            .map(|s| {
+                format!(
+                    "`{}` (sub-task {}, reply `{}`)",
+                    s.event_type, s.sub_task_id, s.response_event
+                )
+            })
+            .collect();
+        format!(
+            "the task's deadline ({deadline}) passed; still waiting for {}",
+            waiting.join(", ")
+        )
+    };
+    tracing::warn!(task_id = %task_id, %reason, "task deadline passed");
+    task.fail(reason).await.map_err(retryable)?;
+    Ok(None)
 }
 
 /// Human-input timers of a worker instance that stopped fire from here on.

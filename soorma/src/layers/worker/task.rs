@@ -6,7 +6,7 @@ use std::sync::Arc;
 use serde::Serialize;
 use serde::de::DeserializeOwned;
 use serde_json::{Map, Value};
-use soorma_common::events::{HUMAN_INPUT, TASK_PROGRESS};
+use soorma_common::events::{HUMAN_INPUT, TASK_DEADLINE, TASK_PROGRESS};
 use soorma_common::{
     ActionReply, EventEnvelope, SubTaskGroup, SubTaskInfo, TaskProgress, TaskRecord, TaskStatus,
     Topic,
@@ -25,7 +25,7 @@ use crate::protocol::request::{Request, RequestSet};
 use crate::runtime::context::context_accessors;
 use crate::runtime::extract::{AgentRuntime, HandlerInput};
 use crate::spi::state::{self, Change, Revision, StateKey};
-use crate::util::{concurrently, now_rfc3339};
+use crate::util::{concurrently, now_rfc3339, rfc3339_after};
 
 /// A worker's task, for `#[on_task]` handlers: persisted state, delegation and completion.
 ///
@@ -350,6 +350,19 @@ impl<T, S: TaskState> TaskContext<T, S> {
         Ok(out)
     }
 
+    /// The sub-tasks still without a result, in delegation order.
+    pub(crate) async fn pending_sub_tasks(&self) -> Result<Vec<SubTaskInfo>> {
+        let open: Vec<&SubTaskGroup> = self
+            .record
+            .groups
+            .values()
+            .filter(|g| !g.is_complete())
+            .collect();
+        let mut members = self.load_members(&open).await?;
+        members.retain(|m| !m.is_finished());
+        Ok(members)
+    }
+
     /// Every sub-task of the task (with results where they arrived), in delegation order.
     ///
     /// ```
@@ -538,6 +551,57 @@ impl<T, S: TaskState> TaskContext<T, S> {
     /// ```
     pub async fn delegate<R: Request>(&mut self, request: R) -> Result<Delegated> {
         self.fan_out(request).await
+    }
+
+    /// Gives the task a deadline: unless it completed or failed before, it fails `after` from
+    /// now with an error saying what it was still waiting for (which sub-tasks, of which
+    /// events), and its caller gets that error reply instead of waiting for its own timeout.
+    /// The deadline is durable (a restarted worker still enforces it); setting it again moves it.
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")] async fn main() -> soorma::Result<()> {
+    /// use std::time::Duration;
+    /// use soorma::prelude::*;
+    ///
+    /// async fn research(mut task: TaskContext<String>) -> soorma::Result<String> {
+    ///     task.fail_after(Duration::from_millis(200)).await?;
+    ///     // Nobody serves this yet, so the reply never comes.
+    ///     let search = Delegation::new("slow.search", &task.data, "slow.searched").skip_consumer_check();
+    ///     task.delegate_with(search).await
+    /// }
+    /// # async fn searched(_: ResultContext) {}
+    ///
+    /// let platform = Platform::embedded();
+    /// # let worker = Worker::new("researcher").use_registered_handlers(false)
+    /// #     .handler(Handler::on_task("research.requested", research))
+    /// #     .handler(Handler::on_result("slow.searched", searched)).start(&platform).await?;
+    /// let err = platform.client("docs").invoke::<String>("research.requested", "rust", "research.completed").await.unwrap_err();
+    /// assert!(err.to_string().contains("still waiting for `slow.search`"), "{err}");
+    /// # worker.shutdown().await?; Ok(()) }
+    /// ```
+    pub async fn fail_after(&mut self, after: std::time::Duration) -> Result<()> {
+        let deadline = rfc3339_after(after);
+        let state = self.state_to_store()?;
+        let at = deadline.clone();
+        self.persist(move |rec| {
+            rec.deadline_at = Some(at.clone());
+            if let Some(state) = &state {
+                rec.state.clone_from(state);
+            }
+        })
+        .await?;
+        let data = serde_json::json!({
+            "task_id": self.record.task_id,
+            "deadline_at": deadline,
+            "after_seconds": after.as_secs_f64(),
+        });
+        let mut env = self
+            .bus()
+            .envelope(Topic::ActionResults, TASK_DEADLINE.into(), data);
+        env.id = deadline_timer_id(&self.record.task_id);
+        env.correlation_id = Some(self.record.task_id.clone());
+        env.tenant_id.clone_from(&self.record.tenant_id);
+        timers::schedule(&self.runtime.platform, env, after).await
     }
 
     /// Asks a person, as a sub-task: publishes `notification.human_input` on
@@ -1010,6 +1074,13 @@ impl<T, S: TaskState> TaskContext<T, S> {
                 won
             }
         };
+        if won && self.record.deadline_at.is_some() {
+            let timer = deadline_timer_id(&self.record.task_id);
+            let tenant = self.tenant_owned();
+            if let Err(e) = timers::cancel(&self.runtime.platform, &tenant, &timer).await {
+                tracing::debug!(error = %e, task_id = %self.record.task_id, "could not cancel the task's deadline");
+            }
+        }
         if won || !self.record.reply_sent {
             // Also when another handler ended the task but its reply is not known to have gone
             // out (that process may have died in between): the reply keeps its id, so the bus
@@ -1251,4 +1322,9 @@ impl<T> TaskContext<T, StateMap> {
         self.state.insert(key.into(), value);
         Ok(())
     }
+}
+
+/// The id of a task's deadline timer (and of the event it fires).
+pub(super) fn deadline_timer_id(task_id: &str) -> String {
+    format!("{task_id}-deadline")
 }
