@@ -114,7 +114,9 @@ pub mod state {
 
 /// The agent registry (who is running and what they can do) and discovery queries over it.
 pub mod registry {
-    pub use crate::platform::discovery::{Discovery, Requirements};
+    pub use crate::platform::discovery::{
+        Discovery, Requirements, UnconsumedRequest, unconsumed_requests,
+    };
     pub use crate::spi::registry::Registry;
 }
 
