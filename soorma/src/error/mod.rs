@@ -1,9 +1,12 @@
-//! The SDK's errors: [`Error`], the handler error [`ToolError`], and [`is_retryable`], which
-//! walks an error's `source()` chain to decide whether retrying may succeed.
+//! The SDK's errors: [`Error`], the engine's [`EngineError`], the handler error [`ToolError`],
+//! and [`is_retryable`], which walks an error's `source()` chain to decide whether retrying
+//! may succeed.
 
+mod engine;
 mod retry;
 mod tool;
 
+pub use engine::{EngineError, EngineErrorKind};
 pub use retry::is_retryable;
 pub use tool::ToolError;
 
@@ -74,15 +77,22 @@ pub enum Error {
         /// The contended key.
         key: String,
     },
-    /// The state store failed.
-    #[error("state store error: {0}")]
-    State(String),
-    /// The bus failed.
-    #[error("bus error: {0}")]
-    Bus(String),
-    /// The registry failed.
-    #[error("registry error: {0}")]
-    Registry(String),
+    /// The engine failed: the connection, the bus, the state store or the registry.
+    /// [`EngineError::kind`] says what it was doing; its [`source`](std::error::Error::source)
+    /// is the engine's own error (an `async_nats` error, say).
+    ///
+    /// ```
+    /// use soorma::error::{EngineError, EngineErrorKind};
+    ///
+    /// let err = soorma::Error::from(EngineError::new(EngineErrorKind::Publish, "publish"));
+    /// match &err {
+    ///     soorma::Error::Engine(e) if e.kind() == EngineErrorKind::Publish => {}
+    ///     other => panic!("{other}"),
+    /// }
+    /// assert!(err.is_retryable());
+    /// ```
+    #[error(transparent)]
+    Engine(#[from] EngineError),
     /// An agent was started with no handlers.
     #[error(
         "agent `{agent}` has no handlers: annotate async fns with #[on_invoke]/#[on_task]/#[on_result]/#[on_event] \
@@ -190,9 +200,9 @@ pub enum Error {
 }
 
 impl Error {
-    /// Whether retrying the same operation later may succeed: the platform briefly unreachable,
-    /// a lost revision race, a timeout; for [`Error::Other`], what was decided when it was
-    /// boxed (see [`is_retryable`]).
+    /// Whether retrying the same operation later may succeed: the platform briefly unreachable
+    /// (see [`EngineError::is_retryable`]), a lost revision race, a timeout, a transient I/O
+    /// error; for [`Error::Other`], what was decided when it was boxed (see [`is_retryable`]).
     ///
     /// ```
     /// use soorma::Error;
@@ -201,11 +211,8 @@ impl Error {
     /// ```
     pub fn is_retryable(&self) -> bool {
         match self {
-            Error::Conflict { .. }
-            | Error::State(_)
-            | Error::Bus(_)
-            | Error::Registry(_)
-            | Error::Timeout { .. } => true,
+            Error::Conflict { .. } | Error::Timeout { .. } => true,
+            Error::Engine(e) => e.is_retryable(),
             Error::Io(e) => retry::io_is_transient(e),
             Error::Other { retryable, .. } => *retryable,
             _ => false,

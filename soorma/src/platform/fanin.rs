@@ -5,7 +5,7 @@ use std::sync::Arc;
 
 use soorma_common::{SubTaskInfo, TaskRecord};
 
-use crate::error::{Error, Result};
+use crate::error::{EngineError, EngineErrorKind, Error, Result};
 use crate::spi::state::{self, Change, StateKey};
 use crate::util::now_rfc3339;
 
@@ -35,7 +35,26 @@ const COMPLETE_GROUPS_KEPT: usize = 256;
 struct MarkWaiter {
     group: String,
     seq: u32,
-    tx: tokio::sync::oneshot::Sender<std::result::Result<state::Versioned<TaskRecord>, String>>,
+    tx: tokio::sync::oneshot::Sender<
+        std::result::Result<state::Versioned<TaskRecord>, SharedError>,
+    >,
+}
+
+/// The error of one coalesced write, reported to every mark it included.
+#[derive(Debug, Clone)]
+struct SharedError(Arc<Error>);
+
+impl std::fmt::Display for SharedError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        std::fmt::Display::fmt(&self.0, f)
+    }
+}
+
+impl std::error::Error for SharedError {
+    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+        // The error itself, so that it decides whether retrying may succeed.
+        Some(&*self.0)
+    }
 }
 
 impl FanIn {
@@ -65,11 +84,19 @@ impl FanIn {
         };
         if lead {
             // A task of its own, so that no caller's cancellation can strand the queue.
-            tokio::spawn(self.clone().drain(store, key));
+            tokio::spawn(self.clone().drain(store, key.clone()));
         }
-        rx.await
-            .map_err(|_| Error::State("the fan-in writer stopped".into()))?
-            .map_err(Error::State)
+        let failed = || {
+            EngineError::new(
+                EngineErrorKind::StateWrite,
+                format!("mark sub-task {seq} finished in `{key}`"),
+            )
+        };
+        match rx.await {
+            Ok(Ok(stored)) => Ok(stored),
+            Ok(Err(e)) => Err(failed().with_source(e).into()),
+            Err(_) => Err(failed().with_source("the fan-in writer stopped").into()),
+        }
     }
 
     /// The members of a complete group, loaded by the first caller and shared with the rest.
@@ -120,10 +147,13 @@ impl FanIn {
                     let mut changed = false;
                     for w in &batch {
                         let group = rec.groups.get_mut(&w.group).ok_or_else(|| {
-                            Error::State(format!(
-                                "task `{}` has no delegation group `{}`",
-                                rec.task_id, w.group
-                            ))
+                            EngineError::new(
+                                EngineErrorKind::Inconsistent,
+                                format!(
+                                    "task `{}` has no delegation group `{}`",
+                                    rec.task_id, w.group
+                                ),
+                            )
                         })?;
                         changed |= group.mark_finished(w.seq);
                     }
@@ -137,7 +167,7 @@ impl FanIn {
             )
             .await
             .map(|((), stored)| stored)
-            .map_err(|e| e.to_string());
+            .map_err(|e| SharedError(Arc::new(e)));
             for w in batch {
                 let _ = w.tx.send(result.clone());
             }

@@ -28,7 +28,7 @@ pub use registry::NatsRegistry;
 pub use state::NatsStore;
 
 use super::{EngineParts, Native};
-use crate::error::{Error, Result};
+use crate::error::{BoxError, EngineError, EngineErrorKind, Error, Result};
 
 /// How to authenticate to the NATS server.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
@@ -201,7 +201,7 @@ pub(crate) async fn connect(config: NatsConfig) -> Result<EngineParts> {
     let client = options
         .connect(config.url.as_str())
         .await
-        .map_err(|e| Error::Config(format!("cannot connect to NATS at {}: {e}", config.url)))?;
+        .map_err(|e| connect_error(&config.url, e))?;
     let js = async_nats::jetstream::new(client.clone());
     // Fail early and clearly when JetStream is off.
     js.query_account()
@@ -214,6 +214,71 @@ pub(crate) async fn connect(config: NatsConfig) -> Result<EngineParts> {
     let mut parts = EngineParts::new("nats", Arc::new(bus), Arc::new(state), Arc::new(registry));
     parts.native = Native::Nats(client);
     Ok(parts)
+}
+
+/// Bad credentials, TLS setup or server address are configuration errors; the server being
+/// unreachable is an engine error to retry.
+fn connect_error(url: &str, e: async_nats::ConnectError) -> Error {
+    use async_nats::ConnectErrorKind::{
+        Authentication, AuthorizationViolation, Dns, Io, MaxReconnects, ServerParse, TimedOut, Tls,
+    };
+    let what = format!("cannot connect to NATS at {url}");
+    match e.kind() {
+        ServerParse | Authentication | AuthorizationViolation | Tls => {
+            Error::Config(format!("{what}: {e}"))
+        }
+        Dns | TimedOut | Io | MaxReconnects => engine_error(EngineErrorKind::Connect, what, e),
+    }
+}
+
+/// An engine error from a NATS failure, kept as its source; not retryable when the failure
+/// cannot pass on its own (see [`is_permanent`]).
+pub(crate) fn engine_error(
+    kind: EngineErrorKind,
+    what: impl Into<String>,
+    source: impl Into<BoxError>,
+) -> Error {
+    let source = source.into();
+    let err = EngineError::new(kind, what);
+    let err = if is_permanent(&*source) {
+        err.with_retryable(false)
+    } else {
+        err
+    };
+    err.with_source(source).into()
+}
+
+/// NATS failures that the same request would hit again: a message over the server's
+/// `max_payload`, an invalid subject or key.
+fn is_permanent(error: &(dyn std::error::Error + 'static)) -> bool {
+    use async_nats::jetstream::{context, kv};
+    let mut current = Some(error);
+    while let Some(e) = current {
+        let permanent = if let Some(e) = e.downcast_ref::<context::PublishError>() {
+            e.kind() == context::PublishErrorKind::MaxPayloadExceeded
+        } else if let Some(e) = e.downcast_ref::<async_nats::PublishError>() {
+            matches!(
+                e.kind(),
+                async_nats::PublishErrorKind::MaxPayloadExceeded
+                    | async_nats::PublishErrorKind::InvalidSubject
+            )
+        } else if let Some(e) = e.downcast_ref::<kv::PutError>() {
+            e.kind() == kv::PutErrorKind::InvalidKey
+        } else if let Some(e) = e.downcast_ref::<kv::EntryError>() {
+            e.kind() == kv::EntryErrorKind::InvalidKey
+        } else if let Some(e) = e.downcast_ref::<kv::UpdateError>() {
+            e.kind() == kv::UpdateErrorKind::InvalidKey
+        } else if let Some(e) = e.downcast_ref::<kv::CreateError>() {
+            e.kind() == kv::CreateErrorKind::InvalidKey
+        } else {
+            false
+        };
+        if permanent {
+            return true;
+        }
+        current = e.source();
+    }
+    false
 }
 
 pub(crate) fn jetstream_unavailable(url: &str, e: impl std::fmt::Display) -> Error {
