@@ -17,7 +17,30 @@ use std::time::Duration;
 
 /// Errors returned by soorma.
 ///
+/// `?` converts into it from I/O and JSON errors, [`ToolError`] and the feature modules'
+/// errors (LLM, planning, MCP); [`Error::other`] boxes any other error, and
+/// [`Error::downcast_ref`] gets it back.
+///
 /// ```
+/// #[derive(serde::Deserialize)]
+/// struct Settings {
+///     name: String,
+/// }
+///
+/// fn load(path: &std::path::Path) -> soorma::Result<Settings> {
+///     let text = std::fs::read_to_string(path)?; // std::io::Error
+///     Ok(serde_json::from_str(&text)?) // serde_json::Error
+/// }
+///
+/// let dir = std::env::temp_dir();
+/// let path = dir.join(format!("soorma-settings-{}.json", std::process::id()));
+/// assert!(matches!(load(&path), Err(soorma::Error::Io(_))));
+/// std::fs::write(&path, "{").unwrap();
+/// assert!(matches!(load(&path), Err(soorma::Error::Json(_))));
+/// std::fs::write(&path, r#"{"name": "calculator"}"#).unwrap();
+/// assert_eq!(load(&path).unwrap().name, "calculator");
+/// # std::fs::remove_file(&path).unwrap();
+///
 /// let err = soorma::Error::InvalidArgument("response_event must not be empty".into());
 /// assert!(err.to_string().contains("response_event"));
 /// ```

@@ -286,3 +286,68 @@ pub(crate) fn jetstream_unavailable(url: &str, e: impl std::fmt::Display) -> Err
         "JetStream is not available on the NATS server at {url} ({e}); start nats-server with `-js` (JetStream enabled)"
     ))
 }
+
+#[cfg(test)]
+mod tests {
+    use std::error::Error as _;
+
+    use async_nats::jetstream::{context, kv};
+
+    use super::*;
+
+    #[test]
+    fn nats_errors_keep_their_source_and_say_whether_to_retry() {
+        let timed_out = context::PublishError::new(context::PublishErrorKind::TimedOut);
+        let err = engine_error(EngineErrorKind::Publish, "publish", timed_out);
+        assert!(
+            err.to_string().starts_with("bus error: publish: timed out"),
+            "{err}"
+        );
+        assert!(err.is_retryable());
+        let Error::Engine(engine) = &err else {
+            panic!("{err:?}")
+        };
+        assert_eq!(engine.kind(), EngineErrorKind::Publish);
+        assert!(
+            err.source()
+                .and_then(|e| e.downcast_ref::<context::PublishError>())
+                .is_some()
+        );
+
+        // Too big stays too big: directly, and under a KV put.
+        let too_big = || context::PublishError::new(context::PublishErrorKind::MaxPayloadExceeded);
+        let err = engine_error(EngineErrorKind::Publish, "publish", too_big());
+        assert!(err.to_string().contains("max payload"), "{err}");
+        assert!(!err.is_retryable());
+        let put = kv::PutError::with_source(kv::PutErrorKind::Publish, too_big());
+        assert!(!engine_error(EngineErrorKind::StateWrite, "write `k`", put).is_retryable());
+        let key = kv::EntryError::new(kv::EntryErrorKind::InvalidKey);
+        assert!(!engine_error(EngineErrorKind::StateRead, "read `k`", key).is_retryable());
+    }
+
+    #[test]
+    fn unreachable_servers_are_engine_errors_and_bad_credentials_configuration_errors() {
+        let refused = async_nats::ConnectError::with_source(
+            async_nats::ConnectErrorKind::Io,
+            std::io::Error::from(std::io::ErrorKind::ConnectionRefused),
+        );
+        let err = connect_error("nats://127.0.0.1:1", refused);
+        assert!(
+            matches!(&err, Error::Engine(e) if e.kind() == EngineErrorKind::Connect),
+            "{err:?}"
+        );
+        assert!(
+            err.to_string()
+                .contains("cannot connect to NATS at nats://127.0.0.1:1")
+        );
+        assert!(err.is_retryable());
+        let denied =
+            async_nats::ConnectError::new(async_nats::ConnectErrorKind::AuthorizationViolation);
+        let err = connect_error("nats://127.0.0.1:4222", denied);
+        assert!(
+            matches!(&err, Error::Config(m) if m.contains("authorization violation")),
+            "{err:?}"
+        );
+        assert!(!err.is_retryable());
+    }
+}
