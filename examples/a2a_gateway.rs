@@ -80,7 +80,8 @@ async fn batch_part(result: ResultContext<Calculated>) -> soorma::Result<()> {
                 .into_iter()
                 .map(|r| r.result.unwrap_or_default())
                 .collect();
-            task.complete(results).await.map(drop)
+            task.complete(results).await?;
+            Ok(())
         }
         None => task.progress(0.5, "results arriving").await,
     }

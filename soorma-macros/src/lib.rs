@@ -60,7 +60,8 @@ pub fn on_event(args: TokenStream, item: TokenStream) -> TokenStream {
 ///
 /// The first argument must be an `Invocation<T>` (extractors such as
 /// `State<S>` may follow) and the function must return
-/// `Result<T, E>` where `T: Serialize + JsonSchema` and `E: Display`.
+/// `Result<T, E>` where `T: Serialize + JsonSchema` and `E: Into<Box<dyn Error + Send + Sync>>`
+/// (`ToolError`, `soorma::Error`, `String`, any `std::error::Error + Send + Sync`).
 ///
 /// Arguments: the event name (positional or `event = "..."`), `agent`,
 /// `description`, `name` (the capability name).
@@ -143,8 +144,8 @@ pub fn on_result(args: TokenStream, item: TokenStream) -> TokenStream {
 ///
 /// /// Researches a topic.
 /// #[on_goal("research.goal", agent = "research-planner")]
-/// async fn research(goal: GoalContext<Research>, plan: State<Arc<Plan>>) -> soorma::Result<()> {
-///     goal.start(&plan).await.map(drop)
+/// async fn research(goal: GoalContext<Research>, plan: State<Arc<Plan>>) -> soorma::Result<PlanContext> {
+///     goal.start(&plan).await
 /// }
 /// ```
 #[proc_macro_attribute]

@@ -590,8 +590,7 @@ fn validate_signature(kind: HandlerKind, sig: &Signature, errors: &mut Errors) {
     }
 
     if kind.requires_result_return() {
-        const EXPECTED: &str =
-            "must return `Result<T, E>` where `T: Serialize + JsonSchema` and `E: Display`";
+        const EXPECTED: &str = "must return `Result<T, E>` where `T: Serialize + JsonSchema` and `E: Into<Box<dyn Error + Send + Sync>>`";
         match &sig.output {
             ReturnType::Default => errors.push(syn::Error::new(
                 sig.ident.span(),
@@ -1293,7 +1292,7 @@ mod tests {
                     }
                 )
             ),
-            "`#[on_invoke]` handler must return `Result<T, E>` where `T: Serialize + JsonSchema` and `E: Display`; found `Calculated`"
+            "`#[on_invoke]` handler must return `Result<T, E>` where `T: Serialize + JsonSchema` and `E: Into<Box<dyn Error + Send + Sync>>`; found `Calculated`"
         );
         assert_eq!(
             error(
@@ -1305,7 +1304,7 @@ mod tests {
                     }
                 )
             ),
-            "`#[on_invoke]` handler must return `Result<T, E>` where `T: Serialize + JsonSchema` and `E: Display`; found `Option<Result<A, B>>`"
+            "`#[on_invoke]` handler must return `Result<T, E>` where `T: Serialize + JsonSchema` and `E: Into<Box<dyn Error + Send + Sync>>`; found `Option<Result<A, B>>`"
         );
         assert_eq!(
             error(
@@ -1315,7 +1314,7 @@ mod tests {
                     async fn f(r: Invocation<A>) {}
                 )
             ),
-            "`#[on_invoke]` handler must return `Result<T, E>` where `T: Serialize + JsonSchema` and `E: Display`; found no return type"
+            "`#[on_invoke]` handler must return `Result<T, E>` where `T: Serialize + JsonSchema` and `E: Into<Box<dyn Error + Send + Sync>>`; found no return type"
         );
     }
 
@@ -1718,7 +1717,7 @@ mod tests {
                 "`#[on_invoke]` handler must be `async fn`; found `fn`",
                 "`#[on_invoke]` handler must not have generic parameters; use concrete types",
                 "`#[on_invoke]` handler's first argument must be `Invocation<T>`; found `State<T>`; e.g. `req: Invocation<Calculate>` (extractors such as `State<S>` go after it)",
-                "`#[on_invoke]` handler must return `Result<T, E>` where `T: Serialize + JsonSchema` and `E: Display`; found `Calculated`",
+                "`#[on_invoke]` handler must return `Result<T, E>` where `T: Serialize + JsonSchema` and `E: Into<Box<dyn Error + Send + Sync>>`; found `Calculated`",
             ]
         );
     }

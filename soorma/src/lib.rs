@@ -183,15 +183,15 @@ pub mod planner {
     //! # #[tokio::main(flavor = "current_thread")] async fn main() -> soorma::Result<()> {
     //! use std::sync::Arc;
     //! use soorma::prelude::*;
-    //! use soorma::planner::{GoalContext, Plan, Planner};
+    //! use soorma::planner::{GoalContext, Plan, PlanContext, Planner};
     //! use soorma::common::{PlanDefinition, StateAction, StateConfig, StateTransition};
     //!
     //! async fn search(req: Invocation<serde_json::Value>) -> Result<Vec<String>, ToolError> {
     //!     Ok(vec![format!("about {}", req.data["q"].as_str().unwrap_or(""))])
     //! }
     //!
-    //! async fn research(goal: GoalContext, plan: State<Arc<Plan>>) -> soorma::Result<()> {
-    //!     goal.start(&plan).await.map(drop)
+    //! async fn research(goal: GoalContext, plan: State<Arc<Plan>>) -> soorma::Result<PlanContext> {
+    //!     goal.start(&plan).await
     //! }
     //!
     //! let plan = Plan::new(

@@ -204,7 +204,7 @@ pub trait FanInOutput<R>: Send + 'static {
 impl<R, E> FanInOutput<R> for std::result::Result<R, E>
 where
     R: Serialize + Send + 'static,
-    E: fmt::Display + Send + 'static,
+    E: Into<crate::error::BoxError> + Send + 'static,
 {
     fn into_completion(self) -> std::result::Result<Option<Value>, Failure> {
         let value = self.map_err(handler_failure)?;
@@ -219,7 +219,7 @@ where
 
 impl<R, E> FanInOutput<R> for std::result::Result<Delegated, E>
 where
-    E: fmt::Display + Send + 'static,
+    E: Into<crate::error::BoxError> + Send + 'static,
 {
     fn into_completion(self) -> std::result::Result<Option<Value>, Failure> {
         self.map(|_| None).map_err(handler_failure)

@@ -89,7 +89,7 @@ impl<T> ResultContext<T> {
     /// #     task.delegate_with(Delegation::new("search.requested", &topic, "search.completed")).await.map(drop)
     /// # }
     /// # async fn search(req: Invocation<String>) -> Result<String, ToolError> {
-    /// #     if req.data.is_empty() { Err("empty query".into()) } else { Ok(format!("results for {}", req.data)) }
+    /// #     if req.data.is_empty() { Err(ToolError::new("empty query")) } else { Ok(format!("results for {}", req.data)) }
     /// # }
     ///
     /// async fn collect(result: ResultContext<String>) -> soorma::Result<()> {

@@ -342,7 +342,12 @@ impl<T, S: TaskState> TaskContext<T, S> {
                 state::load::<SubTaskInfo>(&*store, "sub-task", &key)
                     .await?
                     .map(|v| v.value)
-                    .ok_or_else(|| Error::State(format!("sub-task `{key}` is missing")))
+                    .ok_or_else(|| {
+                        Error::from(crate::error::EngineError::new(
+                            crate::error::EngineErrorKind::Inconsistent,
+                            format!("sub-task `{key}` is missing"),
+                        ))
+                    })
             }
         })
         .await?;
