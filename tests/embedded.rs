@@ -24,6 +24,19 @@ macro_rules! embedded_scenarios {
 
 soorma_tests::for_each_scenario!(embedded_scenarios);
 
+macro_rules! embedded_robustness_scenarios {
+    ($($name:ident),* $(,)?) => {
+        $(
+            #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+            async fn $name() {
+                soorma_tests::robustness::$name(TestPlatform::new(), WAIT).await;
+            }
+        )*
+    };
+}
+
+soorma_tests::for_each_robustness_scenario!(embedded_robustness_scenarios);
+
 #[derive(Debug, Serialize, Deserialize, JsonSchema)]
 struct Square {
     n: i64,

@@ -7,3 +7,4 @@ pub(crate) mod definition;
 pub(crate) mod dispatch;
 pub(crate) mod extract;
 pub(crate) mod handler;
+pub(crate) mod service;
