@@ -148,7 +148,9 @@ pub mod dispatch {
 /// (one consumer group) share work, different agents each receive every event they subscribe
 /// to, state writes are revision-checked, and everything is scoped by tenant.
 pub mod embedded {
-    pub use crate::engine::embedded::{EmbeddedBus, MemoryRegistry, MemoryStore};
+    pub use crate::engine::embedded::{
+        EmbeddedBus, EmbeddedConfig, MemoryRegistry, MemoryStore, QueueStats,
+    };
 }
 
 #[cfg(feature = "nats")]

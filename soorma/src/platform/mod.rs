@@ -47,8 +47,27 @@ impl std::fmt::Debug for Platform {
 
 impl Platform {
     /// The in-process platform: zero setup.
+    ///
+    /// ```
+    /// assert_eq!(soorma::Platform::embedded().kind(), "embedded");
+    /// ```
     pub fn embedded() -> Self {
         Self::from_parts(engine::embedded())
+    }
+
+    /// The in-process platform with its bus bounded by `config` (queue capacity per consumer
+    /// group, publish timeout, observer buffer); [`Error::InvalidArgument`](crate::Error::InvalidArgument)
+    /// for a capacity out of range.
+    ///
+    /// ```
+    /// use soorma::embedded::EmbeddedConfig;
+    /// let platform = soorma::Platform::embedded_with(EmbeddedConfig::new().with_queue_capacity(256))?;
+    /// assert_eq!(platform.embedded_bus().unwrap().config().queue_capacity, 256);
+    /// # Ok::<(), soorma::Error>(())
+    /// ```
+    pub fn embedded_with(config: engine::embedded::EmbeddedConfig) -> crate::error::Result<Self> {
+        let bus = engine::embedded::EmbeddedBus::with_config(config)?;
+        Ok(Self::from_parts(engine::embedded::parts_with(bus)))
     }
 
     /// A platform from an engine's parts (for custom engines).
