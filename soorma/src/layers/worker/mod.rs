@@ -155,7 +155,7 @@ impl Handler {
         );
         h.advertised = Advertised::Capability;
         h.on_failure = Some(fail_task);
-        h.on_start = Some(restore_timers);
+        h.on_start = Some(ensure_timers);
         h
     }
 
@@ -195,7 +195,7 @@ impl Handler {
             H::checks(),
             call,
         );
-        h.on_start = Some(restore_timers);
+        h.on_start = Some(ensure_timers);
         h
     }
 }
@@ -210,7 +210,8 @@ fn fail_task(input: &HandlerInput, error: String) -> BoxFuture<'_, Result<bool>>
     })
 }
 
-/// Human-input timers of a worker instance that stopped fire from here on.
-fn restore_timers<'a>(platform: &'a Platform, tenant: Option<&'a str>) -> BoxFuture<'a, ()> {
-    Box::pin(crate::platform::timers::restore(platform, tenant))
+/// Human-input timers (of every tenant, those of worker instances that stopped included) fire
+/// from here on: the platform's timer service runs (idempotent).
+fn ensure_timers<'a>(platform: &'a Platform, _tenant: Option<&'a str>) -> BoxFuture<'a, ()> {
+    Box::pin(crate::platform::timers::ensure_running(platform))
 }
