@@ -4,6 +4,7 @@
 pub mod calculators;
 pub mod mcp_peers;
 pub mod nats_server;
+pub mod robustness;
 pub mod scenarios;
 
 /// Logs to the test output when `RUST_LOG` is set (e.g. `RUST_LOG=soorma=debug`).

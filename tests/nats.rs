@@ -35,6 +35,34 @@ macro_rules! nats_scenarios {
 
 soorma_tests::for_each_scenario!(nats_scenarios);
 
+macro_rules! nats_robustness_scenarios {
+    ($($name:ident),* $(,)?) => {
+        $(
+            #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+            async fn $name() {
+                soorma_tests::init_tracing();
+                let server = NatsServer::start();
+                let t = TestPlatform::with_platform(connect(&server).await).await.unwrap();
+                soorma_tests::robustness::$name(t, WAIT).await;
+            }
+        )*
+    };
+}
+
+soorma_tests::for_each_robustness_scenario!(nats_robustness_scenarios);
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn human_input_timeouts_fire_after_a_restart_for_every_tenant_exactly_once() {
+    soorma_tests::init_tracing();
+    let server = NatsServer::start();
+    // Every "process" is a new connection to the same server.
+    soorma_tests::robustness::human_input_timeouts_fire_after_a_restart_for_every_tenant_exactly_once(
+        || connect(&server),
+        WAIT,
+    )
+    .await;
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn raw_malformed_message_is_dead_lettered_and_the_agent_keeps_serving() {
     let server = NatsServer::start();

@@ -125,13 +125,37 @@ pub mod extract {
     pub use crate::runtime::extract::{Extensions, FromHandlerInput, HandlerInput, State};
 }
 
+/// The agent's handler service and the [`tower`] layers around it: add your own with
+/// [`AgentBuilder::layer`] (metrics, authorization, rate limits).
+///
+/// Every handled event is a [`HandlerRequest`](dispatch::HandlerRequest) through the agent's
+/// stack, built once per start: the concurrency limit, a tracing span (`soorma.handle`), the
+/// settlement (ack, reply, the layer's failure policy, retry with backoff, dead letter), panic
+/// capture, then your layers (the last added outermost) around the handler.
+///
+/// ```
+/// use soorma::dispatch::{HandlerError, HandlerRequest, HandlerResponse, HandlerService};
+///
+/// fn is_service<S: soorma::dispatch::tower::Service<HandlerRequest, Response = HandlerResponse, Error = HandlerError>>() {}
+/// is_service::<HandlerService>();
+/// ```
+pub mod dispatch {
+    pub use crate::runtime::service::{
+        HandlerError, HandlerRequest, HandlerResponse, HandlerService,
+    };
+    /// The `tower` crate the handler service and its layers are built on.
+    pub use tower;
+}
+
 /// The embedded engine: an in-process bus, state store and registry.
 ///
 /// Zero setup and the default. Semantics match the NATS platform: instances of one agent
 /// (one consumer group) share work, different agents each receive every event they subscribe
 /// to, state writes are revision-checked, and everything is scoped by tenant.
 pub mod embedded {
-    pub use crate::engine::embedded::{EmbeddedBus, MemoryRegistry, MemoryStore};
+    pub use crate::engine::embedded::{
+        EmbeddedBus, EmbeddedConfig, MemoryRegistry, MemoryStore, QueueStats,
+    };
 }
 
 #[cfg(feature = "nats")]

@@ -186,6 +186,41 @@ impl StateStore for NatsStore {
             Ok(keys)
         })
     }
+
+    fn tenants<'a>(&'a self, bucket: &'static str) -> BoxFuture<'a, Result<Vec<String>>> {
+        Box::pin(async move {
+            let store = self.bucket(bucket, EngineErrorKind::StateList).await?;
+            tenants(&store).await.map_err(|e| {
+                engine_error(
+                    EngineErrorKind::StateList,
+                    format!("list the tenants of `{bucket}`"),
+                    e,
+                )
+            })
+        })
+    }
+}
+
+/// The tenants of a KV bucket: the first token of its keys (`<tenant>.<key>`), from the
+/// subjects the stream holds (no message is read). Deleted keys keep their subject until
+/// purged, so a tenant whose keys were all deleted may be listed.
+async fn tenants(store: &kv::Store) -> std::result::Result<Vec<String>, BoxError> {
+    use futures_util::TryStreamExt;
+    let subjects: Vec<String> = store
+        .stream
+        .info_with_subjects(format!("{}*.*", store.prefix))
+        .await?
+        .map_ok(|(subject, _count)| subject)
+        .try_collect()
+        .await?;
+    let mut tenants: Vec<String> = subjects
+        .iter()
+        .filter_map(|s| s.strip_prefix(store.prefix.as_str()))
+        .filter_map(|key| key.split_once('.').map(|(tenant, _)| tenant.to_owned()))
+        .collect();
+    tenants.sort();
+    tenants.dedup();
+    Ok(tenants)
 }
 
 /// The live (not deleted) keys of `store` matching `pattern` (`*`/`>` wildcards), from the last

@@ -166,7 +166,7 @@ impl Handler {
         );
         h.advertised = Advertised::Capability;
         h.on_failure = Some(fail_task);
-        h.on_start = Some(restore_timers);
+        h.on_start = Some(ensure_timers);
         h.assemble = Some(assemble_worker);
         h
     }
@@ -243,7 +243,7 @@ impl Handler {
             H::checks(),
             call,
         );
-        h.on_start = Some(restore_timers);
+        h.on_start = Some(ensure_timers);
         h.assemble = Some(assemble_worker);
         h
     }
@@ -312,7 +312,7 @@ fn deadline_handler() -> Handler {
         call,
     );
     h.advertised = Advertised::Hidden;
-    h.on_start = Some(restore_timers);
+    h.on_start = Some(ensure_timers);
     h
 }
 
@@ -360,10 +360,8 @@ async fn enforce_deadline(input: HandlerInput) -> crate::runtime::handler::Handl
     Ok(None)
 }
 
-/// Human-input timers of a worker instance that stopped fire from here on.
-pub(crate) fn restore_timers<'a>(
-    platform: &'a Platform,
-    tenant: Option<&'a str>,
-) -> BoxFuture<'a, ()> {
-    Box::pin(crate::platform::timers::restore(platform, tenant))
+/// Human-input timers (of every tenant, those of worker instances that stopped included) fire
+/// from here on: the platform's timer service runs (idempotent).
+pub(crate) fn ensure_timers<'a>(platform: &'a Platform, _tenant: Option<&'a str>) -> BoxFuture<'a, ()> {
+    Box::pin(crate::platform::timers::ensure_running(platform))
 }
