@@ -1,7 +1,6 @@
 //! Test support for the soorma workspace: platform-independent product scenarios and a real
 //! `nats-server` per test.
 
-pub mod calculators;
 pub mod mcp_peers;
 pub mod nats_server;
 pub mod scenarios;
