@@ -1,9 +1,10 @@
-//! Test support for the soorma workspace: platform-independent product scenarios and a real
-//! `nats-server` per test.
+//! Test support for the soorma workspace: the agents the tests start, a real `nats-server` per
+//! test, the MCP servers the MCP tests talk to, and the examples' binaries. Which kind of test
+//! goes where: `README.md`.
 
+pub mod agents;
 pub mod mcp_peers;
 pub mod nats_server;
-pub mod scenarios;
 
 /// Logs to the test output when `RUST_LOG` is set (e.g. `RUST_LOG=soorma=debug`).
 pub fn init_tracing() {
