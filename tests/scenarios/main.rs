@@ -14,7 +14,8 @@
 //! cargo test -p soorma-tests --test scenarios -- --list
 //! ```
 //!
-//! Trials are named `<platform>::<file>::<scenario>` and run in parallel, each with its own
+//! Trials are named `<platform>::<file>::<scenario>` and run in parallel (twice as many as CPUs
+//! unless `--test-threads` or `RUST_TEST_THREADS` says otherwise), each with its own
 //! multi-threaded tokio runtime whose threads carry the trial's name. As with the built-in
 //! harness, panic messages are shown only for a trial that fails (some scenarios make handlers
 //! panic on purpose). When no nats-server is installed (`SOORMA_NATS_SERVER` unset and none on
@@ -108,12 +109,16 @@ impl Target {
 
 fn main() {
     let mut args = Arguments::from_args();
-    if args.test_threads.is_none() {
-        // As the built-in harness does.
-        args.test_threads = std::env::var("RUST_TEST_THREADS")
-            .ok()
-            .and_then(|n| n.parse().ok());
-    }
+    // `--test-threads`, else `RUST_TEST_THREADS` (as the built-in harness), else twice the CPUs:
+    // trials mostly wait (on timers, on their nats-server), so that is faster even on 2 cores.
+    args.test_threads = args.test_threads.or_else(|| {
+        let from_env = std::env::var("RUST_TEST_THREADS").ok();
+        from_env.and_then(|n| n.parse().ok()).or_else(|| {
+            std::thread::available_parallelism()
+                .ok()
+                .map(|n| n.get() * 2)
+        })
+    });
     soorma_tests::init_tracing();
     capture_panics();
     let no_nats = nats_server::locate().is_none();
