@@ -20,7 +20,7 @@ async fn assistant_step(mut plan: PlanContext, llm: State<LlmPlanner>) -> soorma
 }
 
 /// A planner whose model chooses each next action (`assist.goal`).
-pub fn assistant_planner(model: ScriptedLlm, options: PlanningOptions) -> AgentBuilder {
+fn assistant_planner(model: ScriptedLlm, options: PlanningOptions) -> AgentBuilder {
     Planner::new("assistant")
         .use_registered_handlers(false)
         .with_state(LlmPlanner::new(model).with_options(options))
@@ -33,7 +33,7 @@ async fn writer_goal(goal: GoalContext, llm: State<LlmPlanner>) -> soorma::Resul
 }
 
 /// A planner whose model writes a plan per goal (`write.goal`), run as a state machine.
-pub fn writer_planner(model: ScriptedLlm) -> AgentBuilder {
+fn writer_planner(model: ScriptedLlm) -> AgentBuilder {
     Planner::new("plan-writer")
         .use_registered_handlers(false)
         .with_state(LlmPlanner::new(model))

@@ -62,7 +62,7 @@ const WORKER_THREADS: usize = 4;
 type ScenarioFuture = Pin<Box<dyn Future<Output = ()>>>;
 
 /// A scenario registered with [`scenario!`].
-pub struct Scenario {
+struct Scenario {
     /// `module_path!()` where it was registered: `scenarios::<file>`.
     module: &'static str,
     name: &'static str,
@@ -73,7 +73,7 @@ inventory::collect!(Scenario);
 
 impl Scenario {
     /// Used by [`scenario!`].
-    pub const fn new(
+    const fn new(
         module: &'static str,
         name: &'static str,
         run: fn(TestPlatform, Duration) -> ScenarioFuture,

@@ -330,7 +330,7 @@ async fn sessions_group_plans_and_plans_are_listed_by_session_and_status(
 
 /// Plan ids the report planner's transition handler was called for.
 #[derive(Clone, Default)]
-pub struct Handled(Arc<std::sync::Mutex<Vec<String>>>);
+struct Handled(Arc<std::sync::Mutex<Vec<String>>>);
 
 async fn report_goal(goal: GoalContext, plan: State<Arc<Plan>>) -> soorma::Result<()> {
     goal.start(&plan).await.map(drop)
@@ -343,7 +343,7 @@ async fn report_transition(mut plan: PlanContext, handled: State<Handled>) -> so
 
 /// A planner whose plan hands the research to the research planner (a sub-plan: its action is
 /// `research.goal`) and reports on its reply.
-pub fn report_planner(handled: Handled) -> AgentBuilder {
+fn report_planner(handled: Handled) -> AgentBuilder {
     use soorma::common::{PlanDefinition, StateAction, StateConfig, StateTransition};
     let plan = Plan::new(
         PlanDefinition::new("report", "research in a sub-plan, then report")
@@ -481,7 +481,7 @@ async fn digest_goal(goal: GoalContext, plan: State<Arc<Plan>>) -> soorma::Resul
 }
 
 /// search (a tool) → summarize (a worker that reports progress) → done.
-pub fn digest_planner() -> AgentBuilder {
+fn digest_planner() -> AgentBuilder {
     use soorma::common::{PlanDefinition, StateAction, StateConfig, StateTransition};
     let plan = Plan::new(
         PlanDefinition::new("digest", "search, then summarize")

@@ -65,7 +65,7 @@ async fn a_failed_sub_task_is_recorded_as_failed_in_the_group(
 }
 
 /// A worker chaining two delegations.
-pub fn chainer() -> AgentBuilder {
+fn chainer() -> AgentBuilder {
     Worker::new("chainer")
         .use_registered_handlers(false)
         .handler(Handler::on_task("chain.requested", chain))
@@ -104,7 +104,7 @@ async fn chain_reverse(result: ResultContext<String>) -> soorma::Result<()> {
 }
 
 /// A tool reversing text.
-pub fn reverser() -> AgentBuilder {
+fn reverser() -> AgentBuilder {
     Tool::new("reverser")
         .use_registered_handlers(false)
         .handler(Handler::on_invoke("reverse.requested", reverse))
@@ -132,7 +132,7 @@ async fn sequential_delegation_chains_through_saved_task_state(
 }
 
 /// A worker whose task handler fails or panics.
-pub fn exploder() -> AgentBuilder {
+fn exploder() -> AgentBuilder {
     Worker::new("exploder")
         .use_registered_handlers(false)
         .handler(Handler::on_task("explode.requested", explode))
@@ -279,7 +279,7 @@ async fn post_reviewed(result: ResultContext<Value>) -> soorma::Result<()> {
 }
 
 /// A worker that asks a person before publishing.
-pub fn publisher() -> AgentBuilder {
+fn publisher() -> AgentBuilder {
     Worker::new("publisher")
         .use_registered_handlers(false)
         .handler(Handler::on_task("post.requested", publish_post))
