@@ -13,7 +13,7 @@ use std::process::{Command, Stdio};
 use std::sync::mpsc;
 use std::time::{Duration, Instant};
 
-use libtest_mimic::{Arguments, Completion, Failed, Trial};
+use libtest_mimic::{Completion, Failed, Trial};
 use soorma_tests::{example_binary, mcp_peers};
 
 /// How long an example may take.
@@ -120,7 +120,7 @@ const EXAMPLES: &[Example] = &[
 ];
 
 fn main() {
-    let args = Arguments::from_args();
+    let args = soorma_tests::trial_arguments();
     let trials = EXAMPLES
         .iter()
         .map(|example| Trial::ignorable_test(example.name, move || run(example)))

@@ -28,7 +28,7 @@ use std::pin::Pin;
 use std::sync::{Mutex, PoisonError};
 use std::time::Duration;
 
-use libtest_mimic::{Arguments, Completion, Failed, Trial};
+use libtest_mimic::{Completion, Failed, Trial};
 use soorma::nats::NatsConfig;
 use soorma::testing::TestPlatform;
 use soorma_tests::nats_server::{self, NatsServer};
@@ -108,17 +108,7 @@ impl Target {
 }
 
 fn main() {
-    let mut args = Arguments::from_args();
-    // `--test-threads`, else `RUST_TEST_THREADS` (as the built-in harness), else twice the CPUs:
-    // trials mostly wait (on timers, on their nats-server), so that is faster even on 2 cores.
-    args.test_threads = args.test_threads.or_else(|| {
-        let from_env = std::env::var("RUST_TEST_THREADS").ok();
-        from_env.and_then(|n| n.parse().ok()).or_else(|| {
-            std::thread::available_parallelism()
-                .ok()
-                .map(|n| n.get() * 2)
-        })
-    });
+    let args = soorma_tests::trial_arguments();
     soorma_tests::init_tracing();
     capture_panics();
     let no_nats = nats_server::locate().is_none();
