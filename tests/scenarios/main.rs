@@ -197,12 +197,17 @@ fn run(name: &str, target: Target, scenario: &'static Scenario) -> Result<(), Fa
             drop(runtime);
             drop(server);
         })
-        .map_err(|e| Failed::from(format!("cannot start the trial's thread: {e}")))?;
-    let outcome = trial.join();
+        .map(std::thread::JoinHandle::join);
     let panics = PANICS
         .lock()
         .unwrap_or_else(PoisonError::into_inner)
         .remove(name)
         .unwrap_or_default();
-    outcome.map_err(|_| Failed::from(panics.trim_end()))
+    match trial {
+        Ok(Ok(())) => Ok(()),
+        Ok(Err(_)) => Err(Failed::from(panics.trim_end())),
+        Err(e) => Err(Failed::from(format!(
+            "cannot start the trial's thread: {e}"
+        ))),
+    }
 }
