@@ -1,5 +1,6 @@
-//! The embedded platform, tested as a product: every scenario of `scenarios.rs`, plus the
-//! attribute-registered (inventory) path.
+//! What only the embedded platform does: attribute-registered (inventory) handlers in a test
+//! binary, and a test platform observing a platform it did not create. The product scenarios
+//! run on it (and on NATS) in `scenarios/`.
 
 use std::time::Duration;
 
@@ -10,32 +11,6 @@ use soorma::prelude::*;
 use soorma::testing::TestPlatform;
 
 const WAIT: Duration = Duration::from_secs(5);
-
-macro_rules! embedded_scenarios {
-    ($($name:ident),* $(,)?) => {
-        $(
-            #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
-            async fn $name() {
-                soorma_tests::scenarios::$name(TestPlatform::new(), WAIT).await;
-            }
-        )*
-    };
-}
-
-soorma_tests::for_each_scenario!(embedded_scenarios);
-
-macro_rules! embedded_robustness_scenarios {
-    ($($name:ident),* $(,)?) => {
-        $(
-            #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
-            async fn $name() {
-                soorma_tests::robustness::$name(TestPlatform::new(), WAIT).await;
-            }
-        )*
-    };
-}
-
-soorma_tests::for_each_robustness_scenario!(embedded_robustness_scenarios);
 
 #[derive(Debug, Serialize, Deserialize, JsonSchema)]
 struct Square {
@@ -131,7 +106,7 @@ async fn human_input_timeouts_fire_after_a_restart_for_every_tenant_exactly_once
         );
         async move { Platform::from_parts(parts) }
     };
-    soorma_tests::robustness::human_input_timeouts_fire_after_a_restart_for_every_tenant_exactly_once(
+    soorma_tests::restarts::human_input_timeouts_fire_after_a_restart_for_every_tenant_exactly_once(
         platform, WAIT,
     )
     .await;
