@@ -69,7 +69,7 @@ async fn review(mut task: TaskContext<Document>) -> soorma::Result<()> {
     let text = CountWords {
         text: task.data.text.clone(),
     };
-    task.delegate(COUNT_EVENT, text, COUNTED_EVENT).await?;
+    task.delegate_with(Delegation::new(COUNT_EVENT, &text, COUNTED_EVENT)).await?;
     Ok(())
 }
 

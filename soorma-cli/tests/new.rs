@@ -128,7 +128,7 @@ fn new_worker_includes_the_tool_it_delegates_to() {
     assert!(
         main.contains("#[on_invoke(\"reviewer.count.requested\", agent = \"reviewer-words\")]")
     );
-    assert!(main.contains("task.delegate(") && main.contains("task.complete("));
+    assert!(main.contains("task.delegate") && main.contains("task.complete("));
     assert!(main.contains("#[tokio::test]"));
 }
 

@@ -351,6 +351,9 @@ pub struct TaskRecord {
     /// Last update time (RFC 3339).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub updated_at: Option<String>,
+    /// When the task fails unless it ended before (RFC 3339), if it has a deadline.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub deadline_at: Option<String>,
 }
 
 impl TaskRecord {
@@ -388,6 +391,7 @@ impl TaskRecord {
             next_seq: 0,
             created_at: None,
             updated_at: None,
+            deadline_at: None,
         }
     }
 }

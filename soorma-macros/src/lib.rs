@@ -52,7 +52,7 @@ use crate::model::HandlerKind;
 /// `"task-events"`. The event name is required too, and may be `"*"` to receive every event
 /// on the topic. The first argument must be an `Event<T>` (`T`: `Deserialize + JsonSchema`;
 /// default `serde_json::Value`); extractors such as `State<S>` may follow. Returns `()` or
-/// `Result<T, E>` with `E: Display`.
+/// `Result<T, E>` with `E: Into<Box<dyn Error + Send + Sync>>`.
 ///
 /// Arguments: `topic`, `event` (both also positional, in that order), `agent`,
 /// `description`, `crate`.
@@ -79,8 +79,9 @@ pub fn on_event(args: TokenStream, item: TokenStream) -> TokenStream {
 /// Registers an `async fn` as a request/response capability (a tool).
 ///
 /// The first argument is an `Invocation<T>` (extractors such as `State<S>` may follow), and
-/// the function returns `Result<R, E>` with `E: Display`; the value is the reply, an error
-/// becomes an error reply.
+/// the function returns `Result<R, E>` with `E: Into<Box<dyn Error + Send + Sync>>`
+/// (`ToolError`, `soorma::Error`, `String`, any `std::error::Error + Send + Sync`); the value
+/// is the reply, an error becomes an error reply.
 ///
 /// - **Typed** (no event name): `T` is a request type (`#[derive(Request)]`); the event is
 ///   `T`'s, and `R` must be `T`'s reply type.
@@ -121,7 +122,7 @@ pub fn on_invoke(args: TokenStream, item: TokenStream) -> TokenStream {
 ///
 /// The first argument is a `TaskContext<T, S>` (`S`, the task's typed state, is optional);
 /// extractors such as `State<S>` may follow. Returns `()` or `Result<T, E>` with
-/// `E: Display`. The task replies when it completes (`task.complete(..)`, or the value its
+/// `E: Into<Box<dyn Error + Send + Sync>>`. The task replies when it completes (`task.complete(..)`, or the value its
 /// [`macro@on_fan_in`] handler returns).
 ///
 /// - **Typed** (no event name): `T` is a request type (`#[derive(Request)]`) whose event the
@@ -163,7 +164,7 @@ pub fn on_task(args: TokenStream, item: TokenStream) -> TokenStream {
 ///
 /// The event name is required. The first argument must be a `ResultContext<T>` (`T`: the
 /// result's type; default `serde_json::Value`); extractors such as `State<S>` may follow.
-/// Returns `()` or `Result<T, E>` with `E: Display`. Stack the attribute to handle several
+/// Returns `()` or `Result<T, E>` with `E: Into<Box<dyn Error + Send + Sync>>`. Stack the attribute to handle several
 /// result events with one function. (For the replies of a typed `fan_out`, use
 /// [`macro@on_fan_in`].)
 ///
@@ -220,7 +221,7 @@ pub fn on_fan_in(args: TokenStream, item: TokenStream) -> TokenStream {
 /// plan.
 ///
 /// The first argument is a `GoalContext<T>`; extractors such as `State<S>` may follow.
-/// Returns `()` or `Result<T, E>` with `E: Display`. The plan's result is the goal's reply.
+/// Returns `()` or `Result<T, E>` with `E: Into<Box<dyn Error + Send + Sync>>`. The plan's result is the goal's reply.
 ///
 /// - **Typed** (no event name): `T` is a request type (`#[derive(Request)]`) whose event is
 ///   the goal.
@@ -235,14 +236,14 @@ pub fn on_fan_in(args: TokenStream, item: TokenStream) -> TokenStream {
 ///
 /// /// Plans a trip.
 /// #[on_goal(agent = "trip-planner")]
-/// async fn plan_trip(goal: GoalContext<Trip>, plan: State<Arc<Plan>>) -> soorma::Result<()> {
-///     goal.start(&plan).await.map(drop)
+/// async fn plan_trip(goal: GoalContext<Trip>, plan: State<Arc<Plan>>) -> soorma::Result<PlanContext> {
+///     goal.start(&plan).await
 /// }
 ///
 /// // String-named:
 /// #[on_goal("research.goal", agent = "research-planner")]
-/// async fn research(goal: GoalContext, plan: State<Arc<Plan>>) -> soorma::Result<()> {
-///     goal.start(&plan).await.map(drop)
+/// async fn research(goal: GoalContext<Research>, plan: State<Arc<Plan>>) -> soorma::Result<PlanContext> {
+///     goal.start(&plan).await
 /// }
 /// ```
 #[proc_macro_attribute]

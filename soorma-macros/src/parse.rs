@@ -858,8 +858,8 @@ fn validate_signature(
     };
     match kind {
         HandlerKind::Invoke => {
-            const EXPECTED: &str =
-                "must return `Result<T, E>` where `T: Serialize + JsonSchema` and `E: Display`";
+            const EXPECTED: &str = "must return `Result<T, E>` where `T: Serialize + JsonSchema` \
+                 and `E: Into<Box<dyn Error + Send + Sync>>`";
             match &output {
                 None => error(syn::Error::new(
                     sig.ident.span(),
@@ -1941,7 +1941,7 @@ mod tests {
                     }
                 )
             ),
-            "`#[on_invoke]` handler must return `Result<T, E>` where `T: Serialize + JsonSchema` and `E: Display`; found `Calculated`"
+            "`#[on_invoke]` handler must return `Result<T, E>` where `T: Serialize + JsonSchema` and `E: Into<Box<dyn Error + Send + Sync>>`; found `Calculated`"
         );
         assert_eq!(
             error(
@@ -1953,7 +1953,7 @@ mod tests {
                     }
                 )
             ),
-            "`#[on_invoke]` handler must return `Result<T, E>` where `T: Serialize + JsonSchema` and `E: Display`; found `Option<Result<A, B>>`"
+            "`#[on_invoke]` handler must return `Result<T, E>` where `T: Serialize + JsonSchema` and `E: Into<Box<dyn Error + Send + Sync>>`; found `Option<Result<A, B>>`"
         );
         assert_eq!(
             error(
@@ -1963,7 +1963,7 @@ mod tests {
                     async fn f(r: Invocation<A>) {}
                 )
             ),
-            "`#[on_invoke]` handler must return `Result<T, E>` where `T: Serialize + JsonSchema` and `E: Display`; found no return type"
+            "`#[on_invoke]` handler must return `Result<T, E>` where `T: Serialize + JsonSchema` and `E: Into<Box<dyn Error + Send + Sync>>`; found no return type"
         );
     }
 
@@ -2361,7 +2361,7 @@ mod tests {
                 "`#[on_invoke]` handler must be `async fn`; found `fn`",
                 "`#[on_invoke]` handler must not have generic parameters; use concrete types",
                 "`#[on_invoke]` handler's first argument must be `Invocation<T>`; found `State<T>`; e.g. `req: Invocation<Calculate>` (extractors such as `State<S>` go after it)",
-                "`#[on_invoke]` handler must return `Result<T, E>` where `T: Serialize + JsonSchema` and `E: Display`; found `Calculated`",
+                "`#[on_invoke]` handler must return `Result<T, E>` where `T: Serialize + JsonSchema` and `E: Into<Box<dyn Error + Send + Sync>>`; found `Calculated`",
             ]
         );
     }

@@ -3,7 +3,8 @@
 use std::collections::{HashMap, HashSet};
 use std::future::IntoFuture;
 use std::marker::PhantomData;
-use std::sync::{Arc, Mutex};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::time::Duration;
 
 use serde::Serialize;
@@ -32,7 +33,51 @@ impl Platform {
     }
 }
 
-type Pending = Arc<Mutex<HashMap<String, oneshot::Sender<Arc<EventEnvelope>>>>>;
+/// The calls awaiting a reply, by correlation id: (the call's token, where to send the reply).
+type PendingMap = HashMap<String, (u64, oneshot::Sender<Arc<EventEnvelope>>)>;
+type Pending = Arc<Mutex<PendingMap>>;
+
+fn lock(pending: &Pending) -> MutexGuard<'_, PendingMap> {
+    pending.lock().unwrap_or_else(PoisonError::into_inner)
+}
+
+/// A call's entry in the pending map, removed when the call ends however it ends: a reply, a
+/// timeout, a failed publish, or the call's future dropped (a caller's `select!` or timeout).
+struct PendingEntry {
+    pending: Pending,
+    correlation: String,
+    token: u64,
+}
+
+impl PendingEntry {
+    fn insert(
+        pending: &Pending,
+        correlation: String,
+        tx: oneshot::Sender<Arc<EventEnvelope>>,
+    ) -> Self {
+        static NEXT_TOKEN: AtomicU64 = AtomicU64::new(0);
+        let token = NEXT_TOKEN.fetch_add(1, Ordering::Relaxed);
+        lock(pending).insert(correlation.clone(), (token, tx));
+        Self {
+            pending: pending.clone(),
+            correlation,
+            token,
+        }
+    }
+}
+
+impl Drop for PendingEntry {
+    fn drop(&mut self) {
+        let mut pending = lock(&self.pending);
+        // Only this call's entry: a later call may have reused the correlation id.
+        if pending
+            .get(&self.correlation)
+            .is_some_and(|(token, _)| *token == self.token)
+        {
+            pending.remove(&self.correlation);
+        }
+    }
+}
 
 struct Inner {
     platform: Platform,
@@ -401,8 +446,8 @@ impl Client {
                     .envelope
                     .correlation_id
                     .as_ref()
-                    .and_then(|c| pending.lock().expect("pending lock").remove(c));
-                if let Some(tx) = waiter {
+                    .and_then(|c| lock(&pending).remove(c));
+                if let Some((_, tx)) = waiter {
                     let _ = tx.send(delivery.envelope.clone());
                 }
                 let _ = delivery.settle(Settlement::Ack).await;
@@ -587,25 +632,15 @@ impl Call {
         }
         self.client.listen(topic, &response_event).await?;
         let (tx, rx) = oneshot::channel();
-        let pending = self.client.inner.pending.clone();
-        pending
-            .lock()
-            .expect("pending lock")
-            .insert(correlation.clone(), tx);
-        if let Err(e) = self.publish.await {
-            pending.lock().expect("pending lock").remove(&correlation);
-            return Err(e);
-        }
+        let _entry = PendingEntry::insert(&self.client.inner.pending, correlation, tx);
+        self.publish.await?;
         match tokio::time::timeout(self.timeout, rx).await {
             Ok(Ok(envelope)) => Ok(Reply::new(envelope)),
             Ok(Err(_)) => Err(Error::Closed),
-            Err(_) => {
-                pending.lock().expect("pending lock").remove(&correlation);
-                Err(Error::Timeout {
-                    after: self.timeout,
-                    what: format!("`{response_event}` replying to `{event_type}`"),
-                })
-            }
+            Err(_) => Err(Error::Timeout {
+                after: self.timeout,
+                what: format!("`{response_event}` replying to `{event_type}`"),
+            }),
         }
     }
 }
@@ -777,5 +812,53 @@ impl Reply {
                 message: self.reply.error.unwrap_or_default(),
             })
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::time::Duration;
+
+    use crate::platform::Platform;
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn calls_dropped_before_their_reply_leave_no_pending_entry() {
+        let platform = Platform::embedded();
+        let client = platform.client("test");
+        // Nobody serves `nobody.requested`: every call waits for a reply until dropped.
+        let calls: Vec<_> = (0..1_000)
+            .map(|_| {
+                let client = client.clone();
+                tokio::spawn(
+                    async move { client.request("nobody.requested", (), "nobody.done").await },
+                )
+            })
+            .collect();
+        let pending = || crate::client::lock(&client.inner.pending).len();
+        tokio::time::timeout(Duration::from_secs(10), async {
+            while pending() < 1_000 {
+                tokio::time::sleep(Duration::from_millis(5)).await;
+            }
+        })
+        .await
+        .expect("every call registered");
+        for call in &calls {
+            call.abort();
+        }
+        for call in calls {
+            assert!(call.await.unwrap_err().is_cancelled());
+        }
+        assert_eq!(pending(), 0);
+
+        // A call that ends by its own timeout or gets its reply leaves nothing either.
+        let timed_out = client
+            .request("nobody.requested", (), "nobody.done")
+            .timeout(Duration::from_millis(10))
+            .await;
+        assert!(matches!(
+            timed_out,
+            Err(crate::error::Error::Timeout { .. })
+        ));
+        assert_eq!(pending(), 0);
     }
 }

@@ -114,7 +114,9 @@ pub mod state {
 
 /// The agent registry (who is running and what they can do) and discovery queries over it.
 pub mod registry {
-    pub use crate::platform::discovery::{Discovery, Requirements};
+    pub use crate::platform::discovery::{
+        Discovery, Requirements, UnconsumedRequest, unconsumed_requests,
+    };
     pub use crate::spi::registry::Registry;
 }
 
@@ -123,13 +125,37 @@ pub mod extract {
     pub use crate::runtime::extract::{Extensions, FromHandlerInput, HandlerInput, State};
 }
 
+/// The agent's handler service and the [`tower`] layers around it: add your own with
+/// [`AgentBuilder::layer`] (metrics, authorization, rate limits).
+///
+/// Every handled event is a [`HandlerRequest`](dispatch::HandlerRequest) through the agent's
+/// stack, built once per start: the concurrency limit, a tracing span (`soorma.handle`), the
+/// settlement (ack, reply, the layer's failure policy, retry with backoff, dead letter), panic
+/// capture, then your layers (the last added outermost) around the handler.
+///
+/// ```
+/// use soorma::dispatch::{HandlerError, HandlerRequest, HandlerResponse, HandlerService};
+///
+/// fn is_service<S: soorma::dispatch::tower::Service<HandlerRequest, Response = HandlerResponse, Error = HandlerError>>() {}
+/// is_service::<HandlerService>();
+/// ```
+pub mod dispatch {
+    pub use crate::runtime::service::{
+        HandlerError, HandlerRequest, HandlerResponse, HandlerService,
+    };
+    /// The `tower` crate the handler service and its layers are built on.
+    pub use tower;
+}
+
 /// The embedded engine: an in-process bus, state store and registry.
 ///
 /// Zero setup and the default. Semantics match the NATS platform: instances of one agent
 /// (one consumer group) share work, different agents each receive every event they subscribe
 /// to, state writes are revision-checked, and everything is scoped by tenant.
 pub mod embedded {
-    pub use crate::engine::embedded::{EmbeddedBus, MemoryRegistry, MemoryStore};
+    pub use crate::engine::embedded::{
+        EmbeddedBus, EmbeddedConfig, MemoryRegistry, MemoryStore, QueueStats,
+    };
 }
 
 #[cfg(feature = "nats")]
@@ -181,15 +207,15 @@ pub mod planner {
     //! # #[tokio::main(flavor = "current_thread")] async fn main() -> soorma::Result<()> {
     //! use std::sync::Arc;
     //! use soorma::prelude::*;
-    //! use soorma::planner::{GoalContext, Plan, Planner};
+    //! use soorma::planner::{GoalContext, Plan, PlanContext, Planner};
     //! use soorma::common::{PlanDefinition, StateAction, StateConfig, StateTransition};
     //!
     //! async fn search(req: Invocation<serde_json::Value>) -> Result<Vec<String>, ToolError> {
     //!     Ok(vec![format!("about {}", req.data["q"].as_str().unwrap_or(""))])
     //! }
     //!
-    //! async fn research(goal: GoalContext, plan: State<Arc<Plan>>) -> soorma::Result<()> {
-    //!     goal.start(&plan).await.map(drop)
+    //! async fn research(goal: GoalContext, plan: State<Arc<Plan>>) -> soorma::Result<PlanContext> {
+    //!     goal.start(&plan).await
     //! }
     //!
     //! let plan = Plan::new(

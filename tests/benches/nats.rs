@@ -395,7 +395,7 @@ async fn fan_part(result: ResultContext) -> soorma::Result<()> {
 static PARKED: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
 
 async fn park(mut task: TaskContext<u32>) -> soorma::Result<()> {
-    task.delegate("never.served", task.data, "never.done")
+    task.delegate_with(Delegation::new("never.served", &task.data, "never.done"))
         .await?;
     PARKED.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
     Ok(())

@@ -1,7 +1,7 @@
 //! The tool layer (`#[on_invoke]`): request → reply. The handler's return value is the reply;
 //! its error becomes an error reply.
 
-use std::fmt::{self, Display};
+use std::fmt;
 use std::sync::Arc;
 
 use schemars::JsonSchema;
@@ -10,7 +10,7 @@ use serde::de::DeserializeOwned;
 use serde_json::Value;
 use soorma_common::{ActionReply, AgentKind, EventEnvelope, Topic};
 
-use crate::error::Result as SdkResult;
+use crate::error::{BoxError, Result as SdkResult};
 use crate::protocol::decode_payload;
 use crate::protocol::reply::send_reply;
 use crate::protocol::request::Request;
@@ -133,17 +133,22 @@ impl<T: fmt::Debug> fmt::Debug for Invocation<T> {
     }
 }
 
-/// What an `#[on_invoke]` handler returns: `Result<T, E>` with `T: Serialize + JsonSchema`.
+/// What an `#[on_invoke]` handler returns: `Result<T, E>` with `T: Serialize + JsonSchema`
+/// (the reply) and an error that converts into `Box<dyn Error + Send + Sync>` (the error reply):
+/// [`ToolError`](crate::ToolError), [`soorma::Error`](crate::Error), `String`, any
+/// `std::error::Error + Send + Sync`, `anyhow::Error`.
 ///
 /// ```
 /// use soorma::ToolOutput;
 ///
 /// fn tool_output<O: ToolOutput>() {}
 /// tool_output::<Result<u32, soorma::ToolError>>();
-/// tool_output::<Result<Vec<String>, String>>(); // any `E: Display`
+/// tool_output::<soorma::Result<u32>>();
+/// tool_output::<Result<Vec<String>, String>>();
+/// tool_output::<Result<String, std::io::Error>>();
 /// ```
 #[diagnostic::on_unimplemented(
-    message = "`#[on_invoke]` handlers must return `Result<T, E>` where `T: Serialize + JsonSchema` and `E: Display`; found `{Self}`"
+    message = "`#[on_invoke]` handlers must return `Result<T, E>` where `T: Serialize + JsonSchema` and `E: Into<Box<dyn Error + Send + Sync>>` (`ToolError`, `soorma::Error`, `String`, any `std::error::Error + Send + Sync`); found `{Self}`"
 )]
 pub trait ToolOutput: Send + 'static {
     /// The success type (its schema becomes the produced schema).
@@ -156,7 +161,7 @@ pub trait ToolOutput: Send + 'static {
 impl<T, E> ToolOutput for Result<T, E>
 where
     T: Serialize + JsonSchema + Send + 'static,
-    E: Display + Send + 'static,
+    E: Into<BoxError> + Send + 'static,
 {
     type Ok = T;
 
@@ -166,16 +171,18 @@ where
 }
 
 /// What a tool handler of a typed request returns: `Result<V, E>` where `V` is the request's
-/// reply type and `E: Display` ([`Handler::invoke`]).
+/// reply type and `E: Into<Box<dyn Error + Send + Sync>>` ([`Handler::invoke`]).
 ///
 /// ```
 /// use soorma::ToolReply;
 ///
 /// fn replies_with<V, O: ToolReply<V>>() {}
 /// replies_with::<u32, Result<u32, soorma::ToolError>>();
+/// replies_with::<u32, soorma::Result<u32>>();
+/// replies_with::<u32, Result<u32, std::io::Error>>();
 /// ```
 #[diagnostic::on_unimplemented(
-    message = "a tool handler of a request replying `{V}` must return `Result<{V}, E>` where `E: Display`; found `{Self}`",
+    message = "a tool handler of a request replying `{V}` must return `Result<{V}, E>` where `E: Into<Box<dyn Error + Send + Sync>>` (`ToolError`, `soorma::Error`, `String`, any `std::error::Error + Send + Sync`); found `{Self}`",
     label = "expected `Result<{V}, E>`"
 )]
 pub trait ToolReply<V>: ToolOutput<Ok = V> {}
@@ -183,7 +190,7 @@ pub trait ToolReply<V>: ToolOutput<Ok = V> {}
 impl<V, E> ToolReply<V> for Result<V, E>
 where
     V: Serialize + JsonSchema + Send + 'static,
-    E: Display + Send + 'static,
+    E: Into<BoxError> + Send + 'static,
 {
 }
 

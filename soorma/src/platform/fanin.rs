@@ -5,7 +5,7 @@ use std::sync::Arc;
 
 use soorma_common::{SubTaskInfo, TaskRecord};
 
-use crate::error::{Error, Result};
+use crate::error::{EngineError, EngineErrorKind, Error, Result};
 use crate::spi::state::{self, Change, StateKey};
 use crate::util::now_rfc3339;
 
@@ -35,7 +35,7 @@ const COMPLETE_GROUPS_KEPT: usize = 256;
 struct MarkWaiter {
     group: String,
     seq: u32,
-    tx: tokio::sync::oneshot::Sender<std::result::Result<Marked, String>>,
+    tx: tokio::sync::oneshot::Sender<std::result::Result<Marked, SharedError>>,
 }
 
 /// A mark written: the stored task after the write, and whether this mark is the one that
@@ -44,6 +44,23 @@ struct MarkWaiter {
 pub(crate) struct Marked {
     pub(crate) task: state::Versioned<TaskRecord>,
     pub(crate) completed_group: bool,
+}
+
+/// The error of one coalesced write, reported to every mark it included.
+#[derive(Debug, Clone)]
+struct SharedError(Arc<Error>);
+
+impl std::fmt::Display for SharedError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        std::fmt::Display::fmt(&self.0, f)
+    }
+}
+
+impl std::error::Error for SharedError {
+    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+        // The error itself, so that it decides whether retrying may succeed.
+        Some(&*self.0)
+    }
 }
 
 impl FanIn {
@@ -73,11 +90,19 @@ impl FanIn {
         };
         if lead {
             // A task of its own, so that no caller's cancellation can strand the queue.
-            tokio::spawn(self.clone().drain(store, key));
+            tokio::spawn(self.clone().drain(store, key.clone()));
         }
-        rx.await
-            .map_err(|_| Error::State("the fan-in writer stopped".into()))?
-            .map_err(Error::State)
+        let failed = || {
+            EngineError::new(
+                EngineErrorKind::StateWrite,
+                format!("mark sub-task {seq} finished in `{key}`"),
+            )
+        };
+        match rx.await {
+            Ok(Ok(stored)) => Ok(stored),
+            Ok(Err(e)) => Err(failed().with_source(e).into()),
+            Err(_) => Err(failed().with_source("the fan-in writer stopped").into()),
+        }
     }
 
     /// The members of a complete group, loaded by the first caller and shared with the rest.
@@ -131,10 +156,13 @@ impl FanIn {
                     let mut changed = false;
                     for (i, w) in batch.iter().enumerate() {
                         let group = rec.groups.get_mut(&w.group).ok_or_else(|| {
-                            Error::State(format!(
-                                "task `{}` has no delegation group `{}`",
-                                rec.task_id, w.group
-                            ))
+                            EngineError::new(
+                                EngineErrorKind::Inconsistent,
+                                format!(
+                                    "task `{}` has no delegation group `{}`",
+                                    rec.task_id, w.group
+                                ),
+                            )
                         })?;
                         let was_complete = group.is_complete();
                         let marked = group.mark_finished(w.seq);
@@ -150,7 +178,7 @@ impl FanIn {
                 },
             )
             .await
-            .map_err(|e| e.to_string());
+            .map_err(|e| SharedError(Arc::new(e)));
             for (i, w) in batch.into_iter().enumerate() {
                 let marked = result.as_ref().map(|(completed, stored)| Marked {
                     task: stored.clone(),

@@ -1,7 +1,6 @@
 //! Handlers: typed async fns erased into one callable shape, plus their registration.
 
 use std::any::Any;
-use std::fmt::Display;
 use std::future::Future;
 use std::sync::Arc;
 
@@ -11,7 +10,7 @@ use serde_json::Value;
 use soorma_common::{AgentKind, Topic};
 
 use super::extract::{Extensions, FromHandlerInput, HandlerInput};
-use crate::error::{Error, Result as SdkResult, ToolError};
+use crate::error::{BoxError, Error, Result as SdkResult, is_retryable};
 use crate::platform::Platform;
 use crate::protocol::decode_payload;
 use crate::util::BoxFuture;
@@ -142,26 +141,24 @@ pub(crate) fn schema_of<T: JsonSchema>() -> Value {
     Value::from(schemars::schema_for!(T))
 }
 
-/// Whether a handler error is worth retrying: soorma errors and `ToolError`s say so themselves.
-fn is_retryable(err: &dyn Any) -> bool {
-    if let Some(e) = err.downcast_ref::<Error>() {
-        e.is_retryable()
-    } else if let Some(e) = err.downcast_ref::<ToolError>() {
-        e.is_retryable()
-    } else {
-        false
-    }
-}
-
-/// A handler's error as a failure (retryable when the error says so).
-pub(crate) fn handler_failure<E: Display + 'static>(err: E) -> Failure {
+/// A handler's error as a failure: its message, and retryable when an error in its chain
+/// says so ([`is_retryable`]).
+pub(crate) fn handler_failure<E: Into<BoxError>>(err: E) -> Failure {
+    let err: BoxError = err.into();
     Failure::Handler {
         message: err.to_string(),
-        retryable: is_retryable(&err),
+        retryable: is_retryable(&*err),
     }
 }
 
-/// What `#[on_task]`, `#[on_result]` and `#[on_event]` handlers return: `()` or `Result<(), E>`.
+/// What `#[on_event]`, `#[on_task]`, `#[on_result]`, `#[on_goal]` and `#[on_transition]`
+/// handlers return: `()`, or `Result<T, E>` for any `T` (the value is ignored, so
+/// `task.complete(x).await` can be the last expression) and any error that converts into
+/// `Box<dyn Error + Send + Sync>`: [`soorma::Error`](crate::Error), [`ToolError`](crate::ToolError),
+/// `String`, `&'static str`, any `std::error::Error + Send + Sync`, `anyhow::Error`.
+///
+/// An error that is retryable ([`is_retryable`], which looks through the error's
+/// `source()` chain) is redelivered; any other fails the event.
 ///
 /// ```
 /// use soorma::HandlerOutput;
@@ -169,10 +166,13 @@ pub(crate) fn handler_failure<E: Display + 'static>(err: E) -> Failure {
 /// fn handler_output<O: HandlerOutput>() {}
 /// handler_output::<()>();
 /// handler_output::<soorma::Result<()>>();
-/// handler_output::<Result<(), String>>();
+/// handler_output::<soorma::Result<bool>>();
+/// handler_output::<Result<(), soorma::ToolError>>();
+/// handler_output::<Result<u32, String>>();
+/// handler_output::<Result<(), std::io::Error>>();
 /// ```
 #[diagnostic::on_unimplemented(
-    message = "soorma handlers must return `()` or `Result<T, E>` where `E: Display`; found `{Self}`"
+    message = "soorma handlers must return `()` or `Result<T, E>` where `E: Into<Box<dyn Error + Send + Sync>>` (`soorma::Error`, `ToolError`, `String`, any `std::error::Error + Send + Sync`); found `{Self}`"
 )]
 pub trait HandlerOutput: Send + 'static {
     /// Converts into the SDK's outcome.
@@ -186,7 +186,11 @@ impl HandlerOutput for () {
     }
 }
 
-impl<T: Send + 'static, E: Display + Send + 'static> HandlerOutput for Result<T, E> {
+impl<T, E> HandlerOutput for Result<T, E>
+where
+    T: Send + 'static,
+    E: Into<BoxError> + Send + 'static,
+{
     fn into_outcome(self) -> Result<(), Failure> {
         self.map(drop).map_err(handler_failure)
     }

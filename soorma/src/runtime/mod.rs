@@ -8,3 +8,4 @@ pub(crate) mod dispatch;
 pub(crate) mod extract;
 pub(crate) mod group;
 pub(crate) mod handler;
+pub(crate) mod service;

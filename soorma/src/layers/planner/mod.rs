@@ -89,7 +89,7 @@ impl Handler {
         );
         h.advertised = Advertised::Capability;
         h.on_failure = Some(fail_goal);
-        h.on_start = Some(restore_timers);
+        h.on_start = Some(ensure_timers);
         h.assemble = Some(ensure_transition);
         h
     }
@@ -176,7 +176,7 @@ impl Handler {
         );
         h.advertised = Advertised::Hidden;
         h.on_failure = Some(fail_transition);
-        h.on_start = Some(restore_timers);
+        h.on_start = Some(ensure_timers);
         h
     }
 }
@@ -203,7 +203,8 @@ fn fail_transition(input: &HandlerInput, error: String) -> BoxFuture<'_, Result<
     Box::pin(fail_plan(input, error, false))
 }
 
-/// Human-input timers of a planner instance that stopped fire from here on.
-fn restore_timers<'a>(platform: &'a Platform, tenant: Option<&'a str>) -> BoxFuture<'a, ()> {
-    Box::pin(crate::platform::timers::restore(platform, tenant))
+/// Human-input timers (of every tenant, those of planner instances that stopped included) fire
+/// from here on: the platform's timer service runs (idempotent).
+fn ensure_timers<'a>(platform: &'a Platform, _tenant: Option<&'a str>) -> BoxFuture<'a, ()> {
+    Box::pin(crate::platform::timers::ensure_running(platform))
 }

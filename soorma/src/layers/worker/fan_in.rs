@@ -17,7 +17,7 @@ use soorma_common::{SubTaskInfo, SubTaskStatus, Topic};
 
 use super::result::ResultContext;
 use super::task::{Delegated, TaskContext, TaskState};
-use super::{WorkerWiring, restore_timers};
+use super::{WorkerWiring, ensure_timers};
 use crate::error::{Error, Result};
 use crate::protocol::decode_payload;
 use crate::protocol::request::{Request, RequestSet};
@@ -204,7 +204,7 @@ pub trait FanInOutput<R>: Send + 'static {
 impl<R, E> FanInOutput<R> for std::result::Result<R, E>
 where
     R: Serialize + Send + 'static,
-    E: fmt::Display + Send + 'static,
+    E: Into<crate::error::BoxError> + Send + 'static,
 {
     fn into_completion(self) -> std::result::Result<Option<Value>, Failure> {
         let value = self.map_err(handler_failure)?;
@@ -219,7 +219,7 @@ where
 
 impl<R, E> FanInOutput<R> for std::result::Result<Delegated, E>
 where
-    E: fmt::Display + Send + 'static,
+    E: Into<crate::error::BoxError> + Send + 'static,
 {
     fn into_completion(self) -> std::result::Result<Option<Value>, Failure> {
         self.map(|_| None).map_err(handler_failure)
@@ -363,7 +363,7 @@ impl<Q: RequestSet> FanInHandler<Q> {
         );
         h.advertised = Advertised::Hidden;
         h.assemble = Some(super::assemble_worker);
-        h.on_start = Some(restore_timers);
+        h.on_start = Some(ensure_timers);
         h.layer = Some(Arc::new(spec));
         h
     }
@@ -447,7 +447,7 @@ fn router(event: String, specs: Arc<Vec<Arc<FanInSpec>>>) -> Handler {
         call,
     );
     h.description = Some("A reply a typed fan-in waits for.".into());
-    h.on_start = Some(restore_timers);
+    h.on_start = Some(ensure_timers);
     h.requests = requests;
     h
 }

@@ -12,6 +12,7 @@ use std::sync::Arc;
 
 use schemars::JsonSchema;
 use serde::de::DeserializeOwned;
+use soorma_common::events::TASK_DEADLINE;
 use soorma_common::{AgentKind, TaskRecord, Topic};
 
 pub use delegation::Delegation;
@@ -56,13 +57,17 @@ pub const TASKS_BUCKET: &str = "tasks";
 /// # #[tokio::main(flavor = "current_thread")] async fn main() -> soorma::Result<()> {
 /// use soorma::prelude::*;
 ///
-/// async fn plan(mut task: TaskContext) -> soorma::Result<()> {
-///     task.delegate("search.requested", "rust", "search.completed").await.map(drop)
+/// async fn plan(mut task: TaskContext) -> soorma::Result<String> {
+///     // Nobody serves `search.requested` here: this test plays the searcher.
+///     let search = Delegation::new("search.requested", &"rust", "search.completed").skip_consumer_check();
+///     task.delegate_with(search).await
 /// }
+/// # async fn searched(_: ResultContext) {}
 ///
 /// let mut t = soorma::testing::TestPlatform::new();
 /// # t.start(Worker::new("planner").use_registered_handlers(false)
-/// #     .handler(Handler::on_task("plan.requested", plan))).await?;
+/// #     .handler(Handler::on_task("plan.requested", plan))
+/// #     .handler(Handler::on_result("search.completed", searched))).await?;
 /// t.client().bus().request("plan.requested", (), "plan.completed").await?;
 /// let search = t.expect_event("search.requested", std::time::Duration::from_secs(1)).await?;
 /// let sub_tasks = t.platform().state().keys(soorma::SUBTASKS_BUCKET, "default").await?;
@@ -136,7 +141,7 @@ impl Handler {
     ///
     /// async fn research(mut task: TaskContext<String>) -> soorma::Result<()> {
     ///     let topic = task.data.clone();
-    ///     task.delegate("search.requested", topic, "search.completed").await?;
+    ///     task.delegate_with(Delegation::new("search.requested", &topic, "search.completed")).await?;
     ///     Ok(())
     /// }
     ///
@@ -161,7 +166,7 @@ impl Handler {
         );
         h.advertised = Advertised::Capability;
         h.on_failure = Some(fail_task);
-        h.on_start = Some(restore_timers);
+        h.on_start = Some(ensure_timers);
         h.assemble = Some(assemble_worker);
         h
     }
@@ -238,7 +243,7 @@ impl Handler {
             H::checks(),
             call,
         );
-        h.on_start = Some(restore_timers);
+        h.on_start = Some(ensure_timers);
         h.assemble = Some(assemble_worker);
         h
     }
@@ -284,14 +289,79 @@ fn assemble_worker(handlers: &mut Vec<Handler>, wiring: &mut Extensions) -> Vec<
         fan_ins: BTreeSet::new(),
     };
     fan_in::assemble(handlers, &mut worker, &mut problems);
+    let has_tasks = handlers.iter().any(|h| h.kind == HandlerKind::Task);
+    let deadline_handled = handlers
+        .iter()
+        .any(|h| h.topic == Topic::ActionResults && h.event == TASK_DEADLINE);
+    if has_tasks && !deadline_handled {
+        handlers.push(deadline_handler());
+    }
     wiring.insert(worker);
     problems
 }
 
-/// Human-input timers of a worker instance that stopped fire from here on.
-pub(crate) fn restore_timers<'a>(
-    platform: &'a Platform,
-    tenant: Option<&'a str>,
-) -> BoxFuture<'a, ()> {
-    Box::pin(crate::platform::timers::restore(platform, tenant))
+/// Fails a task whose deadline ([`TaskContext::fail_after`]) passed before it ended.
+fn deadline_handler() -> Handler {
+    let call: ErasedFn = Arc::new(|input: HandlerInput| Box::pin(enforce_deadline(input)));
+    let mut h = Handler::new(
+        HandlerKind::Result,
+        Topic::ActionResults,
+        TASK_DEADLINE.to_owned(),
+        schema_of::<serde_json::Value>,
+        Vec::new(),
+        call,
+    );
+    h.advertised = Advertised::Hidden;
+    h.on_start = Some(ensure_timers);
+    h
+}
+
+async fn enforce_deadline(input: HandlerInput) -> crate::runtime::handler::HandlerOutcome {
+    let retryable = |e: crate::error::Error| Failure::Handler {
+        retryable: e.is_retryable(),
+        message: e.to_string(),
+    };
+    let Some(task_id) = input.envelope.correlation_id.clone() else {
+        return Ok(None);
+    };
+    let tenant = input.envelope.tenant().to_owned();
+    let mut task = match TaskContext::load(&input, &tenant, &task_id).await {
+        Ok(task) => task,
+        Err(Error::TaskNotFound(_)) => return Ok(None),
+        Err(e) => return Err(retryable(e)),
+    };
+    let Some(deadline) = task.record().deadline_at.clone() else {
+        return Ok(None);
+    };
+    // Ended already, or the deadline was moved later (its own timer fires then).
+    if task.status().is_terminal() || deadline > crate::util::now_rfc3339() {
+        return Ok(None);
+    }
+    let pending = task.pending_sub_tasks().await.map_err(retryable)?;
+    let reason = if pending.is_empty() {
+        format!("the task's deadline ({deadline}) passed before it completed")
+    } else {
+        let waiting: Vec<String> = pending
+            .iter()
+            .map(|s| {
+                format!(
+                    "`{}` (sub-task {}, reply `{}`)",
+                    s.event_type, s.sub_task_id, s.response_event
+                )
+            })
+            .collect();
+        format!(
+            "the task's deadline ({deadline}) passed; still waiting for {}",
+            waiting.join(", ")
+        )
+    };
+    tracing::warn!(task_id = %task_id, %reason, "task deadline passed");
+    task.fail(reason).await.map_err(retryable)?;
+    Ok(None)
+}
+
+/// Human-input timers (of every tenant, those of worker instances that stopped included) fire
+/// from here on: the platform's timer service runs (idempotent).
+pub(crate) fn ensure_timers<'a>(platform: &'a Platform, _tenant: Option<&'a str>) -> BoxFuture<'a, ()> {
+    Box::pin(crate::platform::timers::ensure_running(platform))
 }

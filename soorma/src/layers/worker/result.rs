@@ -86,10 +86,10 @@ impl<T> ResultContext<T> {
     /// # use soorma::prelude::*;
     /// # async fn research(mut task: TaskContext<String>) -> soorma::Result<()> {
     /// #     let topic = task.data.clone();
-    /// #     task.delegate("search.requested", topic, "search.completed").await.map(drop)
+    /// #     task.delegate_with(Delegation::new("search.requested", &topic, "search.completed")).await.map(drop)
     /// # }
     /// # async fn search(req: Invocation<String>) -> Result<String, ToolError> {
-    /// #     if req.data.is_empty() { Err("empty query".into()) } else { Ok(format!("results for {}", req.data)) }
+    /// #     if req.data.is_empty() { Err(ToolError::new("empty query")) } else { Ok(format!("results for {}", req.data)) }
     /// # }
     ///
     /// async fn collect(result: ResultContext<String>) -> soorma::Result<()> {
@@ -122,7 +122,7 @@ impl<T> ResultContext<T> {
     /// use soorma::prelude::*;
     /// # async fn research(mut task: TaskContext<String>) -> soorma::Result<()> {
     /// #     let topic = task.data.clone();
-    /// #     task.delegate("search.requested", topic, "search.completed").await.map(drop)
+    /// #     task.delegate_with(Delegation::new("search.requested", &topic, "search.completed")).await.map(drop)
     /// # }
     /// # async fn search(req: Invocation<String>) -> Result<String, ToolError> { Ok(format!("results for {}", req.data)) }
     ///
@@ -212,7 +212,7 @@ impl<T> ResultContext<T> {
     /// use soorma::prelude::*;
     /// # async fn research(mut task: TaskContext<String>) -> soorma::Result<()> {
     /// #     let topic = task.data.clone();
-    /// #     task.delegate("search.requested", topic, "search.completed").await.map(drop)
+    /// #     task.delegate_with(Delegation::new("search.requested", &topic, "search.completed")).await.map(drop)
     /// # }
     /// # async fn search(req: Invocation<String>) -> Result<String, ToolError> { Ok(format!("results for {}", req.data)) }
     ///
@@ -292,7 +292,7 @@ impl<T> ResultContext<T> {
     /// use soorma::prelude::*;
     /// # async fn research(mut task: TaskContext<String>) -> soorma::Result<()> {
     /// #     let topic = task.data.clone();
-    /// #     task.delegate("search.requested", topic, "search.completed").await.map(drop)
+    /// #     task.delegate_with(Delegation::new("search.requested", &topic, "search.completed")).await.map(drop)
     /// # }
     /// # async fn search(req: Invocation<String>) -> Result<String, ToolError> { Ok(format!("results for {}", req.data)) }
     ///

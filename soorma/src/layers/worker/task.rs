@@ -6,7 +6,7 @@ use std::sync::Arc;
 use serde::Serialize;
 use serde::de::DeserializeOwned;
 use serde_json::{Map, Value};
-use soorma_common::events::{HUMAN_INPUT, TASK_PROGRESS};
+use soorma_common::events::{HUMAN_INPUT, TASK_DEADLINE, TASK_PROGRESS};
 use soorma_common::{
     ActionReply, EventEnvelope, SubTaskGroup, SubTaskInfo, TaskProgress, TaskRecord, TaskStatus,
     Topic,
@@ -21,11 +21,11 @@ use crate::error::{Error, Result};
 use crate::platform::timers;
 use crate::protocol::decode_payload;
 use crate::protocol::reply::{ReplyRoute, publish_reply};
-use crate::protocol::request::RequestSet;
+use crate::protocol::request::{Request, RequestSet};
 use crate::runtime::context::context_accessors;
 use crate::runtime::extract::{AgentRuntime, HandlerInput};
 use crate::spi::state::{self, Change, Revision, StateKey};
-use crate::util::{concurrently, now_rfc3339};
+use crate::util::{concurrently, now_rfc3339, rfc3339_after};
 
 /// A worker's task, for `#[on_task]` handlers: persisted state, delegation and completion.
 ///
@@ -301,21 +301,28 @@ impl<T, S: TaskState> TaskContext<T, S> {
     /// ```
     /// # #[tokio::main(flavor = "current_thread")] async fn main() -> soorma::Result<()> {
     /// # use soorma::prelude::*;
-    /// async fn fan_out(mut task: TaskContext) -> soorma::Result<()> {
+    /// async fn fan_out(mut task: TaskContext) -> soorma::Result<bool> {
     ///     let group = task.delegate_parallel([
     ///         Delegation::new("sentiment.analyze", &task.data, "sentiment.completed"),
     ///         Delegation::new("entity.extract", &task.data, "entity.completed"),
     ///     ]).await?;
     ///     let size = task.group(&group).map(|g| g.size);
-    ///     task.complete(size).await.map(drop)
+    ///     task.complete(size).await
     /// }
+    /// # async fn analyze(_: Invocation) -> Result<(), ToolError> { Ok(()) }
+    /// # async fn collect(_: ResultContext) {}
     ///
     /// # let platform = Platform::embedded();
+    /// # let tools = Tool::new("analyzers").use_registered_handlers(false)
+    /// #     .handler(Handler::on_invoke("sentiment.analyze", analyze))
+    /// #     .handler(Handler::on_invoke("entity.extract", analyze)).start(&platform).await?;
     /// # let worker = Worker::new("fan").use_registered_handlers(false)
-    /// #     .handler(Handler::on_task("fan.requested", fan_out)).start(&platform).await?;
+    /// #     .handler(Handler::on_task("fan.requested", fan_out))
+    /// #     .handler(Handler::on_result("sentiment.completed", collect))
+    /// #     .handler(Handler::on_result("entity.completed", collect)).start(&platform).await?;
     /// let size: Option<u32> = platform.client("docs").invoke("fan.requested", "hi", "fan.completed").await?;
     /// assert_eq!(size, Some(2));
-    /// # worker.shutdown().await?; Ok(()) }
+    /// # worker.shutdown().await?; tools.shutdown().await?; Ok(()) }
     /// ```
     pub fn group(&self, group_id: &str) -> Option<&SubTaskGroup> {
         self.record.groups.get(group_id)
@@ -335,12 +342,30 @@ impl<T, S: TaskState> TaskContext<T, S> {
                 state::load::<SubTaskInfo>(&*store, "sub-task", &key)
                     .await?
                     .map(|v| v.value)
-                    .ok_or_else(|| Error::State(format!("sub-task `{key}` is missing")))
+                    .ok_or_else(|| {
+                        Error::from(crate::error::EngineError::new(
+                            crate::error::EngineErrorKind::Inconsistent,
+                            format!("sub-task `{key}` is missing"),
+                        ))
+                    })
             }
         })
         .await?;
         out.sort_by_key(|s| s.seq);
         Ok(out)
+    }
+
+    /// The sub-tasks still without a result, in delegation order.
+    pub(crate) async fn pending_sub_tasks(&self) -> Result<Vec<SubTaskInfo>> {
+        let open: Vec<&SubTaskGroup> = self
+            .record
+            .groups
+            .values()
+            .filter(|g| !g.is_complete())
+            .collect();
+        let mut members = self.load_members(&open).await?;
+        members.retain(|m| !m.is_finished());
+        Ok(members)
     }
 
     /// Every sub-task of the task (with results where they arrived), in delegation order.
@@ -349,19 +374,26 @@ impl<T, S: TaskState> TaskContext<T, S> {
     /// # #[tokio::main(flavor = "current_thread")] async fn main() -> soorma::Result<()> {
     /// use soorma::prelude::*;
     ///
-    /// async fn research(mut task: TaskContext) -> soorma::Result<()> {
-    ///     task.delegate("search.requested", "rust", "search.completed").await?;
-    ///     task.delegate("translate.requested", "rust", "translate.completed").await?;
+    /// async fn research(mut task: TaskContext) -> soorma::Result<bool> {
+    ///     task.delegate_with(Delegation::new("search.requested", &"rust", "search.completed")).await?;
+    ///     task.delegate_with(Delegation::new("translate.requested", &"rust", "translate.completed")).await?;
     ///     let events: Vec<String> = task.sub_tasks().await?.into_iter().map(|s| s.event_type).collect();
-    ///     task.complete(events).await.map(drop)
+    ///     task.complete(events).await
     /// }
+    /// # async fn serve(_: Invocation) -> Result<(), ToolError> { Ok(()) }
+    /// # async fn collect(_: ResultContext) {}
     ///
     /// # let platform = Platform::embedded();
+    /// # let tools = Tool::new("tools").use_registered_handlers(false)
+    /// #     .handler(Handler::on_invoke("search.requested", serve))
+    /// #     .handler(Handler::on_invoke("translate.requested", serve)).start(&platform).await?;
     /// # let worker = Worker::new("research").use_registered_handlers(false)
-    /// #     .handler(Handler::on_task("research.requested", research)).start(&platform).await?;
+    /// #     .handler(Handler::on_task("research.requested", research))
+    /// #     .handler(Handler::on_result("search.completed", collect))
+    /// #     .handler(Handler::on_result("translate.completed", collect)).start(&platform).await?;
     /// let e: Vec<String> = platform.client("docs").invoke("research.requested", (), "research.completed").await?;
     /// assert_eq!(e, ["search.requested", "translate.requested"]);
-    /// # worker.shutdown().await?; Ok(()) }
+    /// # worker.shutdown().await?; tools.shutdown().await?; Ok(()) }
     /// ```
     pub async fn sub_tasks(&self) -> Result<Vec<SubTaskInfo>> {
         let groups: Vec<&SubTaskGroup> = self.record.groups.values().collect();
@@ -481,41 +513,100 @@ impl<T, S: TaskState> TaskContext<T, S> {
         }
     }
 
-    /// Delegates one sub-task (sequential chaining); returns its id. The task is saved first.
+    /// Delegates one typed request (sequential chaining); its reply comes to the worker's
+    /// `#[on_fan_in(R)]` handler. The task is saved first; checked like
+    /// [`fan_out`](Self::fan_out). For a request named at run time, use
+    /// [`delegate_with`](Self::delegate_with) and a [`Delegation`].
     ///
     /// ```
     /// # #[tokio::main(flavor = "current_thread")] async fn main() -> soorma::Result<()> {
-    /// # use soorma::prelude::*;
-    /// async fn research(mut task: TaskContext<String>) -> soorma::Result<()> {
-    ///     let topic = task.data.clone();
-    ///     task.delegate("search.requested", topic, "search.completed").await?;
-    ///     Ok(())
+    /// use serde::{Deserialize, Serialize};
+    /// use soorma::prelude::*;
+    ///
+    /// #[derive(Serialize, Deserialize, schemars::JsonSchema)]
+    /// struct Search { q: String }
+    /// impl Request for Search { const EVENT: &'static str = "search.requested"; type Reply = Vec<String>; }
+    ///
+    /// #[derive(Serialize, Deserialize, schemars::JsonSchema)]
+    /// struct Research { topic: String }
+    /// impl Request for Research { const EVENT: &'static str = "research.requested"; type Reply = String; }
+    ///
+    /// async fn search(req: Invocation<Search>) -> Result<Vec<String>, ToolError> {
+    ///     Ok(vec![format!("all about {}", req.data.q)])
     /// }
     ///
-    /// let mut t = soorma::testing::TestPlatform::new();
-    /// # t.start(Worker::new("researcher").use_registered_handlers(false)
-    /// #     .handler(Handler::on_task("research.requested", research))).await?;
-    /// t.client().bus().request("research.requested", "rust", "research.completed").await?;
-    /// let search = t.expect_event("search.requested", std::time::Duration::from_secs(1)).await?;
-    /// assert_eq!(search.data, "rust");
-    /// assert_eq!(search.response_event.as_deref(), Some("search.completed"));
-    /// # t.shutdown().await }
+    /// async fn research(mut task: TaskContext<Research>) -> soorma::Result<Delegated> {
+    ///     let q = task.data.topic.clone();
+    ///     task.delegate(Search { q }).await
+    /// }
+    ///
+    /// async fn searched(_task: TaskContext<Research>, hits: Vec<String>) -> soorma::Result<String> {
+    ///     Ok(hits.join("; "))
+    /// }
+    ///
+    /// let platform = Platform::embedded();
+    /// let running = Agents::new()
+    ///     .tool("search", vec![Handler::invoke(search)])
+    ///     .worker("researcher", vec![Handler::task(research), Handler::fan_in::<Search>().handle(searched)])
+    ///     .start(&platform)
+    ///     .await?;
+    /// let report = platform.client("docs").call(Research { topic: "rust".into() }).await?;
+    /// assert_eq!(report, "all about rust");
+    /// # running.shutdown().await?; Ok(()) }
     /// ```
-    pub async fn delegate(
-        &mut self,
-        event_type: impl Into<String>,
-        data: impl Serialize,
-        response_event: impl Into<String>,
-    ) -> Result<String> {
-        let d = Delegation {
-            event_type: event_type.into(),
-            data: serde_json::to_value(data).map_err(|e| e.to_string()),
-            response_event: response_event.into(),
-            validate: true,
-            check_consumer: true,
-            topic: Topic::ActionRequests,
-        };
-        self.delegate_with(d).await
+    pub async fn delegate<R: Request>(&mut self, request: R) -> Result<Delegated> {
+        self.fan_out(request).await
+    }
+
+    /// Gives the task a deadline: unless it completed or failed before, it fails `after` from
+    /// now with an error saying what it was still waiting for (which sub-tasks, of which
+    /// events), and its caller gets that error reply instead of waiting for its own timeout.
+    /// The deadline is durable (a restarted worker still enforces it); setting it again moves it.
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")] async fn main() -> soorma::Result<()> {
+    /// use std::time::Duration;
+    /// use soorma::prelude::*;
+    ///
+    /// async fn research(mut task: TaskContext<String>) -> soorma::Result<String> {
+    ///     task.fail_after(Duration::from_millis(200)).await?;
+    ///     // Nobody serves this yet, so the reply never comes.
+    ///     let search = Delegation::new("slow.search", &task.data, "slow.searched").skip_consumer_check();
+    ///     task.delegate_with(search).await
+    /// }
+    /// # async fn searched(_: ResultContext) {}
+    ///
+    /// let platform = Platform::embedded();
+    /// # let worker = Worker::new("researcher").use_registered_handlers(false)
+    /// #     .handler(Handler::on_task("research.requested", research))
+    /// #     .handler(Handler::on_result("slow.searched", searched)).start(&platform).await?;
+    /// let err = platform.client("docs").invoke::<String>("research.requested", "rust", "research.completed").await.unwrap_err();
+    /// assert!(err.to_string().contains("still waiting for `slow.search`"), "{err}");
+    /// # worker.shutdown().await?; Ok(()) }
+    /// ```
+    pub async fn fail_after(&mut self, after: std::time::Duration) -> Result<()> {
+        let deadline = rfc3339_after(after);
+        let state = self.state_to_store()?;
+        let at = deadline.clone();
+        self.persist(move |rec| {
+            rec.deadline_at = Some(at.clone());
+            if let Some(state) = &state {
+                rec.state.clone_from(state);
+            }
+        })
+        .await?;
+        let data = serde_json::json!({
+            "task_id": self.record.task_id,
+            "deadline_at": deadline,
+            "after_seconds": after.as_secs_f64(),
+        });
+        let mut env = self
+            .bus()
+            .envelope(Topic::ActionResults, TASK_DEADLINE.into(), data);
+        env.id = deadline_timer_id(&self.record.task_id);
+        env.correlation_id = Some(self.record.task_id.clone());
+        env.tenant_id.clone_from(&self.record.tenant_id);
+        timers::schedule(&self.runtime.platform, env, after).await
     }
 
     /// Asks a person, as a sub-task: publishes `notification.human_input` on
@@ -604,16 +695,20 @@ impl<T, S: TaskState> TaskContext<T, S> {
     /// # #[tokio::main(flavor = "current_thread")] async fn main() -> soorma::Result<()> {
     /// # use soorma::prelude::*;
     /// # use std::time::Duration;
-    /// async fn analyze(mut task: TaskContext<String>) -> soorma::Result<()> {
+    /// async fn analyze(mut task: TaskContext<String>) -> soorma::Result<String> {
+    ///     // This test plays the analyzers: nobody consumes the requests.
     ///     task.delegate_parallel([
-    ///         Delegation::new("sentiment.analyze", &task.data, "sentiment.completed"),
-    ///         Delegation::new("entity.extract", &task.data, "entity.completed"),
-    ///     ]).await.map(drop)
+    ///         Delegation::new("sentiment.analyze", &task.data, "sentiment.completed").skip_consumer_check(),
+    ///         Delegation::new("entity.extract", &task.data, "entity.completed").skip_consumer_check(),
+    ///     ]).await
     /// }
+    /// # async fn collect(_: ResultContext) {}
     ///
     /// let mut t = soorma::testing::TestPlatform::new();
     /// # t.start(Worker::new("analyzer").use_registered_handlers(false)
-    /// #     .handler(Handler::on_task("analyze.requested", analyze))).await?;
+    /// #     .handler(Handler::on_task("analyze.requested", analyze))
+    /// #     .handler(Handler::on_result("sentiment.completed", collect))
+    /// #     .handler(Handler::on_result("entity.completed", collect))).await?;
     /// t.client().bus().request("analyze.requested", "soorma is great", "analyze.completed").await?;
     /// t.expect_event("sentiment.analyze", Duration::from_secs(1)).await?;
     /// t.expect_event("entity.extract", Duration::from_secs(1)).await?;
@@ -984,6 +1079,13 @@ impl<T, S: TaskState> TaskContext<T, S> {
                 won
             }
         };
+        if won && self.record.deadline_at.is_some() {
+            let timer = deadline_timer_id(&self.record.task_id);
+            let tenant = self.tenant_owned();
+            if let Err(e) = timers::cancel(&self.runtime.platform, &tenant, &timer).await {
+                tracing::debug!(error = %e, task_id = %self.record.task_id, "could not cancel the task's deadline");
+            }
+        }
         if won || !self.record.reply_sent {
             // Also when another handler ended the task but its reply is not known to have gone
             // out (that process may have died in between): the reply keeps its id, so the bus
@@ -1078,7 +1180,7 @@ impl TaskContext<Value> {
     /// use soorma::prelude::*;
     /// # async fn research(mut task: TaskContext<String>) -> soorma::Result<()> {
     /// #     let topic = task.data.clone();
-    /// #     task.delegate("search.requested", topic, "search.completed").await.map(drop)
+    /// #     task.delegate_with(Delegation::new("search.requested", &topic, "search.completed")).await.map(drop)
     /// # }
     /// # async fn search(req: Invocation<String>) -> Result<usize, ToolError> { Ok(req.data.len() * 10) }
     ///
@@ -1129,7 +1231,7 @@ impl<T> TaskContext<T, StateMap> {
     /// async fn research(mut task: TaskContext<String, Notes>) -> soorma::Result<()> {
     ///     task.state_mut().topic = task.data.clone();
     ///     let topic = task.data.clone();
-    ///     task.delegate("search.requested", topic, "search.completed").await?;
+    ///     task.delegate_with(Delegation::new("search.requested", &topic, "search.completed")).await?;
     ///     Ok(())
     /// }
     ///
@@ -1225,4 +1327,9 @@ impl<T> TaskContext<T, StateMap> {
         self.state.insert(key.into(), value);
         Ok(())
     }
+}
+
+/// The id of a task's deadline timer (and of the event it fires).
+pub(super) fn deadline_timer_id(task_id: &str) -> String {
+    format!("{task_id}-deadline")
 }
