@@ -67,7 +67,9 @@ async fn batch(mut task: TaskContext<Job>) -> soorma::Result<()> {
         .iter()
         // The NATS restart tests start the tool after the batcher delegates to it: the
         // requests wait in their stream until it runs.
-        .map(|item| Delegation::new("upper.requested", item, "upper.completed").skip_consumer_check())
+        .map(|item| {
+            Delegation::new("upper.requested", item, "upper.completed").skip_consumer_check()
+        })
         .collect();
     task.delegate_parallel(delegations).await?;
     task.progress(0.5, "fanned out").await

@@ -15,7 +15,8 @@
 //! - Its explicit type arguments are the user's own types (payload, task state, a fan-in's
 //!   replies, the extractors): a bound on them (e.g. `T: JsonSchema`) is reported at that
 //!   type. A typed payload goes through `__private::RequestType<T>`, so that "`T` is not a
-//!   request type" is reported once, at `T`.
+//!   request type" is reported once, at `T`. A string-named handler's payload
+//!   is the constructor's `T: HandlerPayload`, whose message names the derives.
 //! - The call is spanned from the function's name to its parameter list's closing
 //!   parenthesis: what the runtime requires of the function as a whole (a `Send` future,
 //!   which rustc then explains by naming the value held across `.await`; extractors) is
@@ -100,6 +101,11 @@ pub(crate) fn generate(model: &FnModel) -> TokenStream {
 /// not cascade into "cannot find function"), and its handler set, empty (so that
 /// `handlers![..]` listing it does not either).
 pub(crate) fn generate_failure(item_fn: &ItemFn, krate_path: Option<&Path>) -> TokenStream {
+    // A method (`self` receiver) is in an `impl`, where neither a struct nor an anonymous
+    // `const` may go: only the method is emitted.
+    if item_fn.sig.receiver().is_some() {
+        return item_fn.to_token_stream();
+    }
     let krate = krate(krate_path);
     let fn_ident = &item_fn.sig.ident;
     let set = handler_set(item_fn);
@@ -363,7 +369,12 @@ mod tests {
             HandlerKind::Invoke,
             quote!(),
             quote!(
-                pub async fn calc(req: Invocation<Calculate>, s: State<Db>) -> Result<Calculated, ToolError> { todo!() }
+                pub async fn calc(
+                    req: Invocation<Calculate>,
+                    s: State<Db>,
+                ) -> Result<Calculated, ToolError> {
+                    todo!()
+                }
             ),
         );
         assert!(
@@ -378,7 +389,9 @@ mod tests {
             HandlerKind::Task,
             quote!(agent = "researcher"),
             quote!(
-                async fn research(task: TaskContext<Research, Notes>) -> soorma::Result<()> { todo!() }
+                async fn research(task: TaskContext<Research, Notes>) -> soorma::Result<()> {
+                    todo!()
+                }
             ),
         );
         assert!(
@@ -408,7 +421,13 @@ mod tests {
             HandlerKind::FanIn,
             quote!(Search, Summarize, agent = "researcher"),
             quote!(
-                async fn collect(task: TaskContext<Research>, (a, b): (Hits, Summary), bus: BusClient) -> soorma::Result<Report> { todo!() }
+                async fn collect(
+                    task: TaskContext<Research>,
+                    (a, b): (Hits, Summary),
+                    bus: BusClient,
+                ) -> soorma::Result<Report> {
+                    todo!()
+                }
             ),
         );
         assert!(
@@ -422,7 +441,12 @@ mod tests {
             HandlerKind::FanIn,
             quote!(Search),
             quote!(
-                async fn count(task: TaskContext<Research, Notes>, hits: Hits) -> soorma::Result<usize> { todo!() }
+                async fn count(
+                    task: TaskContext<Research, Notes>,
+                    hits: Hits,
+                ) -> soorma::Result<usize> {
+                    todo!()
+                }
             ),
         );
         assert!(
@@ -467,7 +491,9 @@ mod tests {
             ),
         );
         assert!(
-            out.contains("Handler :: on_goal :: < _ , Research , () > (\"research.goal\" , research)"),
+            out.contains(
+                "Handler :: on_goal :: < _ , Research , () > (\"research.goal\" , research)"
+            ),
             "{out}"
         );
         let out = expand(
@@ -527,7 +553,11 @@ mod tests {
             "the soorma attributes are stripped, others kept: {out}"
         );
         assert_eq!(out.matches("struct collect").count(), 1, "{out}");
-        assert_eq!(out.matches("impl :: soorma :: __private :: HandlerSet").count(), 1);
+        assert_eq!(
+            out.matches("impl :: soorma :: __private :: HandlerSet")
+                .count(),
+            1
+        );
         for (i, event) in ["a", "b", "c"].iter().enumerate() {
             assert!(
                 out.contains(&format!(
@@ -546,7 +576,9 @@ mod tests {
             HandlerKind::Invoke,
             quote!(crate = "sdk"),
             quote!(
-                async fn calc(req: Invocation<Calculate>) -> Result<Calculated, ToolError> { todo!() }
+                async fn calc(req: Invocation<Calculate>) -> Result<Calculated, ToolError> {
+                    todo!()
+                }
             ),
         );
         assert!(!out.contains(":: soorma"), "{out}");
@@ -556,7 +588,13 @@ mod tests {
             ),
             "{out}"
         );
-        assert!(out.contains("sdk :: __private :: inventory :: submit"), "{out}");
-        assert!(out.contains("impl sdk :: __private :: HandlerSet for calc"), "{out}");
+        assert!(
+            out.contains("sdk :: __private :: inventory :: submit"),
+            "{out}"
+        );
+        assert!(
+            out.contains("impl sdk :: __private :: HandlerSet for calc"),
+            "{out}"
+        );
     }
 }

@@ -14,8 +14,8 @@ use syn::parse::{ParseStream, Parser};
 use syn::punctuated::Punctuated;
 use syn::spanned::Spanned;
 use syn::{
-    Attribute, Expr, FnArg, GenericArgument, Ident, ItemFn, Lit, LitStr, Meta, Path,
-    PathArguments, ReturnType, Signature, Token, Type,
+    Attribute, Expr, FnArg, GenericArgument, Ident, ItemFn, Lit, LitStr, Meta, Path, PathArguments,
+    ReturnType, Signature, Token, Type,
 };
 
 use crate::model::{
@@ -26,7 +26,7 @@ use crate::model::{
 /// when the item was one.
 pub(crate) struct Failure {
     pub(crate) error: syn::Error,
-    pub(crate) item_fn: Option<ItemFn>,
+    pub(crate) item_fn: Option<Box<ItemFn>>,
 }
 
 /// One soorma attribute to expand: its kind, the tokens inside its parentheses, and the span
@@ -102,7 +102,7 @@ pub(crate) fn parse_fn(
         Ok(()) => Ok(FnModel { item_fn, handlers }),
         Err(error) => Err(Failure {
             error,
-            item_fn: Some(item_fn),
+            item_fn: Some(Box::new(item_fn)),
         }),
     }
 }
@@ -112,9 +112,11 @@ pub(crate) fn parse_fn(
 pub(crate) fn find_crate(args: &TokenStream) -> Option<Path> {
     let trees: Vec<TokenTree> = args.clone().into_iter().collect();
     trees.windows(3).find_map(|w| match w {
-        [TokenTree::Ident(key), TokenTree::Punct(eq), TokenTree::Literal(lit)]
-            if key == "crate" && eq.as_char() == '=' =>
-        {
+        [
+            TokenTree::Ident(key),
+            TokenTree::Punct(eq),
+            TokenTree::Literal(lit),
+        ] if key == "crate" && eq.as_char() == '=' => {
             syn::parse2::<LitStr>(TokenTree::Literal(lit.clone()).into())
                 .ok()?
                 .parse()
@@ -779,7 +781,9 @@ fn validate_signature(
                 if let Type::ImplTrait(_) = strip_groups(&pat_type.ty) {
                     error(syn::Error::new_spanned(
                         &pat_type.ty,
-                        format!("{attr} handler must not take `impl Trait` arguments; use a concrete type"),
+                        format!(
+                            "{attr} handler must not take `impl Trait` arguments; use a concrete type"
+                        ),
                     ));
                 }
                 typed_args.push(&pat_type.ty);
@@ -1495,14 +1499,21 @@ mod tests {
             HandlerKind::FanIn,
             quote!(Search, my::Summarize, agent = "researcher", crate = "sdk"),
             quote!(
-                async fn collect(t: TaskContext<Research>, (a, b): (Hits, Summary), bus: BusClient) -> soorma::Result<Report> {
+                async fn collect(
+                    t: TaskContext<Research>,
+                    (a, b): (Hits, Summary),
+                    bus: BusClient,
+                ) -> soorma::Result<Report> {
                     todo!()
                 }
             ),
         );
         let requests: Vec<String> = model.requests.iter().map(type_to_string).collect();
         assert_eq!(requests, ["Search", "my::Summarize"]);
-        assert_eq!(type_to_string(model.sig.value.as_ref().unwrap()), "(Hits, Summary)");
+        assert_eq!(
+            type_to_string(model.sig.value.as_ref().unwrap()),
+            "(Hits, Summary)"
+        );
         assert_eq!(model.sig.extractors.len(), 1);
         assert_eq!(model.krate.unwrap().to_token_stream().to_string(), "sdk");
 
@@ -1511,15 +1522,27 @@ mod tests {
             "`#[on_fan_in]` needs the request types whose replies it collects, in the order of the fan-out, e.g. `#[on_fan_in(Search, Summarize)]`"
         );
         assert_eq!(
-            error(HandlerKind::FanIn, quote!("search.requested"), item(HandlerKind::FanIn)),
+            error(
+                HandlerKind::FanIn,
+                quote!("search.requested"),
+                item(HandlerKind::FanIn)
+            ),
             "`#[on_fan_in]` takes the request types whose replies it collects, not event names, e.g. `#[on_fan_in(Search, Summarize)]`"
         );
         assert_eq!(
-            error(HandlerKind::FanIn, quote!(Search, event = "x"), item(HandlerKind::FanIn)),
+            error(
+                HandlerKind::FanIn,
+                quote!(Search, event = "x"),
+                item(HandlerKind::FanIn)
+            ),
             "`#[on_fan_in]` takes no event name: name the request types whose replies it collects, e.g. `#[on_fan_in(Search, Summarize)]`; it expects one of: `agent`, `description`, `crate`"
         );
         assert_eq!(
-            error(HandlerKind::FanIn, quote!(A, B, C, D, E, F, G, H, I), item(HandlerKind::FanIn)),
+            error(
+                HandlerKind::FanIn,
+                quote!(A, B, C, D, E, F, G, H, I),
+                item(HandlerKind::FanIn)
+            ),
             "`#[on_fan_in]` collects at most 8 request types; found 9"
         );
     }
@@ -1613,7 +1636,16 @@ mod tests {
                 HandlerKind::FanIn,
                 quote!(S),
                 quote!(
-                    async fn f(t: TaskContext<R>, r: X, a: A, b: B, c: C, d: D, e2: E, f: F) -> Result<u8, E> {
+                    async fn f(
+                        t: TaskContext<R>,
+                        r: X,
+                        a: A,
+                        b: B,
+                        c: C,
+                        d: D,
+                        e2: E,
+                        f: F,
+                    ) -> Result<u8, E> {
                         todo!()
                     }
                 )
@@ -1624,13 +1656,21 @@ mod tests {
 
     #[test]
     fn crate_argument() {
-        let model = ok(HandlerKind::Invoke, quote!(crate = "::my::sdk"), item(HandlerKind::Invoke));
+        let model = ok(
+            HandlerKind::Invoke,
+            quote!(crate = "::my::sdk"),
+            item(HandlerKind::Invoke),
+        );
         assert_eq!(
             model.krate.unwrap().to_token_stream().to_string(),
             ":: my :: sdk"
         );
         assert_eq!(
-            error(HandlerKind::Invoke, quote!(crate = "a b"), item(HandlerKind::Invoke)),
+            error(
+                HandlerKind::Invoke,
+                quote!(crate = "a b"),
+                item(HandlerKind::Invoke)
+            ),
             "`crate` must be the path of the soorma crate, e.g. `crate = \"sdk\"` for `sdk = { package = \"soorma\", .. }`; found `a b`"
         );
         assert_eq!(

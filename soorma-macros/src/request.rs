@@ -303,6 +303,17 @@ fn generate(model: &RequestModel) -> TokenStream {
                 + ::core::marker::Send + 'static
         });
     }
+    // A concrete request: the derives it needs are checked once, at its name, with a message
+    // that names them (`assert_request_payload`); the impl states them as a higher-ranked
+    // (so not checked where the impl is written) bound, so that a missing one is not
+    // reported a second time, through `Request`'s supertraits, in rustc's words.
+    let check = input.generics.params.is_empty().then(|| {
+        predicates.push(quote!(for<'__soorma> Self: #private::RequestPayload));
+        let assert = quote_spanned!(ident.span()=> #private::assert_request_payload::<#ident>);
+        quote! {
+            const _: () = #assert();
+        }
+    });
     let where_clause = (!predicates.is_empty()).then(|| quote!(where #(#predicates),*));
 
     // Spanned on the type's name: a missing `Serialize` / `Deserialize` / `JsonSchema` is
@@ -318,6 +329,7 @@ fn generate(model: &RequestModel) -> TokenStream {
     quote! {
         #[doc(hidden)]
         const _: () = {
+            #check
             #[automatically_derived]
             impl #impl_generics #trait_path for #ident #ty_generics #where_clause {
                 const EVENT: &'static str = #event;
@@ -354,7 +366,7 @@ mod tests {
         .unwrap();
         assert_eq!(
             out,
-            "# [doc (hidden)] const _ : () = { # [automatically_derived] impl :: soorma :: __private :: Request for Analyze { const EVENT : & 'static str = \"sentiment.analyze\" ; type Reply = Sentiment ; } } ;"
+            "# [doc (hidden)] const _ : () = { const _ : () = :: soorma :: __private :: assert_request_payload :: < Analyze > () ; # [automatically_derived] impl :: soorma :: __private :: Request for Analyze where for < '__soorma > Self : :: soorma :: __private :: RequestPayload { const EVENT : & 'static str = \"sentiment.analyze\" ; type Reply = Sentiment ; } } ;"
         );
         let out = expand(quote! {
             #[derive(Serialize)]
@@ -413,15 +425,24 @@ mod tests {
             "`#[derive(Request)]` needs the request's event and reply type: add `#[request(event = \"calculate.requested\", reply = Calculated)]`"
         );
         assert_eq!(
-            error(quote!(#[request(reply = B)] struct A;)),
+            error(quote!(
+                #[request(reply = B)]
+                struct A;
+            )),
             "`#[request]` needs the event the request is published as, e.g. `event = \"calculate.requested\"`: `#[request(event = \"calculate.requested\", reply = Calculated)]`"
         );
         assert_eq!(
-            error(quote!(#[request(event = "a")] struct A;)),
+            error(quote!(
+                #[request(event = "a")]
+                struct A;
+            )),
             "`#[request]` needs the reply type, e.g. `reply = Calculated` (`reply = ()` for none): `#[request(event = \"calculate.requested\", reply = Calculated)]`"
         );
         assert_eq!(
-            error(quote!(#[request()] struct A;)),
+            error(quote!(
+                #[request()]
+                struct A;
+            )),
             "`#[request]` needs `event` and `reply`: `#[request(event = \"calculate.requested\", reply = Calculated)]`"
         );
     }
@@ -429,19 +450,31 @@ mod tests {
     #[test]
     fn unknown_duplicate_and_malformed_keys() {
         assert_eq!(
-            error(quote!(#[request(event = "a", reply = B, name = "x")] struct A;)),
+            error(quote!(
+                #[request(event = "a", reply = B, name = "x")]
+                struct A;
+            )),
             "unknown key `name` in `#[request]`; expected one of: `event`, `reply`, `reply_event`, `crate`"
         );
         assert_eq!(
-            error(quote!(#[request(event = "a", reply = B, event = "b")] struct A;)),
+            error(quote!(
+                #[request(event = "a", reply = B, event = "b")]
+                struct A;
+            )),
             "duplicate key `event` in `#[request]`"
         );
         assert_eq!(
-            error(quote!(#[request("a", reply = B)] struct A;)),
+            error(quote!(
+                #[request("a", reply = B)]
+                struct A;
+            )),
             "expected `key = value`; `#[request]` takes `event`, `reply`, `reply_event`, `crate`, e.g. `#[request(event = \"calculate.requested\", reply = Calculated)]`"
         );
         assert_eq!(
-            error(quote!(#[request = "a"] struct A;)),
+            error(quote!(
+                #[request = "a"]
+                struct A;
+            )),
             "expected the arguments in parentheses: `#[request(event = \"calculate.requested\", reply = Calculated)]`"
         );
     }
@@ -449,27 +482,45 @@ mod tests {
     #[test]
     fn invalid_values() {
         assert_eq!(
-            error(quote!(#[request(event = "a b", reply = B)] struct A;)),
+            error(quote!(
+                #[request(event = "a b", reply = B)]
+                struct A;
+            )),
             "invalid character ' ' in event name `a b`; use only ASCII letters, digits, `.`, `-` and `_`"
         );
         assert_eq!(
-            error(quote!(#[request(event = "*", reply = B)] struct A;)),
+            error(quote!(
+                #[request(event = "*", reply = B)]
+                struct A;
+            )),
             "`\"*\"` (all events) is only allowed in `#[on_event]`; a request type needs a concrete event name, e.g. `\"calculate.requested\"`"
         );
         assert_eq!(
-            error(quote!(#[request(event = "a", reply = B, reply_event = "a..b")] struct A;)),
+            error(quote!(
+                #[request(event = "a", reply = B, reply_event = "a..b")]
+                struct A;
+            )),
             "event name `a..b` must not contain `..`; use dot-separated non-empty segments, e.g. `\"calculate.completed\"`"
         );
         assert_eq!(
-            error(quote!(#[request(event = a, reply = B)] struct A;)),
+            error(quote!(
+                #[request(event = a, reply = B)]
+                struct A;
+            )),
             "`event` must be a string literal, e.g. `event = \"calculate.requested\"`"
         );
         assert_eq!(
-            error(quote!(#[request(event = "a", reply = "B")] struct A;)),
+            error(quote!(
+                #[request(event = "a", reply = "B")]
+                struct A;
+            )),
             "`reply` is the reply's type, not a string: write `reply = B`"
         );
         assert_eq!(
-            error(quote!(#[request(event = "a", reply = B, crate = "not a path")] struct A;)),
+            error(quote!(
+                #[request(event = "a", reply = B, crate = "not a path")]
+                struct A;
+            )),
             "`crate` must be the path of the soorma crate, e.g. `crate = \"sdk\"` for `sdk = { package = \"soorma\", .. }`; found `not a path`"
         );
     }
@@ -481,7 +532,12 @@ mod tests {
             "`#[derive(Request)]` supports structs and enums (a request is serialized); found a union"
         );
         assert_eq!(
-            error(quote!(#[request(event = "a", reply = B)] struct A<'a> { s: &'a str })),
+            error(quote!(
+                #[request(event = "a", reply = B)]
+                struct A<'a> {
+                    s: &'a str,
+                }
+            )),
             "a request type owns its data (it is deserialized from the event and must be `'static`): remove the lifetime `'a`"
         );
     }

@@ -93,7 +93,9 @@ pub use protocol::request::{OutgoingRequest, Request, RequestSet, reply_event_fo
 pub use runtime::agent::{AgentBuilder, AgentHandle};
 pub use runtime::extract::State;
 pub use runtime::group::{Agents, AgentsHandle};
-pub use runtime::handler::{Handler, HandlerFn, HandlerFnWith, HandlerKind, HandlerOutput};
+pub use runtime::handler::{
+    Handler, HandlerFn, HandlerFnWith, HandlerKind, HandlerOutput, HandlerPayload,
+};
 pub use util::BoxFuture;
 
 /// The expression language of plan-transition conditions and action data templates
@@ -344,4 +346,24 @@ pub mod __private {
     impl<A> Pick for (A, ((),)) {
         type Out = A;
     }
+
+    /// What `#[derive(Request)]` requires of its type (see [`assert_request_payload`]).
+    #[diagnostic::on_unimplemented(
+        message = "`{Self}` derives `Request`, so it must implement `Serialize`, `Deserialize` and `JsonSchema`",
+        label = "add the missing derives: `#[derive(Request, Serialize, Deserialize, JsonSchema)]`",
+        note = "a request is sent as JSON, and its schema is registered with the agent that handles it"
+    )]
+    pub trait RequestPayload:
+        serde::Serialize + serde::de::DeserializeOwned + schemars::JsonSchema
+    {
+    }
+
+    impl<T: serde::Serialize + serde::de::DeserializeOwned + schemars::JsonSchema> RequestPayload
+        for T
+    {
+    }
+
+    /// Called by `#[derive(Request)]` on its type: a missing derive is reported once, at the
+    /// type's name, with [`RequestPayload`]'s message.
+    pub const fn assert_request_payload<T: RequestPayload>() {}
 }

@@ -219,8 +219,12 @@ async fn requests_are_checked_against_the_consumers_schema_before_publishing(
 
 async fn forward(mut task: TaskContext<Value>) -> soorma::Result<()> {
     let data = task.data.clone();
-    task.delegate_with(Delegation::new("calculate.requested", &data, "forward.calculated"))
-        .await?;
+    task.delegate_with(Delegation::new(
+        "calculate.requested",
+        &data,
+        "forward.calculated",
+    ))
+    .await?;
     Ok(())
 }
 

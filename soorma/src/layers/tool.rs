@@ -6,7 +6,6 @@ use std::sync::Arc;
 
 use schemars::JsonSchema;
 use serde::Serialize;
-use serde::de::DeserializeOwned;
 use serde_json::Value;
 use soorma_common::{ActionReply, AgentKind, EventEnvelope, Topic};
 
@@ -18,7 +17,7 @@ use crate::runtime::agent::AgentBuilder;
 use crate::runtime::context::context_accessors;
 use crate::runtime::extract::{AgentRuntime, HandlerInput};
 use crate::runtime::handler::{
-    Advertised, ErasedFn, Failure, Handler, HandlerFn, HandlerKind, SchemaSource,
+    Advertised, ErasedFn, Failure, Handler, HandlerFn, HandlerKind, HandlerPayload, SchemaSource,
     extractor_failure, handler_failure, schema_of,
 };
 use crate::util::BoxFuture;
@@ -211,7 +210,7 @@ impl Handler {
     where
         H: HandlerFn<Invocation<T>, Args>,
         H::Output: ToolOutput,
-        T: DeserializeOwned + JsonSchema + Send + 'static,
+        T: HandlerPayload,
     {
         let call: ErasedFn = Arc::new(move |input: HandlerInput| {
             let handler = handler.clone();

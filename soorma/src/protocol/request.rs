@@ -35,7 +35,8 @@ use crate::error::{Error, Result};
 #[diagnostic::on_unimplemented(
     message = "`{Self}` is not a request type",
     label = "not a `soorma::Request`",
-    note = "derive it: `#[derive(Request, Serialize, Deserialize, JsonSchema)] #[request(event = \"...\", reply = ReplyType)]`, or implement `soorma::Request` (its event and reply type)"
+    note = "derive it: `#[derive(Request, Serialize, Deserialize, JsonSchema)] #[request(event = \"...\", reply = ReplyType)]`, or implement `soorma::Request` (its event and reply type)",
+    note = "a handler attribute without an event name takes the event from its payload's `Request` impl; to take any deserializable payload, name the event instead: `#[on_task(\"research.requested\")]`"
 )]
 pub trait Request: Serialize + DeserializeOwned + JsonSchema + Send + Sync + 'static {
     /// The event type the request is published as (and its consumer handles).

@@ -151,6 +151,28 @@ pub(crate) fn handler_failure<E: Into<BoxError>>(err: E) -> Failure {
     }
 }
 
+/// What a string-named handler's payload implements (the `T` of `Invocation<T>`,
+/// `TaskContext<T>`, `ResultContext<T>`, `Event<T>`, `GoalContext<T>`): it is decoded from
+/// JSON, and its schema is registered. Implemented for every `DeserializeOwned + JsonSchema`
+/// type; a type that lacks one is reported naming the derives.
+///
+/// ```
+/// use soorma::HandlerPayload;
+///
+/// fn payload<T: HandlerPayload>() {}
+/// payload::<String>();
+/// payload::<serde_json::Value>();
+/// payload::<Vec<u32>>();
+/// ```
+#[diagnostic::on_unimplemented(
+    message = "`{Self}` cannot be a handler payload: it must implement `Deserialize` and `JsonSchema`",
+    label = "not `Deserialize + JsonSchema`",
+    note = "derive them: `#[derive(Deserialize, JsonSchema)]` (the payload is decoded from JSON, and its schema registered with the agent)"
+)]
+pub trait HandlerPayload: DeserializeOwned + JsonSchema + Send + 'static {}
+
+impl<T: DeserializeOwned + JsonSchema + Send + 'static> HandlerPayload for T {}
+
 /// What `#[on_event]`, `#[on_task]`, `#[on_result]`, `#[on_goal]` and `#[on_transition]`
 /// handlers return: `()`, or `Result<T, E>` for any `T` (the value is ignored, so
 /// `task.complete(x).await` can be the last expression) and any error that converts into

@@ -9,8 +9,6 @@ mod tracker;
 
 use std::sync::Arc;
 
-use schemars::JsonSchema;
-use serde::de::DeserializeOwned;
 use serde_json::Value;
 use soorma_common::{AgentKind, Topic};
 
@@ -27,7 +25,7 @@ use crate::protocol::request::Request;
 use crate::runtime::agent::AgentBuilder;
 use crate::runtime::extract::{Extensions, HandlerInput};
 use crate::runtime::handler::{
-    Advertised, ErasedFn, Failure, Handler, HandlerFn, HandlerKind, HandlerOutput,
+    Advertised, ErasedFn, Failure, Handler, HandlerFn, HandlerKind, HandlerOutput, HandlerPayload,
     extractor_failure, payload_call, schema_of,
 };
 use crate::util::BoxFuture;
@@ -76,7 +74,7 @@ impl Handler {
     where
         H: HandlerFn<GoalContext<T>, Args>,
         H::Output: HandlerOutput,
-        T: DeserializeOwned + JsonSchema + Send + 'static,
+        T: HandlerPayload,
     {
         let call = payload_call(handler, GoalContext::new);
         let mut h = Handler::new(

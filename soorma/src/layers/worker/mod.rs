@@ -10,8 +10,6 @@ use std::collections::BTreeSet;
 
 use std::sync::Arc;
 
-use schemars::JsonSchema;
-use serde::de::DeserializeOwned;
 use soorma_common::events::TASK_DEADLINE;
 use soorma_common::{AgentKind, TaskRecord, Topic};
 
@@ -26,7 +24,7 @@ use crate::protocol::request::Request;
 use crate::runtime::agent::AgentBuilder;
 use crate::runtime::extract::{Extensions, HandlerInput};
 use crate::runtime::handler::{
-    Advertised, ErasedFn, Failure, Handler, HandlerFn, HandlerKind, HandlerOutput,
+    Advertised, ErasedFn, Failure, Handler, HandlerFn, HandlerKind, HandlerOutput, HandlerPayload,
     extractor_failure, payload_call, schema_of,
 };
 use crate::spi::state::{self, Change, StateKey};
@@ -152,7 +150,7 @@ impl Handler {
     where
         H: HandlerFn<TaskContext<T, S>, Args>,
         H::Output: HandlerOutput,
-        T: DeserializeOwned + JsonSchema + Send + 'static,
+        T: HandlerPayload,
         S: TaskState,
     {
         let call = payload_call(handler, TaskContext::from_request);
@@ -225,7 +223,7 @@ impl Handler {
     where
         H: HandlerFn<ResultContext<T>, Args>,
         H::Output: HandlerOutput,
-        T: DeserializeOwned + JsonSchema + Send + 'static,
+        T: HandlerPayload,
     {
         let call: ErasedFn = Arc::new(move |input: HandlerInput| {
             let handler = handler.clone();
@@ -362,6 +360,9 @@ async fn enforce_deadline(input: HandlerInput) -> crate::runtime::handler::Handl
 
 /// Human-input timers (of every tenant, those of worker instances that stopped included) fire
 /// from here on: the platform's timer service runs (idempotent).
-pub(crate) fn ensure_timers<'a>(platform: &'a Platform, _tenant: Option<&'a str>) -> BoxFuture<'a, ()> {
+pub(crate) fn ensure_timers<'a>(
+    platform: &'a Platform,
+    _tenant: Option<&'a str>,
+) -> BoxFuture<'a, ()> {
     Box::pin(crate::platform::timers::ensure_running(platform))
 }

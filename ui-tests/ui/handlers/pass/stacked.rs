@@ -18,7 +18,8 @@ mod results {
 #[on_task("research.requested", agent = "researcher")]
 async fn research(mut task: TaskContext<String>) -> soorma::Result<()> {
     let q = task.data.clone();
-    task.delegate("search.requested", &q, "search.completed").await?;
+    task.delegate_with(Delegation::new("search.requested", &q, "search.completed"))
+        .await?;
     Ok(())
 }
 

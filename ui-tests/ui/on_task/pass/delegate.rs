@@ -10,7 +10,7 @@ async fn research(mut task: TaskContext<String>) -> soorma::Result<()> {
     task.save().await?;
 
     let _sub_task_id: String = task
-        .delegate("search.requested", &topic, "search.completed")
+        .delegate_with(Delegation::new("search.requested", &topic, "search.completed"))
         .await?;
 
     let text = serde_json::json!({ "text": topic });
