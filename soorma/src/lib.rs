@@ -286,9 +286,155 @@ pub use soorma_common::{
     SubTaskInfo, SubTaskStatus, TaskProgress, TaskRecord, TaskStatus, Topic,
 };
 
-pub use soorma_macros::{
-    Request, on_event, on_fan_in, on_goal, on_invoke, on_result, on_task, on_transition,
-};
+/// `#[derive(Request)]`: a request type names its event and its reply type once.
+///
+/// `#[request(event = "..", reply = Type)]`, optionally `reply_event = ".."` and
+/// `crate = "path"`. The type must also derive `Serialize`, `Deserialize` and `JsonSchema`
+/// (a missing one is one error at the type, naming the derives).
+///
+/// ```
+/// use serde::{Deserialize, Serialize};
+/// use schemars::JsonSchema;
+/// use soorma::Request;
+///
+/// #[derive(Request, Serialize, Deserialize, JsonSchema)]
+/// #[request(event = "sentiment.analyze", reply = f64)]
+/// struct AnalyzeSentiment { text: String }
+///
+/// #[derive(Request, Serialize, Deserialize, JsonSchema)]
+/// #[request(event = "order.place", reply = u64, reply_event = "order.placed")]
+/// enum PlaceOrder { Book { isbn: String }, GiftCard { amount: u32 } }
+///
+/// assert_eq!(AnalyzeSentiment::EVENT, "sentiment.analyze");
+/// assert_eq!(AnalyzeSentiment::reply_event(), "sentiment.analyze.completed");
+/// assert_eq!(PlaceOrder::reply_event(), "order.placed");
+/// ```
+pub use soorma_macros::Request;
+
+/// `#[on_fan_in(RequestA, RequestB, ..)]`: the handler that runs once, when every reply of a
+/// typed `task.fan_out((a, b, ..))` is in.
+///
+/// Its arguments are the task (`TaskContext<R, S>`), then the replies in the order of the
+/// request types (a tuple when there are several; each one the request's reply type, or
+/// `Result<Reply, SubTaskFailed>` to handle a failed sub-task), then extractors. Its return
+/// value completes the task (`Result<R::Reply, E>`), or it returns `Result<Delegated, E>`
+/// after delegating more. Also takes `agent = ".."` and `crate = ".."`.
+///
+/// ```
+/// use serde::{Deserialize, Serialize};
+/// use schemars::JsonSchema;
+/// use soorma::prelude::*;
+///
+/// #[derive(Request, Serialize, Deserialize, JsonSchema)]
+/// #[request(event = "sentiment.analyze", reply = f64)]
+/// struct AnalyzeSentiment { text: String }
+///
+/// #[derive(Request, Serialize, Deserialize, JsonSchema)]
+/// #[request(event = "summary.generate", reply = String)]
+/// struct Summarize { text: String }
+///
+/// #[derive(Request, Serialize, Deserialize, JsonSchema)]
+/// #[request(event = "research.requested", reply = String)]
+/// struct Research { text: String }
+///
+/// /// Fans the text out to the analyzers.
+/// #[on_task]
+/// async fn research(mut task: TaskContext<Research>) -> soorma::Result<Delegated> {
+///     let text = task.data.text.clone();
+///     task.fan_out((AnalyzeSentiment { text: text.clone() }, Summarize { text })).await
+/// }
+///
+/// /// Runs once both replies are in; a failed summary does not fail the task.
+/// #[on_fan_in(AnalyzeSentiment, Summarize)]
+/// async fn collect(
+///     _task: TaskContext<Research>,
+///     (score, summary): (f64, Result<String, SubTaskFailed>),
+/// ) -> soorma::Result<String> {
+///     Ok(format!("{score}: {}", summary.unwrap_or_default()))
+/// }
+///
+/// let worker = Worker::new("researcher").handlers(soorma::handlers![research, collect]);
+/// # let _ = worker;
+/// ```
+pub use soorma_macros::on_fan_in;
+
+/// `#[on_goal]` (typed, the event from `GoalContext<R>`'s request type) or
+/// `#[on_goal("event.name")]`: a planner's goal handler.
+///
+/// ```
+/// use serde::{Deserialize, Serialize};
+/// use schemars::JsonSchema;
+/// use soorma::prelude::*;
+///
+/// #[derive(Request, Serialize, Deserialize, JsonSchema)]
+/// #[request(event = "trip.plan", reply = String)]
+/// struct PlanTrip { city: String }
+///
+/// /// Plans a trip.
+/// #[on_goal(agent = "trip-planner")]
+/// async fn plan_trip(goal: GoalContext<PlanTrip>) -> soorma::Result<()> {
+///     let _city = &goal.data.city;
+///     Ok(())
+/// }
+///
+/// assert_eq!(soorma::handlers![plan_trip][0].event(), "trip.plan");
+/// ```
+pub use soorma_macros::on_goal;
+
+/// `#[on_invoke]` (typed, the event from `Invocation<R>`'s request type, replying
+/// `R::Reply`) or `#[on_invoke("event.name")]` (any deserializable payload): a tool.
+///
+/// ```
+/// use serde::{Deserialize, Serialize};
+/// use schemars::JsonSchema;
+/// use soorma::prelude::*;
+///
+/// #[derive(Request, Serialize, Deserialize, JsonSchema)]
+/// #[request(event = "sentiment.analyze", reply = f64)]
+/// struct AnalyzeSentiment { text: String }
+///
+/// /// Scores the sentiment of a text.
+/// #[on_invoke(agent = "analyzers")]
+/// async fn sentiment(req: Invocation<AnalyzeSentiment>) -> Result<f64, ToolError> {
+///     Ok(if req.data.text.contains("good") { 1.0 } else { -1.0 })
+/// }
+///
+/// /// Doubles a number (string-named: the event is given, the payload any type).
+/// #[on_invoke("double.requested", agent = "analyzers")]
+/// async fn double(req: Invocation<i64>) -> Result<i64, ToolError> {
+///     Ok(req.data * 2)
+/// }
+///
+/// let events: Vec<String> = soorma::handlers![sentiment, double]
+///     .iter().map(|h| h.event().to_owned()).collect();
+/// assert_eq!(events, ["sentiment.analyze", "double.requested"]);
+/// ```
+pub use soorma_macros::on_invoke;
+
+/// `#[on_task]` (typed, the event from `TaskContext<R, S>`'s request type) or
+/// `#[on_task("event.name")]`: a worker's task handler.
+///
+/// ```
+/// use serde::{Deserialize, Serialize};
+/// use schemars::JsonSchema;
+/// use soorma::prelude::*;
+///
+/// #[derive(Request, Serialize, Deserialize, JsonSchema)]
+/// #[request(event = "count.requested", reply = usize)]
+/// struct Count { words: Vec<String> }
+///
+/// /// Counts words; the value it completes with is the task's reply.
+/// #[on_task(agent = "counter")]
+/// async fn count(mut task: TaskContext<Count>) -> soorma::Result<bool> {
+///     let n = task.data.words.len();
+///     task.complete(n).await
+/// }
+///
+/// assert_eq!(soorma::handlers![count][0].event(), "count.requested");
+/// ```
+pub use soorma_macros::on_task;
+
+pub use soorma_macros::{on_event, on_result, on_transition};
 
 /// Everything a handler module needs: `use soorma::prelude::*;`.
 pub mod prelude {

@@ -36,7 +36,7 @@ use crate::error::{Error, Result};
     message = "`{Self}` is not a request type",
     label = "not a `soorma::Request`",
     note = "derive it: `#[derive(Request, Serialize, Deserialize, JsonSchema)] #[request(event = \"...\", reply = ReplyType)]`, or implement `soorma::Request` (its event and reply type)",
-    note = "a handler attribute without an event name takes the event from its payload's `Request` impl; to take any deserializable payload, name the event instead: `#[on_task(\"research.requested\")]`"
+    note = "for a payload that is not a request type, name the event instead: in the handler attribute (`#[on_task(\"research.requested\")]`), or with `Delegation::new(event, &payload, reply_event)`"
 )]
 pub trait Request: Serialize + DeserializeOwned + JsonSchema + Send + Sync + 'static {
     /// The event type the request is published as (and its consumer handles).
