@@ -233,7 +233,9 @@ impl From<Error> for HandlerError {
     ///
     /// ```
     /// use soorma::dispatch::HandlerError;
-    /// let e = HandlerError::from(soorma::Error::Bus("unreachable".into()));
+    /// use soorma::error::{EngineError, EngineErrorKind};
+    /// let down = EngineError::new(EngineErrorKind::Publish, "publish `x`");
+    /// let e = HandlerError::from(soorma::Error::from(down));
     /// assert!(e.is_retryable());
     /// ```
     fn from(e: Error) -> Self {
