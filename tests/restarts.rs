@@ -135,4 +135,3 @@ pub async fn human_input_timeouts_fire_after_a_restart_for_every_tenant_exactly_
     next.shutdown().await.unwrap();
     t.shutdown().await.unwrap();
 }
-

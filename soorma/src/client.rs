@@ -829,9 +829,12 @@ mod tests {
         let calls: Vec<_> = (0..1_000)
             .map(|_| {
                 let client = client.clone();
-                tokio::spawn(
-                    async move { client.request("nobody.requested", (), "nobody.done").skip_consumer_check().await },
-                )
+                tokio::spawn(async move {
+                    client
+                        .request("nobody.requested", (), "nobody.done")
+                        .skip_consumer_check()
+                        .await
+                })
             })
             .collect();
         let pending = || crate::client::lock(&client.inner.pending).len();

@@ -219,15 +219,20 @@ async fn requests_are_checked_against_the_consumers_schema_before_publishing(
 
 async fn forward(mut task: TaskContext<Value>) -> soorma::Result<()> {
     let data = task.data.clone();
-    task.delegate_with(Delegation::new("calculate.requested", &data, "forward.calculated"))
-        .await?;
+    task.delegate_with(Delegation::new(
+        "calculate.requested",
+        &data,
+        "forward.calculated",
+    ))
+    .await?;
     Ok(())
 }
 
 async fn forward_done(result: ResultContext<Calculated>) -> soorma::Result<()> {
     let mut task = result.parent().await?;
     let value = result.data.clone();
-    task.complete(value).await.map(drop)
+    task.complete(value).await?;
+    Ok(())
 }
 
 scenario!(envelope_fields_propagate_from_the_handled_event);

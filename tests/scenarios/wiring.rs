@@ -130,10 +130,7 @@ async fn a_typed_fan_in_runs_once_with_every_reply_and_the_tasks_typed_state(
     t.start(arithmetic()).await.unwrap();
     t.start(combiner(calls.clone())).await.unwrap();
     let client = t.client().with_timeout(wait);
-    let out = client
-        .call(Combine { n: 5 })
-        .await
-        .unwrap();
+    let out = client.call(Combine { n: 5 }).await.unwrap();
     assert_eq!(
         out,
         Combined {
@@ -143,10 +140,7 @@ async fn a_typed_fan_in_runs_once_with_every_reply_and_the_tasks_typed_state(
         }
     );
     // A failed sub-task reaches the fan-in as `Err` where it takes `Result<T, SubTaskFailed>`.
-    let out = client
-        .call(Combine { n: 13 })
-        .await
-        .unwrap();
+    let out = client.call(Combine { n: 13 }).await.unwrap();
     assert_eq!((out.doubled, out.negated), (26, None));
     tokio::time::sleep(Duration::from_millis(200)).await;
     assert_eq!(calls.0.load(Ordering::SeqCst), 2, "one fan-in per task");
@@ -188,7 +182,8 @@ async fn a_misspelt_delegated_event_fails_the_task_at_once_naming_the_event(
         .await
         .unwrap_err();
     assert!(
-        err.to_string().contains("no agent consumes `dobule.requested`"),
+        err.to_string()
+            .contains("no agent consumes `dobule.requested`"),
         "{err}"
     );
     assert!(started.elapsed() < FAST, "took {:?}", started.elapsed());
@@ -209,8 +204,12 @@ async fn calling_an_agent_that_is_not_running_fails_at_once(t: TestPlatform, _wa
 
 async fn delegate_unhandled(mut task: TaskContext<Combine>) -> soorma::Result<String> {
     let n = task.data.n;
-    task.delegate_with(Delegation::new("double.requested", &n, "double.done.somewhere"))
-        .await
+    task.delegate_with(Delegation::new(
+        "double.requested",
+        &n,
+        "double.done.somewhere",
+    ))
+    .await
 }
 
 scenario!(a_delegation_whose_reply_no_handler_takes_fails_the_task_naming_the_reply);
@@ -243,8 +242,7 @@ async fn a_delegation_whose_reply_no_handler_takes_fails_the_task_naming_the_rep
 async fn wait_long(mut task: TaskContext<Combine>) -> soorma::Result<String> {
     task.fail_after(Duration::from_millis(300)).await?;
     task.delegate_with(
-        Delegation::new("nobody.requested", &task.data.n, "nobody.completed")
-            .skip_consumer_check(),
+        Delegation::new("nobody.requested", &task.data.n, "nobody.completed").skip_consumer_check(),
     )
     .await
 }

@@ -77,8 +77,12 @@ fn chainer() -> AgentBuilder {
 async fn chain(mut task: TaskContext<String>) -> soorma::Result<()> {
     let input = task.data.clone();
     task.set_state("step", "upper")?;
-    task.delegate_with(Delegation::new("upper.requested", &input, "chain.upper.done"))
-        .await?;
+    task.delegate_with(Delegation::new(
+        "upper.requested",
+        &input,
+        "chain.upper.done",
+    ))
+    .await?;
     Ok(())
 }
 
@@ -90,8 +94,12 @@ async fn chain_upper(result: ResultContext<String>) -> soorma::Result<()> {
     );
     let upper = result.data.clone().unwrap_or_default();
     task.set_state("step", "reverse")?;
-    task.delegate_with(Delegation::new("reverse.requested", &upper, "chain.reverse.done"))
-        .await?;
+    task.delegate_with(Delegation::new(
+        "reverse.requested",
+        &upper,
+        "chain.reverse.done",
+    ))
+    .await?;
     Ok(())
 }
 

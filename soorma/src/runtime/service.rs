@@ -281,7 +281,8 @@ impl From<Failure> for HandlerError {
 ///
 /// // A layer's service calls the inner one like any tower service.
 /// async fn forward(inner: HandlerService, req: HandlerRequest) -> Result<(), soorma::dispatch::HandlerError> {
-///     inner.oneshot(req).await.map(drop)
+///     inner.oneshot(req).await?;
+///     Ok(())
 /// }
 /// # let _ = forward;
 /// ```

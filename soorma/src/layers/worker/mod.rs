@@ -39,7 +39,8 @@ use crate::util::BoxFuture;
 /// use soorma::prelude::*;
 ///
 /// async fn echo(mut task: TaskContext<String>) -> soorma::Result<()> {
-///     task.complete(task.data.clone()).await.map(drop)
+///     task.complete(task.data.clone()).await?;
+///     Ok(())
 /// }
 ///
 /// let platform = Platform::embedded();
@@ -362,6 +363,9 @@ async fn enforce_deadline(input: HandlerInput) -> crate::runtime::handler::Handl
 
 /// Human-input timers (of every tenant, those of worker instances that stopped included) fire
 /// from here on: the platform's timer service runs (idempotent).
-pub(crate) fn ensure_timers<'a>(platform: &'a Platform, _tenant: Option<&'a str>) -> BoxFuture<'a, ()> {
+pub(crate) fn ensure_timers<'a>(
+    platform: &'a Platform,
+    _tenant: Option<&'a str>,
+) -> BoxFuture<'a, ()> {
     Box::pin(crate::platform::timers::ensure_running(platform))
 }
