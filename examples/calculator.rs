@@ -80,7 +80,8 @@ async fn batch(mut task: TaskContext<Batch>) -> soorma::Result<()> {
             )
         })
         .collect();
-    task.delegate_parallel(delegations).await.map(drop)
+    task.delegate_parallel(delegations).await?;
+    Ok(())
 }
 
 /// Collects the calculator's results; completes with all of them, in order.
@@ -92,7 +93,8 @@ async fn batch_part(result: ResultContext<Calculated>) -> soorma::Result<()> {
                 .into_iter()
                 .map(|r| r.result.unwrap_or_default())
                 .collect();
-            task.complete(results).await.map(drop)
+            task.complete(results).await?;
+            Ok(())
         }
         None => task.progress(0.5, "results arriving").await,
     }

@@ -238,7 +238,8 @@ pub fn research_plan(approval: bool) -> soorma::planner::Plan {
 }
 
 async fn research_goal(goal: GoalContext, plan: State<Arc<Plan>>) -> soorma::Result<()> {
-    goal.start(&plan).await.map(drop)
+    goal.start(&plan).await?;
+    Ok(())
 }
 
 /// A planner whose plan pauses in `approving` until `approval.given` resumes it.
@@ -315,7 +316,8 @@ pub fn approval_plan() -> soorma::planner::Plan {
 }
 
 async fn approval_goal(goal: GoalContext, plan: State<Arc<Plan>>) -> soorma::Result<()> {
-    goal.start(&plan).await.map(drop)
+    goal.start(&plan).await?;
+    Ok(())
 }
 
 async fn approval_transition(mut plan: PlanContext) -> soorma::Result<()> {
@@ -355,8 +357,8 @@ async fn publish_post(mut task: TaskContext<Value>) -> soorma::Result<()> {
         "post.reviewed",
         Some(Duration::from_millis(ms)),
     )
-    .await
-    .map(drop)
+    .await?;
+    Ok(())
 }
 
 async fn post_reviewed(result: ResultContext<Value>) -> soorma::Result<()> {
@@ -364,8 +366,8 @@ async fn post_reviewed(result: ResultContext<Value>) -> soorma::Result<()> {
     match &result.data {
         Some(answer) => task.complete(json!({"published": answer["ok"]})).await,
         None => task.fail(result.error.clone().unwrap_or_default()).await,
-    }
-    .map(drop)
+    }?;
+    Ok(())
 }
 
 /// A worker that asks a person before publishing.

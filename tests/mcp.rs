@@ -468,14 +468,14 @@ async fn sum(mut task: TaskContext<Value>) -> soorma::Result<()> {
 }
 
 #[on_result("sum.computed", agent = "mcp-summer")]
-async fn summed(result: ResultContext<McpToolOutput>) -> soorma::Result<()> {
+async fn summed(result: ResultContext<McpToolOutput>) -> soorma::Result<bool> {
     let mut task = result.record_in_parent().await?;
     match &result.data {
-        Some(out) => task.complete(json!({"text": out.text})).await.map(drop),
-        None => task
-            .fail(result.error.as_deref().unwrap_or("the MCP tool failed"))
-            .await
-            .map(drop),
+        Some(out) => task.complete(json!({"text": out.text})).await,
+        None => {
+            task.fail(result.error.as_deref().unwrap_or("the MCP tool failed"))
+                .await
+        }
     }
 }
 

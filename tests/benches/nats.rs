@@ -380,7 +380,8 @@ async fn fan(mut task: TaskContext<usize>) -> soorma::Result<()> {
     let d: Vec<Delegation> = (0..task.data)
         .map(|i| Delegation::new("add.requested", &json!({"a": i, "b": 1}), "fan.part.done"))
         .collect();
-    task.delegate_parallel(d).await.map(drop)
+    task.delegate_parallel(d).await?;
+    Ok(())
 }
 
 async fn fan_part(result: ResultContext) -> soorma::Result<()> {

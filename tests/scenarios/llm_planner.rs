@@ -12,11 +12,13 @@ use soorma::testing::TestPlatform;
 use soorma_tests::agents::{calculator, research_planner, research_tools};
 
 async fn assistant_goal(goal: GoalContext, llm: State<LlmPlanner>) -> soorma::Result<()> {
-    llm.start_reasoning(&goal).await.map(drop)
+    llm.start_reasoning(&goal).await?;
+    Ok(())
 }
 
 async fn assistant_step(mut plan: PlanContext, llm: State<LlmPlanner>) -> soorma::Result<()> {
-    llm.step(&mut plan).await.map(drop)
+    llm.step(&mut plan).await?;
+    Ok(())
 }
 
 /// A planner whose model chooses each next action (`assist.goal`).
@@ -29,7 +31,8 @@ fn assistant_planner(model: ScriptedLlm, options: PlanningOptions) -> AgentBuild
 }
 
 async fn writer_goal(goal: GoalContext, llm: State<LlmPlanner>) -> soorma::Result<()> {
-    llm.start_plan(&goal).await.map(drop)
+    llm.start_plan(&goal).await?;
+    Ok(())
 }
 
 /// A planner whose model writes a plan per goal (`write.goal`), run as a state machine.

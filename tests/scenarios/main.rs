@@ -49,6 +49,7 @@ mod llm_planner;
 mod planner;
 mod platform;
 mod tool;
+mod wiring;
 mod worker;
 
 /// How long embedded scenarios wait for an event.

@@ -333,7 +333,8 @@ async fn sessions_group_plans_and_plans_are_listed_by_session_and_status(
 struct Handled(Arc<std::sync::Mutex<Vec<String>>>);
 
 async fn report_goal(goal: GoalContext, plan: State<Arc<Plan>>) -> soorma::Result<()> {
-    goal.start(&plan).await.map(drop)
+    goal.start(&plan).await?;
+    Ok(())
 }
 
 async fn report_transition(mut plan: PlanContext, handled: State<Handled>) -> soorma::Result<()> {
@@ -472,12 +473,13 @@ async fn summarize(mut task: TaskContext<Value>) -> soorma::Result<()> {
     task.progress(0.5, format!("reading {} sources", items.len()))
         .await?;
     task.complete(json!({"summary": format!("{} sources read", items.len())}))
-        .await
-        .map(drop)
+        .await?;
+    Ok(())
 }
 
 async fn digest_goal(goal: GoalContext, plan: State<Arc<Plan>>) -> soorma::Result<()> {
-    goal.start(&plan).await.map(drop)
+    goal.start(&plan).await?;
+    Ok(())
 }
 
 /// search (a tool) → summarize (a worker that reports progress) → done.

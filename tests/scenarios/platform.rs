@@ -231,7 +231,8 @@ async fn forward(mut task: TaskContext<Value>) -> soorma::Result<()> {
 async fn forward_done(result: ResultContext<Calculated>) -> soorma::Result<()> {
     let mut task = result.parent().await?;
     let value = result.data.clone();
-    task.complete(value).await.map(drop)
+    task.complete(value).await?;
+    Ok(())
 }
 
 scenario!(envelope_fields_propagate_from_the_handled_event);

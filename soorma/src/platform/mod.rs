@@ -198,7 +198,8 @@ impl Platform {
     /// # #[tokio::main(flavor = "current_thread")] async fn main() -> soorma::Result<()> {
     /// # use soorma::prelude::*;
     /// # async fn ask(mut task: TaskContext) -> soorma::Result<()> {
-    /// #     task.request_human_input("Approve?", "approved", Some(std::time::Duration::from_secs(3600))).await.map(drop)
+    /// #     task.request_human_input("Approve?", "approved", Some(std::time::Duration::from_secs(3600))).await?;
+    /// #     Ok(())
     /// # }
     /// let platform = Platform::embedded();
     /// let worker = Worker::new("approvals").use_registered_handlers(false)

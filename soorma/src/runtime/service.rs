@@ -233,7 +233,9 @@ impl From<Error> for HandlerError {
     ///
     /// ```
     /// use soorma::dispatch::HandlerError;
-    /// let e = HandlerError::from(soorma::Error::Bus("unreachable".into()));
+    /// use soorma::error::{EngineError, EngineErrorKind};
+    /// let down = EngineError::new(EngineErrorKind::Publish, "publish `x`");
+    /// let e = HandlerError::from(soorma::Error::from(down));
     /// assert!(e.is_retryable());
     /// ```
     fn from(e: Error) -> Self {
@@ -279,7 +281,8 @@ impl From<Failure> for HandlerError {
 ///
 /// // A layer's service calls the inner one like any tower service.
 /// async fn forward(inner: HandlerService, req: HandlerRequest) -> Result<(), soorma::dispatch::HandlerError> {
-///     inner.oneshot(req).await.map(drop)
+///     inner.oneshot(req).await?;
+///     Ok(())
 /// }
 /// # let _ = forward;
 /// ```

@@ -64,7 +64,8 @@ impl Handler {
     /// use soorma::planner::{GoalContext, Plan};
     ///
     /// async fn research(goal: GoalContext, plan: State<std::sync::Arc<Plan>>) -> soorma::Result<()> {
-    ///     goal.start(&plan).await.map(drop)
+    ///     goal.start(&plan).await?;
+    ///     Ok(())
     /// }
     ///
     /// let h = Handler::on_goal("research.goal", research);

@@ -495,7 +495,8 @@ impl PlanFilter {
 /// use soorma::planner::PlanFilter;
 ///
 /// async fn goal(goal: GoalContext, plan: State<Arc<Plan>>) -> soorma::Result<()> {
-///     goal.start(&plan).await.map(drop)
+///     goal.start(&plan).await?;
+///     Ok(())
 /// }
 ///
 /// let plan = Plan::new(PlanDefinition::new("noop", "done at once")

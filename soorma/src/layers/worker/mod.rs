@@ -37,7 +37,8 @@ use crate::util::BoxFuture;
 /// use soorma::prelude::*;
 ///
 /// async fn echo(mut task: TaskContext<String>) -> soorma::Result<()> {
-///     task.complete(task.data.clone()).await.map(drop)
+///     task.complete(task.data.clone()).await?;
+///     Ok(())
 /// }
 ///
 /// let platform = Platform::embedded();

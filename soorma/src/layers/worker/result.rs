@@ -86,7 +86,8 @@ impl<T> ResultContext<T> {
     /// # use soorma::prelude::*;
     /// # async fn research(mut task: TaskContext<String>) -> soorma::Result<()> {
     /// #     let topic = task.data.clone();
-    /// #     task.delegate_with(Delegation::new("search.requested", &topic, "search.completed")).await.map(drop)
+    /// #     task.delegate_with(Delegation::new("search.requested", &topic, "search.completed")).await?;
+    /// #     Ok(())
     /// # }
     /// # async fn search(req: Invocation<String>) -> Result<String, ToolError> {
     /// #     if req.data.is_empty() { Err(ToolError::new("empty query")) } else { Ok(format!("results for {}", req.data)) }
@@ -95,9 +96,11 @@ impl<T> ResultContext<T> {
     /// async fn collect(result: ResultContext<String>) -> soorma::Result<()> {
     ///     let mut task = result.record_in_parent().await?;
     ///     if !result.is_success() {
-    ///         return task.fail("the search failed").await.map(drop);
+    ///         task.fail("the search failed").await?;
+    ///         return Ok(());
     ///     }
-    ///     task.complete(result.data).await.map(drop)
+    ///     task.complete(result.data).await?;
+    ///     Ok(())
     /// }
     ///
     /// # let platform = Platform::embedded();
@@ -122,13 +125,15 @@ impl<T> ResultContext<T> {
     /// use soorma::prelude::*;
     /// # async fn research(mut task: TaskContext<String>) -> soorma::Result<()> {
     /// #     let topic = task.data.clone();
-    /// #     task.delegate_with(Delegation::new("search.requested", &topic, "search.completed")).await.map(drop)
+    /// #     task.delegate_with(Delegation::new("search.requested", &topic, "search.completed")).await?;
+    /// #     Ok(())
     /// # }
     /// # async fn search(req: Invocation<String>) -> Result<String, ToolError> { Ok(format!("results for {}", req.data)) }
     ///
     /// async fn collect(result: ResultContext<String>) -> soorma::Result<()> {
     ///     let mut task = result.record_in_parent().await?;
-    ///     task.complete(result.sub_task_id()).await.map(drop)
+    ///     task.complete(result.sub_task_id()).await?;
+    ///     Ok(())
     /// }
     ///
     /// let mut t = soorma::testing::TestPlatform::new();
@@ -153,7 +158,8 @@ impl<T> ResultContext<T> {
     /// use soorma::prelude::*;
     /// # async fn research(mut task: TaskContext<String>) -> soorma::Result<()> {
     /// #     let d = Delegation::new("search.requested", &task.data, "search.completed");
-    /// #     task.delegate_parallel([d]).await.map(drop)
+    /// #     task.delegate_parallel([d]).await?;
+    /// #     Ok(())
     /// # }
     /// # async fn search(req: Invocation<String>) -> Result<String, ToolError> { Ok(format!("results for {}", req.data)) }
     ///
@@ -212,13 +218,15 @@ impl<T> ResultContext<T> {
     /// use soorma::prelude::*;
     /// # async fn research(mut task: TaskContext<String>) -> soorma::Result<()> {
     /// #     let topic = task.data.clone();
-    /// #     task.delegate_with(Delegation::new("search.requested", &topic, "search.completed")).await.map(drop)
+    /// #     task.delegate_with(Delegation::new("search.requested", &topic, "search.completed")).await?;
+    /// #     Ok(())
     /// # }
     /// # async fn search(req: Invocation<String>) -> Result<String, ToolError> { Ok(format!("results for {}", req.data)) }
     ///
     /// async fn collect(result: ResultContext<String>) -> soorma::Result<()> {
     ///     let mut task = result.record_in_parent().await?;
-    ///     task.complete(result.data).await.map(drop)
+    ///     task.complete(result.data).await?;
+    ///     Ok(())
     /// }
     ///
     /// # let platform = Platform::embedded();
@@ -292,7 +300,8 @@ impl<T> ResultContext<T> {
     /// use soorma::prelude::*;
     /// # async fn research(mut task: TaskContext<String>) -> soorma::Result<()> {
     /// #     let topic = task.data.clone();
-    /// #     task.delegate_with(Delegation::new("search.requested", &topic, "search.completed")).await.map(drop)
+    /// #     task.delegate_with(Delegation::new("search.requested", &topic, "search.completed")).await?;
+    /// #     Ok(())
     /// # }
     /// # async fn search(req: Invocation<String>) -> Result<String, ToolError> { Ok(format!("results for {}", req.data)) }
     ///
@@ -300,7 +309,8 @@ impl<T> ResultContext<T> {
     ///     let mut task = result.parent().await?;
     ///     // Nothing recorded: the delegation still waits for this result.
     ///     let waiting = task.group_results(None).await?.is_none();
-    ///     task.complete(waiting).await.map(drop)
+    ///     task.complete(waiting).await?;
+    ///     Ok(())
     /// }
     ///
     /// # let platform = Platform::embedded();

@@ -186,7 +186,8 @@ impl<T, S: TaskState> TaskContext<T, S> {
     ///
     /// async fn which(mut task: TaskContext) -> soorma::Result<()> {
     ///     let id = task.task_id().to_owned();
-    ///     task.complete(id).await.map(drop)
+    ///     task.complete(id).await?;
+    ///     Ok(())
     /// }
     ///
     /// # let platform = Platform::embedded();
@@ -209,7 +210,8 @@ impl<T, S: TaskState> TaskContext<T, S> {
     /// async fn describe(mut task: TaskContext) -> soorma::Result<()> {
     ///     let rec = task.record();
     ///     let summary = format!("{} handles {}", rec.agent, rec.event_type);
-    ///     task.complete(summary).await.map(drop)
+    ///     task.complete(summary).await?;
+    ///     Ok(())
     /// }
     ///
     /// # let platform = Platform::embedded();
@@ -232,7 +234,8 @@ impl<T, S: TaskState> TaskContext<T, S> {
     ///
     /// async fn report(mut task: TaskContext) -> soorma::Result<()> {
     ///     let status = task.status();
-    ///     task.complete(status).await.map(drop)
+    ///     task.complete(status).await?;
+    ///     Ok(())
     /// }
     ///
     /// # let platform = Platform::embedded();
@@ -255,7 +258,8 @@ impl<T, S: TaskState> TaskContext<T, S> {
     /// async fn keys(mut task: TaskContext) -> soorma::Result<()> {
     ///     task.set_state("step", "fetch")?;
     ///     let keys: Vec<String> = task.state().keys().cloned().collect();
-    ///     task.complete(keys).await.map(drop)
+    ///     task.complete(keys).await?;
+    ///     Ok(())
     /// }
     ///
     /// # let platform = Platform::embedded();
@@ -449,7 +453,8 @@ impl<T, S: TaskState> TaskContext<T, S> {
     /// async fn step(mut task: TaskContext) -> soorma::Result<()> {
     ///     task.set_state("step", "fetched")?;
     ///     task.save().await?; // stored before the slow part
-    ///     task.complete(()).await.map(drop)
+    ///     task.complete(()).await?;
+    ///     Ok(())
     /// }
     ///
     /// let platform = Platform::embedded();
@@ -621,7 +626,8 @@ impl<T, S: TaskState> TaskContext<T, S> {
     /// # use soorma::prelude::*;
     /// async fn publish(mut task: TaskContext<String>) -> soorma::Result<()> {
     ///     let within = Some(std::time::Duration::from_secs(3600));
-    ///     task.request_human_input("Publish this post?", "post.reviewed", within).await.map(drop)
+    ///     task.request_human_input("Publish this post?", "post.reviewed", within).await?;
+    ///     Ok(())
     /// }
     /// # let _ = publish;
     /// ```
@@ -679,7 +685,8 @@ impl<T, S: TaskState> TaskContext<T, S> {
     /// # use soorma::prelude::*;
     /// async fn forward(mut task: TaskContext<serde_json::Value>) -> soorma::Result<()> {
     ///     let legacy = Delegation::new("legacy.requested", &task.data, "legacy.done").skip_validation();
-    ///     task.delegate_with(legacy).await.map(drop)
+    ///     task.delegate_with(legacy).await?;
+    ///     Ok(())
     /// }
     /// # let _ = forward;
     /// ```
@@ -970,8 +977,8 @@ impl<T, S: TaskState> TaskContext<T, S> {
         }
         self.bus()
             .publish(Topic::SystemEvents, TASK_PROGRESS, progress)
-            .await
-            .map(drop)
+            .await?;
+        Ok(())
     }
 
     /// Completes the task and replies `{request_id, success: true, result}` on the caller's
@@ -1180,7 +1187,8 @@ impl TaskContext<Value> {
     /// use soorma::prelude::*;
     /// # async fn research(mut task: TaskContext<String>) -> soorma::Result<()> {
     /// #     let topic = task.data.clone();
-    /// #     task.delegate_with(Delegation::new("search.requested", &topic, "search.completed")).await.map(drop)
+    /// #     task.delegate_with(Delegation::new("search.requested", &topic, "search.completed")).await?;
+    /// #     Ok(())
     /// # }
     /// # async fn search(req: Invocation<String>) -> Result<usize, ToolError> { Ok(req.data.len() * 10) }
     ///
@@ -1188,7 +1196,8 @@ impl TaskContext<Value> {
     ///     let task = result.record_in_parent().await?;
     ///     let mut task = task.into_typed::<String>()?; // the original request: the topic
     ///     let summary = format!("{} hits for {}", result.data.unwrap_or(0), task.data);
-    ///     task.complete(summary).await.map(drop)
+    ///     task.complete(summary).await?;
+    ///     Ok(())
     /// }
     ///
     /// # let platform = Platform::embedded();
@@ -1285,7 +1294,8 @@ impl<T> TaskContext<T, StateMap> {
     ///     task.set_state("items", task.data.len())?;
     ///     let items: Option<usize> = task.state_value("items")?;
     ///     let missing: Option<usize> = task.state_value("nope")?;
-    ///     task.complete((items, missing)).await.map(drop)
+    ///     task.complete((items, missing)).await?;
+    ///     Ok(())
     /// }
     ///
     /// # let platform = Platform::embedded();
@@ -1312,7 +1322,8 @@ impl<T> TaskContext<T, StateMap> {
     /// async fn start(mut task: TaskContext<String>) -> soorma::Result<()> {
     ///     task.set_state("query", task.data.clone())?;
     ///     task.set_state("attempts", 1)?;
-    ///     task.complete(task.state().clone()).await.map(drop)
+    ///     task.complete(task.state().clone()).await?;
+    ///     Ok(())
     /// }
     ///
     /// # let platform = Platform::embedded();
