@@ -17,7 +17,7 @@ use crate::util::shutdown_signal;
 /// ```
 /// use soorma::prelude::*;
 ///
-/// #[on_invoke("ping.requested")]
+/// #[on_invoke("ping.requested", agent = "pinger")]
 /// async fn ping(_: Invocation) -> Result<String, ToolError> { Ok("pong".into()) }
 ///
 /// # fn main() {
