@@ -445,6 +445,11 @@ pub mod prelude {
         Tool, ToolError, Topic, Worker,
     };
     // `Request` (the trait and its derive) comes with `crate::Request` above.
+    pub use crate::handlers;
+    /// The derives every payload type needs (the crate still depends on `serde` and
+    /// `schemars`, whose derives name them).
+    pub use schemars::JsonSchema;
+    pub use serde::{Deserialize, Serialize};
     pub use soorma_macros::{
         on_event, on_fan_in, on_goal, on_invoke, on_result, on_task, on_transition,
     };

@@ -83,13 +83,13 @@ impl Agents {
     ///
     /// async fn limit(_: Invocation, State(max): State<u32>) -> Result<u32, ToolError> { Ok(max) }
     ///
-    /// let agents = Agents::new().add(
+    /// let agents = Agents::new().with(
     ///     Tool::new("limits").version("2.0.0").with_state(10_u32)
     ///         .handler(Handler::on_invoke("limit.requested", limit)),
     /// );
     /// assert_eq!(agents.names(), ["limits"]);
     /// ```
-    pub fn add(mut self, agent: AgentBuilder) -> Self {
+    pub fn with(mut self, agent: AgentBuilder) -> Self {
         self.agents.push(agent);
         self
     }
@@ -115,7 +115,7 @@ impl Agents {
     }
 
     fn of_kind(self, name: impl Into<String>, kind: AgentKind, handlers: Vec<Handler>) -> Self {
-        self.add(
+        self.with(
             AgentBuilder::new(name, kind)
                 .use_registered_handlers(false)
                 .handlers(handlers),
