@@ -111,3 +111,32 @@ async fn human_input_timeouts_fire_after_a_restart_for_every_tenant_exactly_once
     )
     .await;
 }
+
+/// Meant for the `squarer`, but its agent name is misspelt.
+#[on_invoke("cube.requested", agent = "sqaurer")]
+async fn cube(req: Invocation<Square>) -> Result<i64, ToolError> {
+    Ok(req.data.n.pow(3))
+}
+
+#[tokio::test]
+async fn a_misspelt_agent_name_on_an_attribute_fails_the_group_naming_it() {
+    let platform = Platform::embedded();
+    let started = std::time::Instant::now();
+    let err = Agents::new()
+        .tool("squarer", handlers![square])
+        .worker("summer", handlers![sum_doubles, squared])
+        .start(&platform)
+        .await
+        .unwrap_err();
+    let Error::Misconfigured { problems, .. } = &err else {
+        panic!("expected Misconfigured, got {err}");
+    };
+    assert!(
+        problems.iter().any(|p| p.contains("`cube`")
+            && p.contains("names agent `sqaurer` (did you mean `squarer`?), which this group does not start")),
+        "{problems:?}"
+    );
+    assert!(started.elapsed() < Duration::from_secs(2));
+    // Nothing started.
+    assert!(platform.discovery().all().await.unwrap().is_empty());
+}
