@@ -133,7 +133,9 @@ async fn a_misspelt_agent_name_on_an_attribute_fails_the_group_naming_it() {
     };
     assert!(
         problems.iter().any(|p| p.contains("`cube`")
-            && p.contains("names agent `sqaurer` (did you mean `squarer`?), which this group does not start")),
+            && p.contains(
+                "names agent `sqaurer` (did you mean `squarer`?), which this group does not start"
+            )),
         "{problems:?}"
     );
     assert!(started.elapsed() < Duration::from_secs(2));
