@@ -1,15 +1,15 @@
-//! A calculator tool: `#[on_invoke]` with typed request and reply.
+//! A calculator tool: a request type that names its event and reply once, an `#[on_invoke]`
+//! handler that takes it, and a client that calls it.
 //!
 //! ```text
 //! cargo run -p soorma-examples --example hello_tool
 //! ```
-use schemars::JsonSchema;
-use serde::{Deserialize, Serialize};
 use soorma::prelude::*;
 use soorma_examples::calc;
 
 /// A calculation request.
-#[derive(Debug, Serialize, Deserialize, JsonSchema)]
+#[derive(Debug, Serialize, Deserialize, JsonSchema, Request)]
+#[request(event = "calculate.requested", reply = Calculated)]
 struct Calculate {
     /// An arithmetic expression: numbers, `+ - * /`, parentheses.
     expression: String,
@@ -23,9 +23,10 @@ struct Calculated {
 }
 
 /// Evaluates an arithmetic expression.
-#[on_invoke("calculate.requested")]
+#[on_invoke]
 async fn calculate(req: Invocation<Calculate>) -> Result<Calculated, ToolError> {
-    let result = calc::eval(&req.data.expression).map_err(|e| ToolError::new(e.to_string()))?;
+    // Any error converts into a `ToolError`, which the caller gets as an error reply.
+    let result = calc::eval(&req.data.expression)?;
     Ok(Calculated {
         expression: req.data.expression,
         result,
@@ -50,16 +51,10 @@ async fn main() -> soorma::Result<()> {
 
     let client = platform.client("hello-client");
     for expression in ["1 + 2 * 3", "(10 - 4) / 4", "2 / (1 - 1)"] {
-        let reply = client
-            .request(
-                "calculate.requested",
-                Calculate {
-                    expression: expression.into(),
-                },
-                "calculate.completed",
-            )
-            .await?;
-        match reply.into_result::<Calculated>() {
+        let call = client.call(Calculate {
+            expression: expression.into(),
+        });
+        match call.await {
             Ok(c) => println!("{} = {}", c.expression, c.result),
             Err(e) => println!("{expression} -> error: {e}"),
         }

@@ -46,8 +46,8 @@ async fn editor(question: Event<Value>) -> soorma::Result<()> {
                 .clone()
                 .unwrap_or_default(),
         )
-        .await
-        .map(drop)
+        .await?;
+    Ok(())
 }
 
 /// draft → approving → published | rejected | expired.
@@ -93,8 +93,8 @@ fn approval_plan() -> soorma::Result<Plan> {
 
 /// Starts the approval plan.
 #[on_goal("post.goal", agent = "publisher")]
-async fn post(goal: GoalContext, plan: State<Arc<Plan>>) -> soorma::Result<()> {
-    goal.start(&plan).await.map(drop)
+async fn post(goal: GoalContext, plan: State<Arc<Plan>>) -> soorma::Result<PlanContext> {
+    goal.start(&plan).await
 }
 
 /// Advances the plan; entering `approving`, pauses it to ask the editor (1 s to answer).

@@ -1,6 +1,7 @@
 //! Helpers shared by the soorma examples (and their tests).
 
 pub mod calc;
+pub mod calculator;
 pub mod text;
 
 /// Installs a `tracing` subscriber printing to stderr, filtered by `RUST_LOG` (default `warn`).

@@ -32,21 +32,21 @@ struct McpCall {
 async fn call_tool(mut task: TaskContext<McpCall>) -> soorma::Result<()> {
     let event = McpBridge::event_name(&task.data.server, &task.data.tool);
     let arguments = task.data.arguments.clone();
-    task.delegate(&event, arguments, "mcp.call.answered")
+    task.delegate_with(Delegation::new(&event, &arguments, "mcp.call.answered"))
         .await?;
     Ok(())
 }
 
 /// Completes the task with what the tool returned, or fails it with the tool's error.
 #[on_result("mcp.call.answered", agent = "mcp-caller")]
-async fn tool_answered(result: ResultContext<McpToolOutput>) -> soorma::Result<()> {
+async fn tool_answered(result: ResultContext<McpToolOutput>) -> soorma::Result<bool> {
     let mut task = result.record_in_parent().await?;
     match &result.data {
-        Some(output) => task.complete(output).await.map(drop),
-        None => task
-            .fail(result.error.as_deref().unwrap_or("the MCP tool failed"))
-            .await
-            .map(drop),
+        Some(output) => task.complete(output).await,
+        None => {
+            task.fail(result.error.as_deref().unwrap_or("the MCP tool failed"))
+                .await
+        }
     }
 }
 

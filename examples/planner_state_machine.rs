@@ -37,7 +37,7 @@ async fn analyze(req: Invocation<Value>) -> Result<Value, ToolError> {
 
 /// Answers human-input requests (a person in a real system).
 #[on_event("notification-events", "notification.human_input", agent = "reviewer")]
-async fn review(question: Event<Value>) -> soorma::Result<()> {
+async fn review(question: Event<Value>) -> soorma::Result<String> {
     println!("  reviewer asked: {}", question.data["question"]);
     let response_event = question.data["response_event"].as_str().unwrap_or_default();
     question
@@ -55,7 +55,6 @@ async fn review(question: Event<Value>) -> soorma::Result<()> {
                 .unwrap_or_default(),
         )
         .await
-        .map(drop)
 }
 
 /// The research plan.
@@ -121,8 +120,8 @@ fn research_plan() -> soorma::Result<Plan> {
 
 /// Starts the research plan for a goal.
 #[on_goal("research.goal", agent = "research-planner")]
-async fn research(goal: GoalContext, plan: State<Arc<Plan>>) -> soorma::Result<()> {
-    goal.start(&plan).await.map(drop)
+async fn research(goal: GoalContext, plan: State<Arc<Plan>>) -> soorma::Result<PlanContext> {
+    goal.start(&plan).await
 }
 
 /// Advances the plan; in `asking`, asks a person.

@@ -4,19 +4,44 @@
 //! cargo run -p soorma-examples --example research_fanout
 //! ```
 //!
-//! `researcher` (a Worker) receives `research.requested`, delegates in parallel to the
-//! `sentiment`, `entities` and `summarizer` tools, records each result in the task
-//! (revision-checked), and completes the task once all three are in.
+//! `researcher` (a Worker) receives a `Research` request, fans it out to the `sentiment`,
+//! `entities` and `summarizer` tools, and its fan-in handler completes the task with a `Report`
+//! once all three replies are in (recorded revision-checked; it runs exactly once). Each
+//! request type names its event and its reply type once; nothing is a `serde_json::Value`.
+//!
+//! With `SOORMA_NATS_URL` set, each agent can run as its own process (`--agent researcher`,
+//! ...) and `--client` submits the tasks.
 use std::time::Instant;
 
-use schemars::JsonSchema;
-use serde::{Deserialize, Serialize};
-use serde_json::Value;
 use soorma::prelude::*;
 use soorma_examples::text;
 
-/// A research request.
-#[derive(Debug, Clone, Serialize, Deserialize, JsonSchema)]
+// ---- requests: each names its event and its reply type once ---------------------------------
+
+/// Scores the sentiment of a text in -1..=1.
+#[derive(Debug, Serialize, Deserialize, JsonSchema, Request)]
+#[request(event = "sentiment.analyze", reply = Sentiment)]
+struct AnalyzeSentiment {
+    text: String,
+}
+
+/// Extracts the named entities of a text.
+#[derive(Debug, Serialize, Deserialize, JsonSchema, Request)]
+#[request(event = "entities.extract", reply = Entities)]
+struct ExtractEntities {
+    text: String,
+}
+
+/// Summarises a text in one sentence.
+#[derive(Debug, Serialize, Deserialize, JsonSchema, Request)]
+#[request(event = "summary.generate", reply = Summary)]
+struct Summarize {
+    text: String,
+}
+
+/// Researches a text: what the three analyzers make of it.
+#[derive(Debug, Clone, Serialize, Deserialize, JsonSchema, Request)]
+#[request(event = "research.requested", reply = Report)]
 struct Research {
     /// What the text is about.
     topic: String,
@@ -24,11 +49,17 @@ struct Research {
     text: String,
 }
 
-/// A text to analyse.
+/// A sentiment score in -1..=1.
 #[derive(Debug, Serialize, Deserialize, JsonSchema)]
-struct Text {
-    text: String,
-}
+struct Sentiment(f64);
+
+/// Named entities.
+#[derive(Debug, Serialize, Deserialize, JsonSchema)]
+struct Entities(Vec<String>);
+
+/// A one-sentence summary.
+#[derive(Debug, Serialize, Deserialize, JsonSchema)]
+struct Summary(String);
 
 /// The research report.
 #[derive(Debug, Serialize, Deserialize, JsonSchema)]
@@ -39,67 +70,68 @@ struct Report {
     summary: String,
 }
 
-/// Scores the sentiment of a text in -1..=1.
-#[on_invoke("sentiment.analyze", agent = "sentiment")]
-async fn analyze_sentiment(req: Invocation<Text>) -> Result<f64, ToolError> {
-    Ok(text::sentiment(&req.data.text))
+// ---- tools: the event comes from the payload type -------------------------------------------
+
+/// Scores the sentiment of a text.
+#[on_invoke]
+async fn sentiment(req: Invocation<AnalyzeSentiment>) -> Result<Sentiment, ToolError> {
+    Ok(Sentiment(text::sentiment(&req.data.text)))
 }
 
 /// Extracts named entities from a text.
-#[on_invoke("entities.extract", agent = "entities")]
-async fn extract_entities(req: Invocation<Text>) -> Result<Vec<String>, ToolError> {
-    Ok(text::entities(&req.data.text))
+#[on_invoke]
+async fn entities(req: Invocation<ExtractEntities>) -> Result<Entities, ToolError> {
+    Ok(Entities(text::entities(&req.data.text)))
 }
 
 /// Summarises a text in one sentence.
-#[on_invoke("summary.generate", agent = "summarizer")]
-async fn summarize(req: Invocation<Text>) -> Result<String, ToolError> {
-    Ok(text::summary(&req.data.text, 12))
+#[on_invoke]
+async fn summarize(req: Invocation<Summarize>) -> Result<Summary, ToolError> {
+    Ok(Summary(text::summary(&req.data.text, 12)))
+}
+
+// ---- the worker: typed state, typed fan-out, typed fan-in -----------------------------------
+
+/// What the researcher keeps in its task between the fan-out and the fan-in.
+#[derive(Debug, Default, Serialize, Deserialize)]
+struct Notes {
+    topic: String,
 }
 
 /// Researches a topic by fanning out to the analyzers.
-#[on_task("research.requested", agent = "researcher")]
-async fn research(mut task: TaskContext<Research>) -> soorma::Result<()> {
-    let text = Text {
-        text: task.data.text.clone(),
-    };
-    let topic = task.data.topic.clone();
-    task.set_state("topic", topic)?;
-    task.delegate_parallel([
-        Delegation::new("sentiment.analyze", &text, "sentiment.completed"),
-        Delegation::new("entities.extract", &text, "entities.completed"),
-        Delegation::new("summary.generate", &text, "summary.completed"),
-    ])
-    .await?;
-    task.progress(0.1, "waiting for 3 analyzers").await
+#[on_task]
+async fn research(mut task: TaskContext<Research, Notes>) -> soorma::Result<Delegated> {
+    task.state_mut().topic = task.data.topic.clone();
+    let text = task.data.text.clone();
+    task.fan_out((
+        AnalyzeSentiment { text: text.clone() },
+        ExtractEntities { text: text.clone() },
+        Summarize { text },
+    ))
+    .await
 }
 
-/// Records each analyzer's result; the last one completes the task.
-#[on_result("sentiment.completed", agent = "researcher")]
-#[on_result("entities.completed", agent = "researcher")]
-#[on_result("summary.completed", agent = "researcher")]
-async fn collect(result: ResultContext) -> soorma::Result<()> {
-    let mut task = result.record_in_parent().await?;
-    let Some(all) = task.group_results(result.group_id()).await? else {
-        return Ok(()); // more results to come
-    };
-    let pick = |event: &str| -> Value {
-        all.iter()
-            .find(|s| s.response_event == event)
-            .and_then(|s| s.result.clone())
-            .unwrap_or(Value::Null)
-    };
-    let report = Report {
-        topic: task.state_value("topic")?.unwrap_or_default(),
-        sentiment: pick("sentiment.completed").as_f64().unwrap_or(0.0),
-        entities: serde_json::from_value(pick("entities.completed")).unwrap_or_default(),
-        summary: pick("summary.completed")
-            .as_str()
-            .unwrap_or_default()
-            .to_owned(),
-    };
-    task.complete(report).await?;
-    Ok(())
+/// Runs once, when all three replies are in; its value completes the task.
+#[on_fan_in(AnalyzeSentiment, ExtractEntities, Summarize)]
+async fn collect(
+    task: TaskContext<Research, Notes>,
+    (sentiment, entities, summary): (Sentiment, Entities, Summary),
+) -> soorma::Result<Report> {
+    Ok(Report {
+        topic: task.state().topic.clone(),
+        sentiment: sentiment.0,
+        entities: entities.0,
+        summary: summary.0,
+    })
+}
+
+/// The agents of this binary, each with its handlers; the group checks the wiring at start.
+fn agents() -> Agents {
+    Agents::new()
+        .tool("sentiment", handlers![sentiment])
+        .tool("entities", handlers![entities])
+        .tool("summarizer", handlers![summarize])
+        .worker("researcher", handlers![research, collect])
 }
 
 const CORPUS: &[(&str, &str)] = &[
@@ -116,8 +148,6 @@ const CORPUS: &[(&str, &str)] = &[
         "Agents coordinate through events. Soorma moves them between Tools and Workers.",
     ),
 ];
-
-const AGENTS: [&str; 4] = ["sentiment", "entities", "summarizer", "researcher"];
 
 const USAGE: &str = "\
 usage: research_fanout [--agent NAME | --client] [--tasks N]
@@ -140,15 +170,7 @@ fn parse_args() -> Result<(Mode, usize), String> {
     let mut args = std::env::args().skip(1);
     while let Some(arg) = args.next() {
         match arg.as_str() {
-            "--agent" => {
-                let name = args.next().ok_or("--agent needs a name")?;
-                if !AGENTS.contains(&name.as_str()) {
-                    return Err(format!(
-                        "unknown agent `{name}`; expected one of {AGENTS:?}"
-                    ));
-                }
-                mode = Mode::Agent(name);
-            }
+            "--agent" => mode = Mode::Agent(args.next().ok_or("--agent needs a name")?),
             "--client" => mode = Mode::Client,
             "--tasks" => {
                 let n = args.next().ok_or("--tasks needs a number")?;
@@ -161,13 +183,6 @@ fn parse_args() -> Result<(Mode, usize), String> {
         }
     }
     Ok((mode, tasks))
-}
-
-fn agent(name: &str) -> soorma::AgentBuilder {
-    match name {
-        "researcher" => Worker::new("researcher").version("1.0.0"),
-        tool => Tool::new(tool).version("1.0.0"),
-    }
 }
 
 #[tokio::main]
@@ -185,8 +200,9 @@ async fn main() -> soorma::Result<()> {
     };
     let platform = Platform::from_env().await?;
     match mode {
+        // An unknown name is an error naming the agents there are.
         Mode::Agent(name) => {
-            let running = agent(&name).start(&platform).await?;
+            let running = agents().start_only(&platform, &[&name]).await?;
             println!(
                 "`{name}` ready on the {} platform; Ctrl-C to stop",
                 platform.kind()
@@ -195,14 +211,9 @@ async fn main() -> soorma::Result<()> {
         }
         Mode::Client => submit(&platform, tasks).await,
         Mode::All => {
-            let mut running = Vec::new();
-            for name in AGENTS {
-                running.push(agent(name).start(&platform).await?);
-            }
+            let running = agents().start(&platform).await?;
             let outcome = submit(&platform, tasks).await;
-            for agent in running {
-                agent.shutdown().await?;
-            }
+            running.shutdown().await?;
             outcome
         }
     }
@@ -219,11 +230,7 @@ async fn submit(platform: &Platform, tasks: usize) -> soorma::Result<()> {
             text: text.into(),
         };
         let client = client.clone();
-        async move {
-            client
-                .invoke::<Report>("research.requested", request, "research.completed")
-                .await
-        }
+        async move { client.call(request).await }
     });
     let reports = futures_join_all(calls).await;
     let mut done = 0;

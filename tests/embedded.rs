@@ -1,5 +1,6 @@
-//! The embedded platform, tested as a product: every scenario of `scenarios.rs`, plus the
-//! attribute-registered (inventory) path.
+//! What only the embedded platform does: attribute-registered (inventory) handlers in a test
+//! binary, and a test platform observing a platform it did not create. The product scenarios
+//! run on it (and on NATS) in `scenarios/`.
 
 use std::time::Duration;
 
@@ -10,19 +11,6 @@ use soorma::prelude::*;
 use soorma::testing::TestPlatform;
 
 const WAIT: Duration = Duration::from_secs(5);
-
-macro_rules! embedded_scenarios {
-    ($($name:ident),* $(,)?) => {
-        $(
-            #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
-            async fn $name() {
-                soorma_tests::scenarios::$name(TestPlatform::new(), WAIT).await;
-            }
-        )*
-    };
-}
-
-soorma_tests::for_each_scenario!(embedded_scenarios);
 
 #[derive(Debug, Serialize, Deserialize, JsonSchema)]
 struct Square {
@@ -95,4 +83,62 @@ async fn test_platform_can_observe_any_platform() {
     let reply = t.expect_event("sq", WAIT).await.unwrap();
     assert_eq!(reply.source, "squarer");
     t.shutdown().await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn human_input_timeouts_fire_after_a_restart_for_every_tenant_exactly_once() {
+    use soorma::EngineParts;
+    use soorma::embedded::{EmbeddedBus, MemoryRegistry, MemoryStore};
+    use std::sync::Arc;
+
+    // Every "process" is a platform on the same in-memory bus, store and registry.
+    let (bus, store, registry) = (
+        EmbeddedBus::new(),
+        MemoryStore::new(),
+        MemoryRegistry::new(),
+    );
+    let platform = move || {
+        let parts = EngineParts::new(
+            "embedded",
+            Arc::new(bus.clone()),
+            Arc::new(store.clone()),
+            Arc::new(registry.clone()),
+        );
+        async move { Platform::from_parts(parts) }
+    };
+    soorma_tests::restarts::human_input_timeouts_fire_after_a_restart_for_every_tenant_exactly_once(
+        platform, WAIT,
+    )
+    .await;
+}
+
+/// Meant for the `squarer`, but its agent name is misspelt.
+#[on_invoke("cube.requested", agent = "sqaurer")]
+async fn cube(req: Invocation<Square>) -> Result<i64, ToolError> {
+    Ok(req.data.n.pow(3))
+}
+
+#[tokio::test]
+async fn a_misspelt_agent_name_on_an_attribute_fails_the_group_naming_it() {
+    let platform = Platform::embedded();
+    let started = std::time::Instant::now();
+    let err = Agents::new()
+        .tool("squarer", handlers![square])
+        .worker("summer", handlers![sum_doubles, squared])
+        .start(&platform)
+        .await
+        .unwrap_err();
+    let Error::Misconfigured { problems, .. } = &err else {
+        panic!("expected Misconfigured, got {err}");
+    };
+    assert!(
+        problems.iter().any(|p| p.contains("`cube`")
+            && p.contains(
+                "names agent `sqaurer` (did you mean `squarer`?), which this group does not start"
+            )),
+        "{problems:?}"
+    );
+    assert!(started.elapsed() < Duration::from_secs(2));
+    // Nothing started.
+    assert!(platform.discovery().all().await.unwrap().is_empty());
 }

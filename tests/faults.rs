@@ -105,7 +105,7 @@ async fn fault_child_process() {
         .expect("child connects");
     let mut running = Vec::new();
     if instance == "approval-planner" {
-        for agent in soorma_tests::scenarios::approval_agents() {
+        for agent in soorma_tests::agents::approval_agents() {
             running.push(agent.start(&platform).await.expect("planner starts"));
         }
     } else {
@@ -350,7 +350,7 @@ async fn a_human_input_timeout_fires_after_the_planner_that_asked_was_killed() {
         .unwrap();
     assert_eq!(stored.len(), 1, "{stored:?}");
     // ...and the next planner instance fires it: the plan expires, the caller learns why.
-    for agent in soorma_tests::scenarios::approval_agents() {
+    for agent in soorma_tests::agents::approval_agents() {
         t.start(agent).await.unwrap();
     }
     let err = goal.await.unwrap().unwrap_err();

@@ -9,7 +9,7 @@ use serde_json::{Value, json};
 use soorma::gateway::{Gateway, GatewayAuth, GatewayHandle};
 use soorma::prelude::*;
 use soorma::{AgentHandle, Platform};
-use soorma_tests::calculators;
+use soorma_examples::calculator::{batch_calculator, calculator};
 use soorma_tests::nats_server::NatsServer;
 
 #[derive(Debug, Serialize, Deserialize, JsonSchema)]
@@ -52,7 +52,7 @@ struct Setup {
 impl Setup {
     async fn start(platform: &Platform, auth: Option<GatewayAuth>) -> Self {
         let agents = vec![
-            calculators::calculator().start(platform).await.unwrap(),
+            calculator().start(platform).await.unwrap(),
             Tool::new("multi")
                 .use_registered_handlers(false)
                 .handler(Handler::on_invoke("add.requested", add))
@@ -61,13 +61,13 @@ impl Setup {
                 .start(platform)
                 .await
                 .unwrap(),
-            calculators::batcher().start(platform).await.unwrap(),
+            batch_calculator().start(platform).await.unwrap(),
         ];
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
         let mut gateway = Gateway::new(platform)
             .agent("calculator")
             .agent("multi")
-            .agent("batcher")
+            .agent("batch-calculator")
             .wait(Duration::from_secs(20));
         if let Some(auth) = auth {
             gateway = gateway.auth(auth);
@@ -329,7 +329,7 @@ async fn streaming_a_worker(platform: Platform) {
     let s = Setup::start(&platform, None).await;
     let response = s
         .http
-        .post(s.url("/agents/batcher"))
+        .post(s.url("/agents/batch-calculator"))
         .json(
             &json!({"jsonrpc": "2.0", "id": "s-1", "method": "SendStreamingMessage", "params": {
             "message": {"messageId": "m-2", "role": "ROLE_USER",
@@ -369,7 +369,10 @@ async fn streaming_a_worker(platform: Platform) {
         .expect("an artifact update");
     assert_eq!(
         artifact["artifact"]["parts"][0]["data"],
-        json!([{"result": 2.0}, {"result": 6.0}])
+        json!([
+            {"expression": "1 + 1", "result": 2.0},
+            {"expression": "2 * 3", "result": 6.0}
+        ])
     );
     let last = events.last().unwrap();
     assert_eq!(

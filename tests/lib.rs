@@ -1,10 +1,11 @@
-//! Test support for the soorma workspace: platform-independent product scenarios and a real
-//! `nats-server` per test.
+//! Test support for the soorma workspace: the agents the tests start, a real `nats-server` per
+//! test, the MCP servers the MCP tests talk to, and the examples' binaries. Which kind of test
+//! goes where: `README.md`.
 
-pub mod calculators;
+pub mod agents;
 pub mod mcp_peers;
 pub mod nats_server;
-pub mod scenarios;
+pub mod restarts;
 
 /// Logs to the test output when `RUST_LOG` is set (e.g. `RUST_LOG=soorma=debug`).
 pub fn init_tracing() {
@@ -14,6 +15,23 @@ pub fn init_tracing() {
             .with_test_writer()
             .try_init();
     }
+}
+
+/// The command line of a `harness = false` test target (`libtest-mimic`), running `--test-threads`
+/// trials at once, else `RUST_TEST_THREADS` (as the built-in harness does), else twice as many as
+/// there are CPUs: trials mostly wait (on timers, their nats-server, child processes), so that is
+/// faster even on 2 cores.
+pub fn trial_arguments() -> libtest_mimic::Arguments {
+    let mut args = libtest_mimic::Arguments::from_args();
+    args.test_threads = args.test_threads.or_else(|| {
+        let from_env = std::env::var("RUST_TEST_THREADS").ok();
+        from_env.and_then(|n| n.parse().ok()).or_else(|| {
+            std::thread::available_parallelism()
+                .ok()
+                .map(|n| n.get() * 2)
+        })
+    });
+    args
 }
 
 /// `target/<profile>/examples/<name>`, next to the running test binary; built by

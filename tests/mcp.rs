@@ -462,19 +462,20 @@ async fn a_server_that_cannot_start_is_a_connect_error_naming_it() {
 async fn sum(mut task: TaskContext<Value>) -> soorma::Result<()> {
     let event = McpBridge::event_name("everything", "get-sum");
     let args = task.data.clone();
-    task.delegate(&event, args, "sum.computed").await?;
+    task.delegate_with(Delegation::new(&event, &args, "sum.computed"))
+        .await?;
     Ok(())
 }
 
 #[on_result("sum.computed", agent = "mcp-summer")]
-async fn summed(result: ResultContext<McpToolOutput>) -> soorma::Result<()> {
+async fn summed(result: ResultContext<McpToolOutput>) -> soorma::Result<bool> {
     let mut task = result.record_in_parent().await?;
     match &result.data {
-        Some(out) => task.complete(json!({"text": out.text})).await.map(drop),
-        None => task
-            .fail(result.error.as_deref().unwrap_or("the MCP tool failed"))
-            .await
-            .map(drop),
+        Some(out) => task.complete(json!({"text": out.text})).await,
+        None => {
+            task.fail(result.error.as_deref().unwrap_or("the MCP tool failed"))
+                .await
+        }
     }
 }
 
@@ -583,7 +584,7 @@ async fn bridged_tools_are_invoked_and_delegated_to(platform: Platform) {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_served_platform_is_called_and_bridged_by_another() {
     let serving = Platform::embedded();
-    let calculator = soorma_tests::calculators::calculator()
+    let calculator = soorma_examples::calculator::calculator()
         .start(&serving)
         .await
         .unwrap();
@@ -600,7 +601,10 @@ async fn a_served_platform_is_called_and_bridged_by_another() {
         .call("remote:calculate.requested", json!({"expression": "6 * 7"}))
         .await
         .unwrap();
-    assert_eq!(out.structured, Some(json!({"result": 42.0})));
+    assert_eq!(
+        out.structured,
+        Some(json!({"expression": "6 * 7", "result": 42.0}))
+    );
     let err = mcp
         .call("remote:calculate.requested", json!({"expression": "1 / 0"}))
         .await
@@ -616,7 +620,10 @@ async fn a_served_platform_is_called_and_bridged_by_another() {
         .invoke(&event, json!({"expression": "2 + 2"}), "sum.done")
         .await
         .unwrap();
-    assert_eq!(bridged.structured, Some(json!({"result": 4.0})));
+    assert_eq!(
+        bridged.structured,
+        Some(json!({"expression": "2 + 2", "result": 4.0}))
+    );
 
     bridge.shutdown().await.unwrap();
     mcp.shutdown().await;

@@ -13,20 +13,29 @@ pub const EVERYTHING_PACKAGE: &str = "@modelcontextprotocol/server-everything@20
 /// # Panics
 /// When it is not installed, with the command that installs it.
 pub fn everything_server() -> PathBuf {
+    locate_everything().unwrap_or_else(|| {
+        panic!(
+            "{} is missing: run `bash scripts/test.sh`, or `npm install --prefix target/mcp-peers {EVERYTHING_PACKAGE}` in the workspace",
+            default_everything_server().display()
+        )
+    })
+}
+
+/// The `mcp-server-everything` executable: `$SOORMA_MCP_EVERYTHING` when set (whether or not it
+/// exists: a wrong setting is a failure, not a skip), else the one `scripts/test.sh` installed
+/// under `target/mcp-peers` if it is there; `None` otherwise.
+pub fn locate_everything() -> Option<PathBuf> {
     if let Some(p) = std::env::var_os("SOORMA_MCP_EVERYTHING") {
-        return PathBuf::from(p);
+        return Some(PathBuf::from(p));
     }
-    let workspace = PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+    Some(default_everything_server()).filter(|bin| bin.exists())
+}
+
+fn default_everything_server() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
         .parent()
         .expect("the tests package is in the workspace")
-        .to_owned();
-    let bin = workspace.join("target/mcp-peers/node_modules/.bin/mcp-server-everything");
-    assert!(
-        bin.exists(),
-        "{} is missing: run `bash scripts/test.sh`, or `npm install --prefix target/mcp-peers {EVERYTHING_PACKAGE}` in the workspace",
-        bin.display()
-    );
-    bin
+        .join("target/mcp-peers/node_modules/.bin/mcp-server-everything")
 }
 
 /// A free loopback port (bound, then released).

@@ -14,7 +14,7 @@ use serde_json::{Value, json};
 use soorma::mcp::{McpServer, McpServerHandle};
 use soorma::prelude::*;
 use soorma::{AgentCapability, AgentDefinition, AgentHandle, AgentKind, EventDefinition, Platform};
-use soorma_tests::calculators;
+use soorma_examples::calculator::{batch_calculator, calculator};
 use soorma_tests::example_binary;
 use soorma_tests::nats_server::NatsServer;
 
@@ -46,8 +46,8 @@ struct Setup {
 impl Setup {
     async fn start(platform: &Platform, server: McpServer) -> Self {
         let agents = vec![
-            calculators::calculator().start(platform).await.unwrap(),
-            calculators::batcher().start(platform).await.unwrap(),
+            calculator().start(platform).await.unwrap(),
+            batch_calculator().start(platform).await.unwrap(),
         ];
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
         let server = server.spawn(listener).await.unwrap();
@@ -117,10 +117,11 @@ async fn tools_and_calls(platform: Platform) {
         .await
         .unwrap();
     assert_eq!(ok.is_error, Some(false));
-    assert_eq!(ok.structured_content, Some(json!({"result": 42.0})));
+    let six_times_seven = json!({"expression": "6 * 7", "result": 42.0});
+    assert_eq!(ok.structured_content, Some(six_times_seven.clone()));
     assert_eq!(
         serde_json::from_str::<Value>(&text(&ok)).unwrap(),
-        json!({"result": 42.0})
+        six_times_seven
     );
 
     // The tool's error reply: an error result with its message.
@@ -170,13 +171,16 @@ async fn tools_and_calls(platform: Platform) {
     assert_eq!(done.is_error, Some(false), "{}", text(&done));
     assert_eq!(
         serde_json::from_str::<Value>(&text(&done)).unwrap(),
-        json!([{"result": 2.0}, {"result": 6.0}])
+        json!([
+            {"expression": "1 + 1", "result": 2.0},
+            {"expression": "2 * 3", "result": 6.0}
+        ])
     );
     // rmcp's client handles notifications on their own tasks: wait for them to be recorded.
     let mut progress = Vec::new();
     for _ in 0..100 {
         progress = client.service().progress.lock().unwrap().clone();
-        if progress.iter().any(|p| p.progress == 0.25) {
+        if progress.iter().any(|p| p.progress == 0.1) {
             break;
         }
         tokio::time::sleep(Duration::from_millis(20)).await;
@@ -184,9 +188,12 @@ async fn tools_and_calls(platform: Platform) {
     assert!(!progress.is_empty(), "no progress notification arrived");
     // Recorded in the order the client's notification tasks ran, not necessarily as sent.
     progress.sort_by(|a, b| a.progress.total_cmp(&b.progress));
-    assert_eq!(progress[0].progress, 0.25, "{progress:?}");
+    assert_eq!(progress[0].progress, 0.1, "{progress:?}");
     assert_eq!(progress[0].total, Some(1.0));
-    assert_eq!(progress[0].message.as_deref(), Some("fanning out"));
+    assert_eq!(
+        progress[0].message.as_deref(),
+        Some("fanning out to the calculator")
+    );
     assert!(
         progress.windows(2).all(|w| w[0].progress < w[1].progress),
         "a progress value was sent twice: {progress:?}"
@@ -259,7 +266,7 @@ async fn scope_and_timeouts() {
 
     let tools = client.list_all_tools().await.unwrap();
     let names: Vec<&str> = tools.iter().map(|t| &*t.name).collect();
-    assert_eq!(names, ["calculate.requested", "haunt.requested"]); // not the batcher
+    assert_eq!(names, ["calculate.requested", "haunt.requested"]); // not the batch calculator
 
     let late = client
         .call_tool(CallToolRequestParams::new("haunt.requested"))

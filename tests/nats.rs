@@ -1,6 +1,7 @@
-//! The NATS platform on a real `nats-server -js` (started per test on a free loopback port with a
-//! temporary store): every scenario of `scenarios.rs`, plus durability, dead letters, restarts,
-//! registry expiry, auth and configuration errors.
+//! What only the NATS platform does, on a real `nats-server -js` (started per test on a free
+//! loopback port with a temporary store): durability, dead letters, restarts, redelivery,
+//! registry expiry, key listing, auth and configuration errors. The product scenarios run on it
+//! (and on the embedded platform) in `scenarios/`.
 
 use std::time::Duration;
 
@@ -8,8 +9,8 @@ use serde_json::json;
 use soorma::nats::{NatsAuth, NatsConfig};
 use soorma::prelude::*;
 use soorma::testing::TestPlatform;
+use soorma_tests::agents;
 use soorma_tests::nats_server::NatsServer;
-use soorma_tests::scenarios;
 
 const WAIT: Duration = Duration::from_secs(20);
 
@@ -19,28 +20,24 @@ async fn connect(server: &NatsServer) -> Platform {
         .expect("connect to the test nats-server")
 }
 
-macro_rules! nats_scenarios {
-    ($($name:ident),* $(,)?) => {
-        $(
-            #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
-            async fn $name() {
-                soorma_tests::init_tracing();
-                let server = NatsServer::start();
-                let t = TestPlatform::with_platform(connect(&server).await).await.unwrap();
-                scenarios::$name(t, WAIT).await;
-            }
-        )*
-    };
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn human_input_timeouts_fire_after_a_restart_for_every_tenant_exactly_once() {
+    soorma_tests::init_tracing();
+    let server = NatsServer::start();
+    // Every "process" is a new connection to the same server.
+    soorma_tests::restarts::human_input_timeouts_fire_after_a_restart_for_every_tenant_exactly_once(
+        || connect(&server),
+        WAIT,
+    )
+    .await;
 }
-
-soorma_tests::for_each_scenario!(nats_scenarios);
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn raw_malformed_message_is_dead_lettered_and_the_agent_keeps_serving() {
     let server = NatsServer::start();
     let platform = connect(&server).await;
     let mut t = TestPlatform::with_platform(platform.clone()).await.unwrap();
-    t.start(scenarios::calculator()).await.unwrap();
+    t.start(agents::calculator()).await.unwrap();
     let nats = platform.nats_client().unwrap().clone();
     let js = soorma::nats::async_nats::jetstream::new(nats);
     js.publish(
@@ -87,20 +84,23 @@ async fn raw_malformed_message_is_dead_lettered_and_the_agent_keeps_serving() {
 async fn requests_published_while_the_agent_is_down_are_served_when_it_returns() {
     let server = NatsServer::start();
     let platform = connect(&server).await;
-    let first = scenarios::calculator().start(&platform).await.unwrap();
+    let first = agents::calculator().start(&platform).await.unwrap();
     first.shutdown().await.unwrap();
     let client = platform.client("patient").with_timeout(WAIT);
     let pending = tokio::spawn(async move {
+        // Nobody serves it right now; on NATS the request waits in its stream.
         client
-            .invoke::<serde_json::Value>(
+            .request(
                 "calculate.requested",
                 json!({"expression": "2*21"}),
                 "calc.done",
             )
-            .await
+            .skip_consumer_check()
+            .await?
+            .into_result::<serde_json::Value>()
     });
     tokio::time::sleep(Duration::from_millis(300)).await;
-    let again = scenarios::calculator().start(&platform).await.unwrap();
+    let again = agents::calculator().start(&platform).await.unwrap();
     assert_eq!(pending.await.unwrap().unwrap()["result"], 42.0);
     again.shutdown().await.unwrap();
 }
@@ -110,9 +110,9 @@ async fn a_fan_out_completes_across_a_nats_server_restart() {
     let mut server = NatsServer::start();
     let platform = connect(&server).await;
     let mut t = TestPlatform::with_platform(platform.clone()).await.unwrap();
-    t.start(scenarios::batcher()).await.unwrap();
+    t.start(agents::batcher()).await.unwrap();
     // The tool has run before (its durable consumer exists) but is down for now.
-    scenarios::upper_tool()
+    agents::upper_tool()
         .start(&platform)
         .await
         .unwrap()
@@ -142,7 +142,7 @@ async fn a_fan_out_completes_across_a_nats_server_restart() {
     server.restart();
     // ...and the tool that arrives afterwards serves them; the task completes once.
     let upper = loop {
-        match scenarios::upper_tool().start(&platform).await {
+        match agents::upper_tool().start(&platform).await {
             Ok(h) => break h,
             Err(e) => {
                 assert!(
@@ -172,7 +172,7 @@ async fn a_fan_in_completes_across_a_nats_server_restart() {
     let mut server = NatsServer::start();
     let platform = connect(&server).await;
     let mut t = TestPlatform::with_platform(platform.clone()).await.unwrap();
-    t.start(scenarios::batcher()).await.unwrap();
+    t.start(agents::batcher()).await.unwrap();
     t.start(
         Tool::new("upper")
             .use_registered_handlers(false)
@@ -357,12 +357,9 @@ async fn a_plan_survives_a_planner_restart() {
     let server = NatsServer::start();
     // The first planner process starts the plan; its search request waits for a tool.
     let first = connect(&server).await;
-    let planner = scenarios::research_planner(false)
-        .start(&first)
-        .await
-        .unwrap();
+    let planner = agents::research_planner(false).start(&first).await.unwrap();
     // The tools ran before (their consumers exist) but are down now.
-    scenarios::research_tools()
+    agents::research_tools()
         .start(&first)
         .await
         .unwrap()
@@ -385,8 +382,8 @@ async fn a_plan_survives_a_planner_restart() {
     drop(first);
     // ...the tools come back, and a new planner process finishes the plan from KV.
     let second = connect(&server).await;
-    let tools = scenarios::research_tools().start(&second).await.unwrap();
-    let planner = scenarios::research_planner(false)
+    let tools = agents::research_tools().start(&second).await.unwrap();
+    let planner = agents::research_planner(false)
         .start(&second)
         .await
         .unwrap();

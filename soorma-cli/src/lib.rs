@@ -3,7 +3,7 @@
 //! ```text
 //! soorma new <name> --kind tool|worker|planner [--path DIR] [--soorma-path PATH]
 //! soorma dev [--port N] [--store DIR]
-//! soorma agents [--json]
+//! soorma agents [--json] [--check]
 //! soorma card <agent> --url <gateway-url> [--v0-3]
 //! soorma events tail [--topic T] [--event E]... [--correlation ID] [--json]
 //! soorma mcp tools --config mcp.json [--json]
@@ -220,6 +220,10 @@ pub struct AgentsArgs {
     /// Print the agents' registry definitions as JSON.
     #[arg(long)]
     pub json: bool,
+    /// Compare what the agents request with what they consume: list every request event no
+    /// registered agent consumes, and exit with status 1 if there is one.
+    #[arg(long)]
+    pub check: bool,
 }
 
 /// `soorma card`.
@@ -279,6 +283,7 @@ pub async fn run(cli: Cli) -> Result<(), CliError> {
             })
             .await
         }
+        Command::Agents(args) if args.check => agents::check(args.json).await,
         Command::Agents(args) => agents::list(args.json).await,
         Command::Card(args) => agents::card(&args.agent, &args.url, args.v0_3).await,
         Command::Events {

@@ -8,6 +8,8 @@
 //! `cargo run` starts both agents on the embedded (in-process) platform, sends two goals and
 //! prints the results. With `SOORMA_NATS_URL` set (see `soorma dev`) they serve goals from other
 //! processes until Ctrl-C, and plans survive restarts. `cargo test` checks the round trip.
+//! `RUST_LOG=info cargo run` shows what the SDK does (dead letters and rejected payloads are
+//! logged as warnings).
 
 use std::sync::Arc;
 
@@ -113,8 +115,19 @@ fn tool() -> AgentBuilder {
         .description("Counts words.")
 }
 
+/// Logs to stderr, filtered by `RUST_LOG` (default: warnings).
+fn init_tracing() {
+    let filter = tracing_subscriber::EnvFilter::try_from_default_env()
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn"));
+    tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr)
+        .init();
+}
+
 #[tokio::main]
 async fn main() -> soorma::Result<()> {
+    init_tracing();
     let platform = Platform::from_env().await?;
     let tool = tool().start(&platform).await?;
     let planner = planner()?.start(&platform).await?;

@@ -2,21 +2,17 @@
 //!
 //! `cargo run` starts the tool on the embedded (in-process) platform, sends it one request and
 //! prints the reply. With `SOORMA_NATS_URL` set (see `soorma dev`) it serves requests from other
-//! processes until Ctrl-C. `cargo test` checks a round trip.
+//! processes until Ctrl-C. `cargo test` checks a round trip. `RUST_LOG=info cargo run` shows
+//! what the SDK does (dead letters and rejected payloads are logged as warnings).
 
-use schemars::JsonSchema;
-use serde::{Deserialize, Serialize};
 use soorma::prelude::*;
 
 /// The agent's name in the registry.
 const AGENT: &str = "{{name}}";
-/// The event that invokes the tool (its capability).
-const REQUEST_EVENT: &str = "{{name}}.requested";
-/// The event this crate's own requests ask the reply on (every caller picks its own).
-const REPLY_EVENT: &str = "{{name}}.completed";
 
-/// A text to analyse.
-#[derive(Debug, Serialize, Deserialize, JsonSchema)]
+/// A text to analyse: the tool's request. Its event and its reply type are named once, here.
+#[derive(Debug, Serialize, Deserialize, JsonSchema, Request)]
+#[request(event = "{{name}}.requested", reply = TextStats)]
 struct AnalyzeText {
     /// The text.
     text: String,
@@ -32,7 +28,7 @@ struct TextStats {
 }
 
 /// Counts the words of a text and finds its longest word.
-#[on_invoke("{{name}}.requested")]
+#[on_invoke]
 async fn analyze(req: Invocation<AnalyzeText>) -> Result<TextStats, ToolError> {
     let words: Vec<&str> = req.data.text.split_whitespace().collect();
     let mut longest_word = "";
@@ -51,34 +47,43 @@ async fn analyze(req: Invocation<AnalyzeText>) -> Result<TextStats, ToolError> {
     })
 }
 
-/// The tool: every `#[on_invoke]` handler of this crate, under the name [`AGENT`].
+/// The tool: every `#[on_invoke]` handler of this crate, under the name [`AGENT`]. (With
+/// several agents in one binary, group them: `Agents::new().tool(AGENT, handlers![analyze])`.)
 fn tool() -> AgentBuilder {
     Tool::new(AGENT)
         .version(env!("CARGO_PKG_VERSION"))
         .description("Counts the words of a text and finds its longest word.")
 }
 
+/// Logs to stderr, filtered by `RUST_LOG` (default: warnings).
+fn init_tracing() {
+    let filter = tracing_subscriber::EnvFilter::try_from_default_env()
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn"));
+    tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr)
+        .init();
+}
+
 #[tokio::main]
 async fn main() -> soorma::Result<()> {
+    init_tracing();
     let platform = Platform::from_env().await?;
     let running = tool().start(&platform).await?;
     if platform.kind() == "embedded" {
         // Nothing outside this process can reach the embedded platform: show one round trip.
         let text = "agents talk to each other through events";
-        let stats: TextStats = platform
+        let stats = platform
             .client("{{name}}-demo")
-            .invoke(
-                REQUEST_EVENT,
-                AnalyzeText { text: text.into() },
-                REPLY_EVENT,
-            )
+            .call(AnalyzeText { text: text.into() })
             .await?;
         println!("{AGENT} analysed {text:?}: {stats:?}");
         println!("set SOORMA_NATS_URL (see `soorma dev`) to serve other processes");
         return running.shutdown().await;
     }
     println!(
-        "`{AGENT}` serves `{REQUEST_EVENT}` on the {} platform; Ctrl-C to stop",
+        "`{AGENT}` serves `{}` on the {} platform; Ctrl-C to stop",
+        AnalyzeText::EVENT,
         platform.kind()
     );
     running.shutdown_on_signal().await
@@ -94,14 +99,10 @@ mod tests {
         let running = tool().start(&platform).await?;
         let client = platform.client("test");
 
-        let stats: TextStats = client
-            .invoke(
-                REQUEST_EVENT,
-                AnalyzeText {
-                    text: "agents talk through events".into(),
-                },
-                REPLY_EVENT,
-            )
+        let stats = client
+            .call(AnalyzeText {
+                text: "agents talk through events".into(),
+            })
             .await?;
         assert_eq!(
             stats,
@@ -111,21 +112,17 @@ mod tests {
             }
         );
 
-        let reply = client
-            .request(
-                REQUEST_EVENT,
-                AnalyzeText { text: "   ".into() },
-                REPLY_EVENT,
-            )
-            .await?;
-        assert!(!reply.is_success());
-        let error = reply.into_result::<TextStats>().unwrap_err().to_string();
+        let error = client
+            .call(AnalyzeText { text: "   ".into() })
+            .await
+            .unwrap_err()
+            .to_string();
         assert!(error.contains("the text has no words"), "{error}");
 
         // The registry describes the capability with the request and reply schemas.
         let found = platform
             .discovery()
-            .by_consumed_event(REQUEST_EVENT)
+            .by_consumed_event(AnalyzeText::EVENT)
             .await?;
         assert_eq!(found[0].name, AGENT);
         assert!(

@@ -94,10 +94,12 @@ fn new_tool_writes_a_standalone_crate_with_a_typed_tool_and_its_test() {
 
     let main = read(dir.join("src/main.rs"));
     assert!(
-        main.contains("#[on_invoke(\"order-tool.requested\")]"),
+        main.contains("#[request(event = \"order-tool.requested\", reply = TextStats)]"),
         "{main}"
     );
-    assert!(main.contains("#[derive(Debug, Serialize, Deserialize, JsonSchema)]"));
+    assert!(main.contains("#[on_invoke]\nasync fn analyze(req: Invocation<AnalyzeText>)"));
+    assert!(main.contains("#[derive(Debug, Serialize, Deserialize, JsonSchema, Request)]"));
+    assert!(main.contains("tracing_subscriber::"));
     assert!(main.contains("const AGENT: &str = \"order-tool\";"));
     assert!(main.contains("#[cfg(test)]") && main.contains("#[tokio::test]"));
     assert!(main.contains("Platform::embedded()"));
@@ -123,12 +125,11 @@ fn new_worker_includes_the_tool_it_delegates_to() {
     assert!(out.status.success(), "{}", stderr(&out));
     let dir = tmp.0.join("reviewer");
     let main = read(dir.join("src/main.rs"));
-    assert!(main.contains("#[on_task(\"reviewer.requested\", agent = \"reviewer\")]"));
-    assert!(main.contains("#[on_result(\"reviewer.count.completed\", agent = \"reviewer\")]"));
-    assert!(
-        main.contains("#[on_invoke(\"reviewer.count.requested\", agent = \"reviewer-words\")]")
-    );
-    assert!(main.contains("task.delegate(") && main.contains("task.complete("));
+    assert!(main.contains("#[request(event = \"reviewer.requested\", reply = Review)]"));
+    assert!(main.contains("#[request(event = \"reviewer.count.requested\", reply = usize)]"));
+    assert!(main.contains("#[on_task]") && main.contains("#[on_fan_in(CountWords)]"));
+    assert!(main.contains(".worker(WORKER, handlers![review, counted])"));
+    assert!(main.contains("task.delegate(CountWords"));
     assert!(main.contains("#[tokio::test]"));
 }
 

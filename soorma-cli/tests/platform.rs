@@ -158,6 +158,82 @@ async fn agents_lists_the_registered_agents_and_their_capabilities() {
     );
 }
 
+impl soorma::Request for Add {
+    const EVENT: &'static str = "add.requested";
+    type Reply = f64;
+}
+
+/// A request to sum a list by adding pairs.
+#[derive(Debug, Serialize, Deserialize, JsonSchema)]
+struct Total {
+    items: Vec<f64>,
+}
+
+impl soorma::Request for Total {
+    const EVENT: &'static str = "total.requested";
+    type Reply = f64;
+}
+
+async fn total(mut task: TaskContext<Total>) -> soorma::Result<Delegated> {
+    let (a, b) = (task.data.items[0], task.data.items[1]);
+    task.delegate(Add { a, b }).await
+}
+
+async fn totalled(_task: TaskContext<Total>, sum: f64) -> soorma::Result<f64> {
+    Ok(sum)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn agents_check_lists_requests_no_agent_consumes_until_one_does() {
+    let server = NatsServer::start();
+    let url = server.url();
+    let platform = nats_platform(&server).await;
+    let worker = Worker::new("summer")
+        .use_registered_handlers(false)
+        .handler(Handler::task(total))
+        .handler(Handler::fan_in::<Add>().handle(totalled))
+        .start(&platform)
+        .await
+        .unwrap();
+    assert_eq!(worker.definition().requested_events, ["add.requested"]);
+
+    // The worker requests `add.requested`, which nobody serves yet.
+    let out = output(soorma(Some(&url), &["agents", "--check"])).await;
+    assert_eq!(out.status.code(), Some(1), "{}", text(&out.stderr));
+    let report = text(&out.stdout);
+    assert!(
+        report.contains("✗ `summer` requests `add.requested`, which no registered agent consumes"),
+        "{report}"
+    );
+    assert!(text(&out.stderr).contains("1 request that no registered agent consumes"));
+    let out = output(soorma(Some(&url), &["agents", "--check", "--json"])).await;
+    let missing: Value = serde_json::from_slice(&out.stdout).expect("--check --json prints JSON");
+    assert_eq!(
+        missing,
+        json!([{"agent": "summer", "event": "add.requested"}])
+    );
+
+    // With the calculator running, every request has a consumer.
+    let calculator = start_calculator(&platform).await;
+    let out = output(soorma(Some(&url), &["agents", "--check"])).await;
+    assert!(out.status.success(), "{}", text(&out.stdout));
+    assert!(
+        text(&out.stdout).contains("every one of the 1 request(s) they send has a consumer"),
+        "{}",
+        text(&out.stdout)
+    );
+    let sum: f64 = platform
+        .client("check")
+        .call(Total {
+            items: vec![2.0, 3.0],
+        })
+        .await
+        .unwrap();
+    assert_eq!(sum, 5.0);
+    calculator.shutdown().await.unwrap();
+    worker.shutdown().await.unwrap();
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn card_prints_the_a2a_card_of_a_registered_agent() {
     let server = NatsServer::start();

@@ -29,3 +29,12 @@ pub const TASK_TIMEOUT: &str = "task.timeout";
 /// assert_eq!(soorma_common::events::HUMAN_INPUT, "notification.human_input");
 /// ```
 pub const HUMAN_INPUT: &str = "notification.human_input";
+
+/// A worker task's deadline passed ([`TaskRecord::deadline_at`](crate::TaskRecord::deadline_at)):
+/// the task fails unless it ended before. Published on `action-results` with the task id as
+/// correlation id.
+///
+/// ```
+/// assert_eq!(soorma_common::events::TASK_DEADLINE, "task.deadline");
+/// ```
+pub const TASK_DEADLINE: &str = "task.deadline";

@@ -180,6 +180,10 @@ pub struct SubTaskGroup {
     /// Which have a result: hex bitset, bit `seq - first_seq`, least significant bit first.
     #[serde(default)]
     pub finished_bits: String,
+    /// For a typed fan-out: the request events of the fan-out, comma-separated, in order —
+    /// the key of the `#[on_fan_in]` handler that receives the group's replies.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub fan_in: Option<String>,
 }
 
 impl SubTaskGroup {
@@ -196,7 +200,21 @@ impl SubTaskGroup {
             size,
             finished: 0,
             finished_bits: "0".repeat((size as usize).div_ceil(8) * 2),
+            fan_in: None,
         }
+    }
+
+    /// The same group, awaited by the `#[on_fan_in]` handler with key `fan_in`.
+    ///
+    /// ```
+    /// # use soorma_common::SubTaskGroup;
+    /// let g = SubTaskGroup::new("g", 0, 2).with_fan_in("a.requested,b.requested");
+    /// assert_eq!(g.fan_in.as_deref(), Some("a.requested,b.requested"));
+    /// ```
+    #[must_use]
+    pub fn with_fan_in(mut self, fan_in: impl Into<String>) -> Self {
+        self.fan_in = Some(fan_in.into());
+        self
     }
 
     fn bit(&self, seq: u32) -> Option<(usize, u8)> {
@@ -333,6 +351,9 @@ pub struct TaskRecord {
     /// Last update time (RFC 3339).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub updated_at: Option<String>,
+    /// When the task fails unless it ended before (RFC 3339), if it has a deadline.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub deadline_at: Option<String>,
 }
 
 impl TaskRecord {
@@ -370,6 +391,7 @@ impl TaskRecord {
             next_seq: 0,
             created_at: None,
             updated_at: None,
+            deadline_at: None,
         }
     }
 }

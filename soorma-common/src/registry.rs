@@ -216,6 +216,11 @@ pub struct AgentDefinition {
     /// Tenant the agent serves, if it is tenant-specific.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub tenant_id: Option<String>,
+    /// The request events the agent sends and waits for replies to (a worker's typed
+    /// fan-outs), so that a consumer missing from the platform can be found
+    /// (`soorma agents --check`).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub requested_events: Vec<String>,
 }
 
 fn default_version() -> String {
@@ -240,6 +245,7 @@ impl AgentDefinition {
             capabilities: Vec::new(),
             consumed_events: Vec::new(),
             tenant_id: None,
+            requested_events: Vec::new(),
         }
     }
 
@@ -278,6 +284,24 @@ impl AgentDefinition {
     #[must_use]
     pub fn with_capability(mut self, capability: AgentCapability) -> Self {
         self.capabilities.push(capability);
+        self
+    }
+
+    /// Adds a request event the agent sends (once).
+    ///
+    /// ```
+    /// # use soorma_common::*;
+    /// let def = AgentDefinition::new("i", "n", AgentKind::Worker)
+    ///     .with_requested_event("search.requested")
+    ///     .with_requested_event("search.requested");
+    /// assert_eq!(def.requested_events, ["search.requested"]);
+    /// ```
+    #[must_use]
+    pub fn with_requested_event(mut self, event: impl Into<String>) -> Self {
+        let event = event.into();
+        if !self.requested_events.contains(&event) {
+            self.requested_events.push(event);
+        }
         self
     }
 

@@ -1,101 +1,196 @@
-//! Parsing and validation: attribute arguments + `syn::ItemFn` → [`HandlerModel`].
+//! Parsing and validation: attribute arguments + `syn::ItemFn` → [`FnModel`].
 //!
 //! Works purely on `proc_macro2` types so that it can be unit-tested. All
 //! problems are collected (with [`syn::Error::combine`]) and reported at once.
+//!
+//! The outermost soorma attribute on a function expands all of them: it finds the others
+//! among the function's attributes (by the last segment of their path), validates each, and
+//! strips them from the function it re-emits, so that one function gets one handler set.
 
 use proc_macro2::{Delimiter, Span, TokenStream, TokenTree};
 use quote::ToTokens;
 use syn::ext::IdentExt;
-use syn::parse::{Parse, ParseStream, Parser};
+use syn::parse::{ParseStream, Parser};
 use syn::punctuated::Punctuated;
 use syn::spanned::Spanned;
 use syn::{
-    Attribute, Expr, FnArg, Ident, ItemFn, Lit, LitStr, Meta, ReturnType, Signature, Token, Type,
+    Attribute, Expr, FnArg, GenericArgument, Ident, ItemFn, Lit, LitStr, Meta, Path, PathArguments,
+    ReturnType, Signature, Token, Type,
 };
 
-use crate::model::{HandlerKind, HandlerModel, TOPICS, TopicModel};
+use crate::model::{
+    FnModel, HandlerKind, HandlerModel, MAX_FAN_IN, SignatureModel, TOPICS, TopicModel,
+};
 
-/// Parses and validates one handler attribute applied to `item`.
-///
-/// `args` are the tokens inside the attribute's parentheses, `item` the item
-/// the attribute is applied to.
-pub(crate) fn parse_handler(
+/// Why an expansion failed: the errors, and the function (without its soorma attributes)
+/// when the item was one.
+pub(crate) struct Failure {
+    pub(crate) error: syn::Error,
+    pub(crate) item_fn: Option<Box<ItemFn>>,
+}
+
+/// One soorma attribute to expand: its kind, the tokens inside its parentheses, and the span
+/// "missing argument" errors point at when it has no arguments.
+struct AttrInput {
+    kind: HandlerKind,
+    args: TokenStream,
+    span: Span,
+}
+
+/// Parses and validates the soorma attribute `kind(args)` applied to `item`, together with
+/// the soorma attributes stacked below it on the same function.
+pub(crate) fn parse_fn(
     kind: HandlerKind,
     args: TokenStream,
     item: TokenStream,
-) -> syn::Result<HandlerModel> {
+) -> Result<FnModel, Failure> {
     let mut errors = Errors::default();
 
-    let parsed_args = parse_args(kind, &args, &mut errors);
-
-    let item_fn = match syn::parse2::<ItemFn>(item) {
-        Ok(item_fn) => Some(item_fn),
-        Err(_) => {
-            errors.push(syn::Error::new(
+    let Ok(mut item_fn) = syn::parse2::<ItemFn>(item) else {
+        return Err(Failure {
+            error: syn::Error::new(
                 Span::call_site(),
                 format!(
                     "{} can only be applied to an `async fn`, e.g. `async fn handler({}) {{ ... }}`",
                     kind.attr(),
                     kind.context_example()
                 ),
-            ));
-            None
-        }
+            ),
+            item_fn: None,
+        });
     };
-    if let Some(item_fn) = &item_fn {
-        validate_signature(kind, &item_fn.sig, &mut errors);
+
+    let mut inputs = vec![AttrInput {
+        kind,
+        args,
+        span: Span::call_site(),
+    }];
+    inputs.extend(take_stacked(&mut item_fn, &mut errors));
+
+    let mut handlers = Vec::new();
+    for input in inputs {
+        let args = parse_args(input.kind, &input.args, input.span, &mut errors);
+        let typed = input.kind.typed_constructor().is_some()
+            && args.as_ref().is_some_and(|a| a.event.is_none());
+        let sig = validate_signature(input.kind, typed, &item_fn.sig, &mut errors);
+        if let (Some(args), Some(sig)) = (args, sig) {
+            if let Some(value) = &sig.value
+                && let Some(error) = replies_arity_error(&args.requests, value)
+            {
+                errors.push(error);
+                continue;
+            }
+            let description = match &args.description {
+                Some(lit) => lit.value().trim().to_owned(),
+                None => doc_description(&item_fn.attrs),
+            };
+            handlers.push(HandlerModel {
+                kind: input.kind,
+                topic: args.topic,
+                event: args.event,
+                requests: args.requests,
+                agent: args.agent,
+                description,
+                name: args.name,
+                krate: args.krate,
+                sig,
+            });
+        }
     }
 
-    errors.finish()?;
+    match errors.finish() {
+        Ok(()) => Ok(FnModel { item_fn, handlers }),
+        Err(error) => Err(Failure {
+            error,
+            item_fn: Some(Box::new(item_fn)),
+        }),
+    }
+}
 
-    // No errors: everything required is present.
-    let (Some(args), Some(item_fn)) = (parsed_args, item_fn) else {
-        return Err(syn::Error::new(
-            Span::call_site(),
-            "internal error in soorma-macros",
-        ));
-    };
-    let event_lit = match (kind, args.event) {
-        (HandlerKind::Transition, _) => LitStr::new("*", Span::call_site()),
-        (_, Some(lit)) => lit,
-        (_, None) => {
-            return Err(syn::Error::new(
-                Span::call_site(),
-                "internal error in soorma-macros",
-            ));
+/// The `crate = "..."` among an attribute's arguments, if it is a valid path, whatever else
+/// is wrong with them (for the handler set emitted next to errors).
+pub(crate) fn find_crate(args: &TokenStream) -> Option<Path> {
+    let trees: Vec<TokenTree> = args.clone().into_iter().collect();
+    trees.windows(3).find_map(|w| match w {
+        [
+            TokenTree::Ident(key),
+            TokenTree::Punct(eq),
+            TokenTree::Literal(lit),
+        ] if key == "crate" && eq.as_char() == '=' => {
+            syn::parse2::<LitStr>(TokenTree::Literal(lit.clone()).into())
+                .ok()?
+                .parse()
+                .ok()
         }
-    };
-    let description = match &args.description {
-        Some(lit) => lit.value().trim().to_owned(),
-        None => doc_description(&item_fn.attrs),
-    };
-    Ok(HandlerModel {
-        kind,
-        topic: args.topic,
-        event: event_lit.value(),
-        event_lit,
-        agent: args.agent,
-        description,
-        name: args.name,
-        fn_ident: item_fn.sig.ident.clone(),
-        item_fn,
+        _ => None,
     })
 }
 
-/// Accumulates errors so that all of them are reported in one pass.
+/// Removes the soorma attributes below the one being expanded from `item_fn`, returning them
+/// in order. An attribute is one of soorma's if the last segment of its path is a handler
+/// attribute's name (`on_result`, `soorma::on_result`, `sdk::on_result`).
+fn take_stacked(item_fn: &mut ItemFn, errors: &mut Errors) -> Vec<AttrInput> {
+    let mut stacked = Vec::new();
+    let mut kept = Vec::new();
+    for attr in std::mem::take(&mut item_fn.attrs) {
+        let Some(last) = attr.path().segments.last() else {
+            kept.push(attr);
+            continue;
+        };
+        let Some(kind) = HandlerKind::from_attr_name(&last.ident.unraw().to_string()) else {
+            kept.push(attr);
+            continue;
+        };
+        let span = last.ident.span();
+        match attr.meta {
+            Meta::Path(_) => stacked.push(AttrInput {
+                kind,
+                args: TokenStream::new(),
+                span,
+            }),
+            Meta::List(list) => stacked.push(AttrInput {
+                kind,
+                args: list.tokens,
+                span,
+            }),
+            Meta::NameValue(nv) => errors.push(syn::Error::new_spanned(
+                &nv.value,
+                format!(
+                    "{} takes its arguments in parentheses, e.g. {}",
+                    kind.attr(),
+                    kind.example_attr()
+                ),
+            )),
+        }
+    }
+    item_fn.attrs = kept;
+    stacked
+}
+
+/// Accumulates errors so that all of them are reported in one pass; an error whose message
+/// was already reported (the same signature problem seen by two stacked attributes) is
+/// reported once.
 #[derive(Default)]
-struct Errors(Option<syn::Error>);
+struct Errors {
+    error: Option<syn::Error>,
+    seen: Vec<String>,
+}
 
 impl Errors {
     fn push(&mut self, error: syn::Error) {
-        match &mut self.0 {
+        let message = error.to_string();
+        if self.seen.contains(&message) {
+            return;
+        }
+        self.seen.push(message);
+        match &mut self.error {
             Some(existing) => existing.combine(error),
-            None => self.0 = Some(error),
+            None => self.error = Some(error),
         }
     }
 
     fn finish(self) -> syn::Result<()> {
-        match self.0 {
+        match self.error {
             Some(error) => Err(error),
             None => Ok(()),
         }
@@ -110,17 +205,23 @@ impl Errors {
 enum RawArg {
     /// `"value"` (or, erroneously, any other expression).
     Positional(Expr),
+    /// A type (the positional arguments of `#[on_fan_in]`).
+    Type(Type),
     /// `key = value`.
     Named { key: Ident, value: Expr },
 }
 
-impl Parse for RawArg {
-    fn parse(input: ParseStream<'_>) -> syn::Result<Self> {
+impl RawArg {
+    /// Parses one argument; positional arguments are types for `#[on_fan_in]`, expressions
+    /// (string literals, validated later) otherwise.
+    fn parse(kind: HandlerKind, input: ParseStream<'_>) -> syn::Result<Self> {
         if input.peek(Ident::peek_any) && input.peek2(Token![=]) && !input.peek2(Token![==]) {
             let key = Ident::parse_any(input)?;
             input.parse::<Token![=]>()?;
             let value = input.parse()?;
             Ok(RawArg::Named { key, value })
+        } else if kind == HandlerKind::FanIn && !input.peek(syn::Lit) {
+            Ok(RawArg::Type(input.parse()?))
         } else {
             Ok(RawArg::Positional(input.parse()?))
         }
@@ -131,15 +232,31 @@ impl Parse for RawArg {
 struct Args {
     topic: Option<TopicModel>,
     event: Option<LitStr>,
+    requests: Vec<Type>,
     agent: Option<LitStr>,
     description: Option<LitStr>,
     name: Option<LitStr>,
+    krate: Option<Path>,
 }
 
-/// Parses and validates the attribute arguments. Returns `None` only if the
-/// arguments are not syntactically `arg, arg, ...` (the error is recorded).
-fn parse_args(kind: HandlerKind, tokens: &TokenStream, errors: &mut Errors) -> Option<Args> {
-    let raw = match Punctuated::<RawArg, Token![,]>::parse_terminated.parse2(tokens.clone()) {
+/// Parses and validates the attribute arguments. Returns `None` if they are not
+/// syntactically `arg, arg, ...` or something required is missing or invalid (the error is
+/// recorded).
+fn parse_args(
+    kind: HandlerKind,
+    tokens: &TokenStream,
+    attr_span: Span,
+    errors: &mut Errors,
+) -> Option<Args> {
+    let parse_arg: fn(ParseStream<'_>) -> syn::Result<RawArg> = if kind == HandlerKind::FanIn {
+        |input| RawArg::parse(HandlerKind::FanIn, input)
+    } else {
+        |input| RawArg::parse(HandlerKind::Event, input)
+    };
+    let parser = |input: ParseStream<'_>| {
+        Punctuated::<RawArg, Token![,]>::parse_terminated_with(input, parse_arg)
+    };
+    let raw = match parser.parse2(tokens.clone()) {
         Ok(raw) => raw,
         Err(error) => {
             errors.push(error);
@@ -148,14 +265,25 @@ fn parse_args(kind: HandlerKind, tokens: &TokenStream, errors: &mut Errors) -> O
     };
 
     let mut positional: Vec<LitStr> = Vec::new();
+    let mut requests: Vec<Type> = Vec::new();
     let mut named: Vec<(Ident, LitStr)> = Vec::new();
     // Keys seen so far (for duplicates), and whether some argument was given
     // but invalid: then "missing" errors would only be noise.
     let mut seen: Vec<String> = Vec::new();
     let mut had_invalid = false;
+    let mut ok = true;
 
     for arg in raw {
         match arg {
+            RawArg::Type(ty) => requests.push(ty),
+            RawArg::Positional(expr) if kind == HandlerKind::FanIn => {
+                had_invalid = true;
+                errors.push(syn::Error::new_spanned(
+                    &expr,
+                    "`#[on_fan_in]` takes the request types whose replies it collects, not \
+                     event names, e.g. `#[on_fan_in(Search, Summarize)]`",
+                ));
+            }
             RawArg::Positional(expr) => match lit_str(&expr) {
                 Some(lit) => positional.push(lit),
                 None => {
@@ -173,6 +301,7 @@ fn parse_args(kind: HandlerKind, tokens: &TokenStream, errors: &mut Errors) -> O
                         key.span(),
                         unknown_arg_message(kind, &key_str),
                     ));
+                    ok = false;
                     continue;
                 }
                 if seen.contains(&key_str) {
@@ -180,6 +309,7 @@ fn parse_args(kind: HandlerKind, tokens: &TokenStream, errors: &mut Errors) -> O
                         key.span(),
                         format!("duplicate argument `{key_str}` for {}", kind.attr()),
                     ));
+                    ok = false;
                     continue;
                 }
                 seen.push(key_str.clone());
@@ -199,6 +329,7 @@ fn parse_args(kind: HandlerKind, tokens: &TokenStream, errors: &mut Errors) -> O
             }
         }
     }
+    ok &= !had_invalid;
 
     let take = |key: &str| named.iter().find(|(k, _)| *k == key).cloned();
     let mut topic = take("topic");
@@ -206,6 +337,21 @@ fn parse_args(kind: HandlerKind, tokens: &TokenStream, errors: &mut Errors) -> O
     let agent = take("agent").map(|(_, lit)| lit);
     let description = take("description").map(|(_, lit)| lit);
     let name = take("name").map(|(_, lit)| lit);
+    let krate = take("crate").and_then(|(_, lit)| match lit.parse::<Path>() {
+        Ok(path) => Some(path),
+        Err(_) => {
+            ok = false;
+            errors.push(syn::Error::new(
+                lit.span(),
+                format!(
+                    "`crate` must be the path of the soorma crate, e.g. `crate = \"sdk\"` for \
+                     `sdk = {{ package = \"soorma\", .. }}`; found `{}`",
+                    lit.value()
+                ),
+            ));
+            None
+        }
+    });
 
     // Map positional arguments onto `topic` / `event`.
     let mut positional = positional.into_iter();
@@ -214,6 +360,7 @@ fn parse_args(kind: HandlerKind, tokens: &TokenStream, errors: &mut Errors) -> O
             let first = positional.next();
             let second = positional.next();
             for extra in positional {
+                ok = false;
                 errors.push(syn::Error::new(
                     extra.span(),
                     "unexpected extra positional argument; `#[on_event]` takes at most two \
@@ -243,11 +390,12 @@ fn parse_args(kind: HandlerKind, tokens: &TokenStream, errors: &mut Errors) -> O
                 }
                 _ => (None, None),
             };
-            merge_positional(kind, "topic", &mut topic, pos_topic, errors);
-            merge_positional(kind, "event", &mut event, pos_event, errors);
+            ok &= merge_positional(kind, "topic", &mut topic, pos_topic, errors);
+            ok &= merge_positional(kind, "event", &mut event, pos_event, errors);
         }
         HandlerKind::Transition => {
             for extra in positional {
+                ok = false;
                 errors.push(syn::Error::new(
                     extra.span(),
                     "`#[on_transition]` takes no event name: it receives every event of its \
@@ -255,9 +403,12 @@ fn parse_args(kind: HandlerKind, tokens: &TokenStream, errors: &mut Errors) -> O
                 ));
             }
         }
+        // Positional literals were rejected above.
+        HandlerKind::FanIn => {}
         HandlerKind::Invoke | HandlerKind::Task | HandlerKind::Result | HandlerKind::Goal => {
             let pos_event = positional.next();
             for extra in positional {
+                ok = false;
                 errors.push(syn::Error::new(
                     extra.span(),
                     format!(
@@ -268,22 +419,25 @@ fn parse_args(kind: HandlerKind, tokens: &TokenStream, errors: &mut Errors) -> O
                     ),
                 ));
             }
-            merge_positional(kind, "event", &mut event, pos_event, errors);
+            ok &= merge_positional(kind, "event", &mut event, pos_event, errors);
         }
     }
 
     // Topic (on_event only).
     let topic = match (kind, topic) {
-        (HandlerKind::Event, None) if had_invalid => None,
         (HandlerKind::Event, None) => {
-            errors.push(attr_error(
-                tokens,
-                format!(
-                    "`#[on_event]` needs a topic, e.g. {}; allowed topics: {}",
-                    kind.example_attr(),
-                    topic_list()
-                ),
-            ));
+            ok = false;
+            if !had_invalid {
+                errors.push(attr_error(
+                    tokens,
+                    attr_span,
+                    format!(
+                        "`#[on_event]` needs a topic, e.g. {}; allowed topics: {}",
+                        kind.example_attr(),
+                        topic_list()
+                    ),
+                ));
+            }
             None
         }
         (_, Some((_, lit))) => match TOPICS.iter().find(|(s, _)| *s == lit.value()) {
@@ -292,6 +446,7 @@ fn parse_args(kind: HandlerKind, tokens: &TokenStream, errors: &mut Errors) -> O
                 lit,
             }),
             None => {
+                ok = false;
                 errors.push(syn::Error::new(
                     lit.span(),
                     format!(
@@ -308,25 +463,60 @@ fn parse_args(kind: HandlerKind, tokens: &TokenStream, errors: &mut Errors) -> O
 
     // Event name.
     let event = match event {
-        None if had_invalid || kind == HandlerKind::Transition => None,
-        None => {
-            errors.push(attr_error(
-                tokens,
-                format!(
-                    "{} needs an event name, e.g. {}",
-                    kind.attr(),
-                    kind.example_attr()
-                ),
-            ));
+        None if kind.requires_event() => {
+            ok = false;
+            if !had_invalid {
+                errors.push(attr_error(
+                    tokens,
+                    attr_span,
+                    format!(
+                        "{} needs an event name, e.g. {}",
+                        kind.attr(),
+                        kind.example_attr()
+                    ),
+                ));
+            }
             None
         }
+        None => None,
         Some((_, lit)) => {
-            if let Err(message) = validate_event_name(kind, &lit.value()) {
+            let who = kind.attr();
+            if let Err(message) = validate_event_name(
+                &lit.value(),
+                &who,
+                kind.example_event(),
+                kind.allows_wildcard(),
+            ) {
+                ok = false;
                 errors.push(syn::Error::new(lit.span(), message));
             }
             Some(lit)
         }
     };
+
+    // Request types (on_fan_in only).
+    if kind == HandlerKind::FanIn {
+        if requests.is_empty() && !had_invalid {
+            ok = false;
+            errors.push(attr_error(
+                tokens,
+                attr_span,
+                "`#[on_fan_in]` needs the request types whose replies it collects, in the \
+                 order of the fan-out, e.g. `#[on_fan_in(Search, Summarize)]`"
+                    .to_owned(),
+            ));
+        }
+        if let Some(extra) = requests.get(MAX_FAN_IN) {
+            ok = false;
+            errors.push(syn::Error::new_spanned(
+                extra,
+                format!(
+                    "`#[on_fan_in]` collects at most {MAX_FAN_IN} request types; found {}",
+                    requests.len()
+                ),
+            ));
+        }
+    }
 
     for (lit, key, example) in [
         (&agent, "agent", "\"calculator\""),
@@ -335,6 +525,7 @@ fn parse_args(kind: HandlerKind, tokens: &TokenStream, errors: &mut Errors) -> O
         if let Some(lit) = lit
             && lit.value().trim().is_empty()
         {
+            ok = false;
             errors.push(syn::Error::new(
                 lit.span(),
                 format!("`{key}` must not be empty, e.g. `{key} = {example}`"),
@@ -342,47 +533,57 @@ fn parse_args(kind: HandlerKind, tokens: &TokenStream, errors: &mut Errors) -> O
         }
     }
 
-    Some(Args {
+    ok.then_some(Args {
         topic,
         event,
+        requests,
         agent,
         description,
         name,
+        krate,
     })
 }
 
 /// Combines a positional `topic`/`event` with its named form, reporting a
-/// duplicate if both are given.
+/// duplicate if both are given. Returns whether it succeeded.
 fn merge_positional(
     kind: HandlerKind,
     key: &str,
     named: &mut Option<(Ident, LitStr)>,
     positional: Option<LitStr>,
     errors: &mut Errors,
-) {
-    let Some(positional) = positional else { return };
+) -> bool {
+    let Some(positional) = positional else {
+        return true;
+    };
     match named {
-        Some((ident, _)) => errors.push(syn::Error::new(
-            ident.span(),
-            format!(
-                "duplicate argument `{key}` for {}: the {} is already given positionally",
-                kind.attr(),
-                if key == "topic" {
-                    "topic"
-                } else {
-                    "event name"
-                }
-            ),
-        )),
-        None => *named = Some((Ident::new(key, positional.span()), positional)),
+        Some((ident, _)) => {
+            errors.push(syn::Error::new(
+                ident.span(),
+                format!(
+                    "duplicate argument `{key}` for {}: the {} is already given positionally",
+                    kind.attr(),
+                    if key == "topic" {
+                        "topic"
+                    } else {
+                        "event name"
+                    }
+                ),
+            ));
+            false
+        }
+        None => {
+            *named = Some((Ident::new(key, positional.span()), positional));
+            true
+        }
     }
 }
 
 /// An error about the attribute as a whole (e.g. a missing argument): spanned
-/// on the arguments if there are any, else on the attribute (call site).
-fn attr_error(tokens: &TokenStream, message: String) -> syn::Error {
+/// on the arguments if there are any, else on the attribute.
+fn attr_error(tokens: &TokenStream, attr_span: Span, message: String) -> syn::Error {
     if tokens.is_empty() {
-        syn::Error::new(Span::call_site(), message)
+        syn::Error::new(attr_span, message)
     } else {
         syn::Error::new_spanned(tokens, message)
     }
@@ -390,7 +591,7 @@ fn attr_error(tokens: &TokenStream, message: String) -> syn::Error {
 
 /// The string literal in `expr`, if it is one (looking through invisible
 /// groups produced by `macro_rules!`).
-fn lit_str(expr: &Expr) -> Option<LitStr> {
+pub(crate) fn lit_str(expr: &Expr) -> Option<LitStr> {
     match expr {
         Expr::Lit(syn::ExprLit {
             lit: Lit::Str(lit),
@@ -401,7 +602,7 @@ fn lit_str(expr: &Expr) -> Option<LitStr> {
     }
 }
 
-fn backtick_list(items: &[&str]) -> String {
+pub(crate) fn backtick_list(items: &[&str]) -> String {
     items
         .iter()
         .map(|s| format!("`{s}`"))
@@ -436,6 +637,7 @@ fn named_example(kind: HandlerKind, key: &str) -> &'static str {
         "agent" => "\"calculator\"",
         "description" => "\"Evaluates an arithmetic expression.\"",
         "name" => "\"calculate\"",
+        "crate" => "\"sdk\"",
         _ => "\"...\"",
     }
 }
@@ -444,12 +646,16 @@ fn unknown_arg_message(kind: HandlerKind, key: &str) -> String {
     let expected = backtick_list(kind.allowed_args());
     match key {
         "name" => format!(
-            "argument `name` is only allowed on `#[on_invoke]` and `#[on_task]`; {} expects one of: {expected}",
+            "argument `name` is only allowed on `#[on_invoke]`, `#[on_task]` and `#[on_goal]`; {} expects one of: {expected}",
             kind.attr()
         ),
         "topic" => format!(
             "argument `topic` is only allowed on `#[on_event]`; {} expects one of: {expected}",
             kind.attr()
+        ),
+        "event" if kind == HandlerKind::FanIn => format!(
+            "`#[on_fan_in]` takes no event name: name the request types whose replies it \
+             collects, e.g. `#[on_fan_in(Search, Summarize)]`; it expects one of: {expected}"
         ),
         _ => format!(
             "unknown argument `{key}` for {}; expected one of: {expected}",
@@ -458,22 +664,26 @@ fn unknown_arg_message(kind: HandlerKind, key: &str) -> String {
     }
 }
 
-/// Checks an event name; on failure returns the diagnostic message.
-fn validate_event_name(kind: HandlerKind, event: &str) -> Result<(), String> {
+/// Checks an event name; on failure returns the diagnostic message. `who` names what needs
+/// the name (e.g. ``#[on_invoke]``), `example` is an example name.
+pub(crate) fn validate_event_name(
+    event: &str,
+    who: &str,
+    example: &str,
+    allows_wildcard: bool,
+) -> Result<(), String> {
     const ALLOWED: &str = "ASCII letters, digits, `.`, `-` and `_`";
-    let example = kind.example_event();
     if event.is_empty() {
         return Err(format!(
             "event name must not be empty; use {ALLOWED}, e.g. `{example}`"
         ));
     }
     if event == "*" {
-        return if kind.allows_wildcard() {
+        return if allows_wildcard {
             Ok(())
         } else {
             Err(format!(
-                "`\"*\"` (all events) is only allowed in `#[on_event]`; {} needs a concrete event name, e.g. `{example}`",
-                kind.attr()
+                "`\"*\"` (all events) is only allowed in `#[on_event]`; {who} needs a concrete event name, e.g. `{example}`"
             ))
         };
     }
@@ -481,7 +691,7 @@ fn validate_event_name(kind: HandlerKind, event: &str) -> Result<(), String> {
         .chars()
         .find(|c| !(c.is_ascii_alphanumeric() || matches!(c, '.' | '-' | '_')))
     {
-        let wildcard = if kind.allows_wildcard() {
+        let wildcard = if allows_wildcard {
             " (or exactly `\"*\"` for all events)"
         } else {
             ""
@@ -507,49 +717,61 @@ fn validate_event_name(kind: HandlerKind, event: &str) -> Result<(), String> {
 // Function signature
 // ---------------------------------------------------------------------------
 
-fn validate_signature(kind: HandlerKind, sig: &Signature, errors: &mut Errors) {
+/// Validates the handler's signature for `kind` (`typed`: the event comes from the payload
+/// type) and extracts the types the registration needs; `None` if it is invalid.
+fn validate_signature(
+    kind: HandlerKind,
+    typed: bool,
+    sig: &Signature,
+    errors: &mut Errors,
+) -> Option<SignatureModel> {
     let attr = kind.attr();
+    let mut ok = true;
+    let mut error = |e: syn::Error| {
+        ok = false;
+        errors.push(e);
+    };
 
     if let Some(token) = &sig.constness {
-        errors.push(syn::Error::new(
+        error(syn::Error::new(
             token.span,
             format!("{attr} handler must not be `const`; write `async fn`"),
         ));
     }
     if let Some(token) = &sig.unsafety {
-        errors.push(syn::Error::new(
+        error(syn::Error::new(
             token.span,
             format!("{attr} handler must not be `unsafe`; write a safe `async fn`"),
         ));
     }
     if let Some(abi) = &sig.abi {
-        errors.push(syn::Error::new_spanned(
+        error(syn::Error::new_spanned(
             abi,
             format!("{attr} handler must not be `extern`; write a plain `async fn`"),
         ));
     }
     if sig.asyncness.is_none() {
-        errors.push(syn::Error::new(
+        error(syn::Error::new(
             sig.fn_token.span,
             format!("{attr} handler must be `async fn`; found `fn`"),
         ));
     }
     if !sig.generics.params.is_empty() {
-        errors.push(syn::Error::new_spanned(
+        error(syn::Error::new_spanned(
             &sig.generics,
             format!("{attr} handler must not have generic parameters; use concrete types"),
         ));
     } else if let Some(where_clause) = &sig.generics.where_clause {
-        errors.push(syn::Error::new_spanned(
+        error(syn::Error::new_spanned(
             where_clause,
             format!("{attr} handler must not have a `where` clause; use concrete types"),
         ));
     }
 
-    let mut first_typed = None;
+    let mut typed_args: Vec<&Type> = Vec::new();
     for input in &sig.inputs {
         match input {
-            FnArg::Receiver(receiver) => errors.push(syn::Error::new_spanned(
+            FnArg::Receiver(receiver) => error(syn::Error::new_spanned(
                 receiver,
                 format!(
                     "{attr} handler must be a free function, not a method; remove the `self` receiver"
@@ -557,19 +779,22 @@ fn validate_signature(kind: HandlerKind, sig: &Signature, errors: &mut Errors) {
             )),
             FnArg::Typed(pat_type) => {
                 if let Type::ImplTrait(_) = strip_groups(&pat_type.ty) {
-                    errors.push(syn::Error::new_spanned(
+                    error(syn::Error::new_spanned(
                         &pat_type.ty,
-                        format!("{attr} handler must not take `impl Trait` arguments; use a concrete type"),
+                        format!(
+                            "{attr} handler must not take `impl Trait` arguments; use a concrete type"
+                        ),
                     ));
                 }
-                if first_typed.is_none() {
-                    first_typed = Some(&*pat_type.ty);
-                }
+                typed_args.push(&pat_type.ty);
             }
         }
     }
-    match first_typed {
-        None => errors.push(syn::Error::new(
+    let mut args = typed_args.into_iter();
+    let mut payload = None;
+    let mut state = None;
+    match args.next() {
+        None => error(syn::Error::new(
             sig.paren_token.span.join(),
             format!(
                 "{attr} handler must take {} `{}` as its first argument",
@@ -579,38 +804,168 @@ fn validate_signature(kind: HandlerKind, sig: &Signature, errors: &mut Errors) {
         )),
         // An `impl Trait` first argument has already been reported.
         Some(ty) if matches!(strip_groups(ty), Type::ImplTrait(_)) => {}
-        Some(ty) => check_context_type(kind, ty, errors),
+        Some(ty) => match check_context_type(kind, ty) {
+            Err(e) => error(e),
+            Ok(()) => {
+                let mut generics = type_args(ty).into_iter();
+                payload = generics.next().cloned();
+                state = generics.next().cloned();
+                if payload.is_none() && (typed || kind == HandlerKind::FanIn) {
+                    error(syn::Error::new_spanned(ty, untyped_context_message(kind)));
+                }
+            }
+        },
+    }
+
+    let value = if kind.takes_value() {
+        let value = args.next().cloned();
+        if value.is_none() {
+            error(syn::Error::new(
+                sig.paren_token.span.join(),
+                "`#[on_fan_in]` handler takes the task, then the replies (in the order of the \
+                 request types), e.g. `async fn collect(task: TaskContext<Research>, \
+                 (sentiment, summary): (Sentiment, Summary))`",
+            ));
+        }
+        value
+    } else {
+        None
+    };
+
+    let extractors: Vec<Type> = args.cloned().collect();
+    if let Some(extra) = extractors.get(kind.max_extractors()) {
+        error(syn::Error::new_spanned(
+            extra,
+            format!(
+                "{attr} handler takes at most {} extractors after its {}; found {}",
+                kind.max_extractors(),
+                if kind.takes_value() {
+                    "task and replies"
+                } else {
+                    "context"
+                },
+                extractors.len()
+            ),
+        ));
     }
 
     if let Some(variadic) = &sig.variadic {
-        errors.push(syn::Error::new_spanned(
+        error(syn::Error::new_spanned(
             variadic,
             format!("{attr} handler must not be variadic"),
         ));
     }
 
-    if kind.requires_result_return() {
-        const EXPECTED: &str =
-            "must return `Result<T, E>` where `T: Serialize + JsonSchema` and `E: Display`";
-        match &sig.output {
-            ReturnType::Default => errors.push(syn::Error::new(
-                sig.ident.span(),
-                format!("{attr} handler {EXPECTED}; found no return type"),
-            )),
-            ReturnType::Type(_, ty) => {
-                if last_segment(ty).as_deref() != Some("Result") {
-                    errors.push(syn::Error::new_spanned(
+    let output = match &sig.output {
+        ReturnType::Default => None,
+        ReturnType::Type(_, ty) => Some((**ty).clone()),
+    };
+    match kind {
+        HandlerKind::Invoke => {
+            const EXPECTED: &str = "must return `Result<T, E>` where `T: Serialize + JsonSchema` \
+                 and `E: Into<Box<dyn Error + Send + Sync>>`";
+            match &output {
+                None => error(syn::Error::new(
+                    sig.ident.span(),
+                    format!("{attr} handler {EXPECTED}; found no return type"),
+                )),
+                Some(ty) if last_segment(ty).as_deref() != Some("Result") => {
+                    error(syn::Error::new_spanned(
                         ty,
                         format!("{attr} handler {EXPECTED}; found `{}`", type_to_string(ty)),
                     ));
                 }
+                Some(_) => {}
             }
         }
+        HandlerKind::FanIn if output.is_none() => error(syn::Error::new(
+            sig.ident.span(),
+            "`#[on_fan_in]` handler must return `Result<R, E>` where `R` is the task's reply \
+             (it completes the task), or `Result<Delegated, E>` after delegating more; found \
+             no return type",
+        )),
+        _ => {}
+    }
+
+    ok.then(|| SignatureModel {
+        payload,
+        state,
+        value,
+        extractors,
+        output,
+        params_close: sig.paren_token.span.close(),
+    })
+}
+
+/// An `#[on_fan_in(..)]`'s replies argument must have one element per request type (a tuple
+/// when there are several); the reply types themselves are checked by the compiler.
+fn replies_arity_error(requests: &[Type], value: &Type) -> Option<syn::Error> {
+    if requests.len() < 2 {
+        return None;
+    }
+    let names: Vec<String> = requests.iter().map(type_to_string).collect();
+    let of = format!("`({})`", names.join(", "));
+    let n = requests.len();
+    match strip_groups(value) {
+        Type::Tuple(tuple) if tuple.elems.len() == n => None,
+        Type::Tuple(tuple) => Some(syn::Error::new_spanned(
+            value,
+            format!(
+                "`#[on_fan_in]` collects {n} replies, one per request type of {of}; this \
+                 argument takes {}: write a tuple of the {n} reply types, in that order",
+                tuple.elems.len(),
+            ),
+        )),
+        _ => Some(syn::Error::new_spanned(
+            value,
+            format!(
+                "`#[on_fan_in]` collects {n} replies, one per request type of {of}; take them \
+                 as a tuple of the {n} reply types, in that order, e.g. `(a, b): (ReplyA, ReplyB)`"
+            ),
+        )),
     }
 }
 
+/// The message for a typed handler whose context has no payload type.
+fn untyped_context_message(kind: HandlerKind) -> String {
+    let context = kind.context_type();
+    match kind {
+        HandlerKind::FanIn => "`#[on_fan_in]` handler's task must name its request type, e.g. \
+                               `task: TaskContext<Research>` (the task's reply is what the \
+                               handler returns)"
+            .to_owned(),
+        _ => format!(
+            "{attr} without an event name takes it from the payload type: write \
+             `{context}<MyRequest>` with a request type (`#[derive(Request)]`), or name the \
+             event, e.g. {example}",
+            attr = kind.attr(),
+            example = kind.example_attr()
+        ),
+    }
+}
+
+/// The type arguments of a path type's last segment (`T`, `S` in `TaskContext<T, S>`).
+fn type_args(ty: &Type) -> Vec<&Type> {
+    let Type::Path(path) = strip_groups(ty) else {
+        return Vec::new();
+    };
+    let Some(last) = path.path.segments.last() else {
+        return Vec::new();
+    };
+    let PathArguments::AngleBracketed(args) = &last.arguments else {
+        return Vec::new();
+    };
+    args.args
+        .iter()
+        .filter_map(|a| match a {
+            GenericArgument::Type(t) => Some(t),
+            _ => None,
+        })
+        .collect()
+}
+
 /// Checks that the first argument's type is the kind's context type.
-fn check_context_type(kind: HandlerKind, ty: &Type, errors: &mut Errors) {
+fn check_context_type(kind: HandlerKind, ty: &Type) -> syn::Result<()> {
     let expected = kind.context_type();
     let (is_ref, inner) = match strip_groups(ty) {
         Type::Reference(reference) => (true, &*reference.elem),
@@ -618,11 +973,11 @@ fn check_context_type(kind: HandlerKind, ty: &Type, errors: &mut Errors) {
     };
     let found = last_segment(inner);
     if !is_ref && found.as_deref() == Some(expected) {
-        return;
+        return Ok(());
     }
     let other_kind = HandlerKind::ALL
         .into_iter()
-        .find(|k| *k != kind && found.as_deref() == Some(k.context_type()));
+        .find(|k| k.context_type() != expected && found.as_deref() == Some(k.context_type()));
     let hint = if let Some(other_kind) = other_kind {
         other_kind.use_hint().to_owned()
     } else if is_ref && found.as_deref() == Some(expected) {
@@ -636,7 +991,7 @@ fn check_context_type(kind: HandlerKind, ty: &Type, errors: &mut Errors) {
             kind.context_example()
         )
     };
-    errors.push(syn::Error::new_spanned(
+    Err(syn::Error::new_spanned(
         ty,
         format!(
             "{} handler's first argument must be `{}`; found `{}`; {hint}",
@@ -644,7 +999,7 @@ fn check_context_type(kind: HandlerKind, ty: &Type, errors: &mut Errors) {
             kind.context_display(),
             type_to_string(ty)
         ),
-    ));
+    ))
 }
 
 fn article(word: &str) -> &'static str {
@@ -759,10 +1114,20 @@ mod tests {
     use super::*;
     use quote::quote;
 
-    const ALL: [HandlerKind; 6] = HandlerKind::ALL;
+    const ALL: [HandlerKind; 7] = HandlerKind::ALL;
 
+    fn parse_all(kind: HandlerKind, args: TokenStream, item: TokenStream) -> syn::Result<FnModel> {
+        parse_fn(kind, args, item).map_err(|failure| failure.error)
+    }
+
+    /// The model of the (first) handler.
     fn parse(kind: HandlerKind, args: TokenStream, item: TokenStream) -> syn::Result<HandlerModel> {
-        parse_handler(kind, args, item)
+        parse_all(kind, args, item).map(|mut model| model.handlers.remove(0))
+    }
+
+    /// The event name of a handler model.
+    fn event_of(model: &HandlerModel) -> String {
+        model.event.as_ref().map(LitStr::value).unwrap_or_default()
     }
 
     /// All error messages, in order.
@@ -799,6 +1164,7 @@ mod tests {
         match kind {
             HandlerKind::Event => quote!(topic = "business-facts", event = "order.placed"),
             HandlerKind::Transition => quote!(),
+            HandlerKind::FanIn => quote!(Search),
             _ => quote!("some.event"),
         }
     }
@@ -834,6 +1200,11 @@ mod tests {
                     todo!()
                 }
             ),
+            HandlerKind::FanIn => quote!(
+                async fn handle(t: TaskContext<Research>, hits: Hits) -> soorma::Result<Report> {
+                    todo!()
+                }
+            ),
         }
     }
 
@@ -857,14 +1228,25 @@ mod tests {
             },
         );
         assert_eq!(model.kind, HandlerKind::Invoke);
-        assert_eq!(model.event, "calculate.requested");
-        assert_eq!(model.event_lit.value(), "calculate.requested");
+        assert_eq!(event_of(&model), "calculate.requested");
         assert_eq!(model.agent.unwrap().value(), "calculator");
         assert_eq!(model.name.unwrap().value(), "calculate");
         assert_eq!(model.description, "Evaluates an arithmetic expression.");
-        assert_eq!(model.fn_ident, "calculate");
         assert!(model.topic.is_none());
-        assert_eq!(model.item_fn.attrs.len(), 2);
+        assert!(model.krate.is_none());
+        assert_eq!(
+            model.sig.payload.map(|t| type_to_string(&t)).as_deref(),
+            Some("Calculate")
+        );
+        assert_eq!(
+            model
+                .sig
+                .extractors
+                .iter()
+                .map(type_to_string)
+                .collect::<Vec<_>>(),
+            ["State<Db>"]
+        );
     }
 
     #[test]
@@ -886,7 +1268,7 @@ mod tests {
             item(HandlerKind::Event),
         );
         assert_eq!(positional.topic.as_ref().unwrap().variant, "BusinessFacts");
-        assert_eq!(positional.event, "order.placed");
+        assert_eq!(event_of(&positional), "order.placed");
 
         let mixed = ok(
             HandlerKind::Event,
@@ -895,7 +1277,7 @@ mod tests {
         );
         assert_eq!(mixed.topic.as_ref().unwrap().variant, "TaskEvents");
         assert_eq!(mixed.topic.as_ref().unwrap().lit.value(), "task-events");
-        assert_eq!(mixed.event, "order.placed");
+        assert_eq!(event_of(&mixed), "order.placed");
 
         let mixed2 = ok(
             HandlerKind::Event,
@@ -903,7 +1285,7 @@ mod tests {
             item(HandlerKind::Event),
         );
         assert_eq!(mixed2.topic.as_ref().unwrap().variant, "PlanEvents");
-        assert_eq!(mixed2.event, "*");
+        assert_eq!(event_of(&mixed2), "*");
 
         let named = ok(
             HandlerKind::Event,
@@ -915,7 +1297,7 @@ mod tests {
             ),
             item(HandlerKind::Event),
         );
-        assert_eq!(named.event, "a-b_c.D9");
+        assert_eq!(event_of(&named), "a-b_c.D9");
         assert_eq!(named.description, "d");
     }
 
@@ -938,7 +1320,7 @@ mod tests {
             quote!(event = "research.requested", name = "research",),
             item(HandlerKind::Task),
         );
-        assert_eq!(model.event, "research.requested");
+        assert_eq!(event_of(&model), "research.requested");
         assert_eq!(model.name.unwrap().value(), "research");
     }
 
@@ -981,17 +1363,323 @@ mod tests {
     }
 
     #[test]
-    fn other_attributes_are_kept() {
-        let model = ok(
+    fn stacked_attributes_are_expanded_together() {
+        let model = parse_all(
             HandlerKind::Result,
             quote!("a"),
             quote! {
+                /// Doc.
                 #[on_result("b")]
+                #[allow(dead_code)]
+                #[soorma::on_result(event = "c", agent = "x")]
+                #[sdk::on_invoke]
                 async fn collect(r: ResultContext<Findings>) {}
             },
         );
-        assert_eq!(model.item_fn.attrs.len(), 1);
-        assert!(model.item_fn.attrs[0].path().is_ident("on_result"));
+        let Err(error) = model else {
+            panic!("an `#[on_invoke]` on a result handler is an error");
+        };
+        assert_eq!(
+            error.to_string(),
+            "`#[on_invoke]` handler's first argument must be `Invocation<T>`; found `ResultContext<Findings>`; use `#[on_result]` to handle results"
+        );
+
+        let model = parse_all(
+            HandlerKind::Result,
+            quote!("a"),
+            quote! {
+                /// Doc.
+                #[on_result("b")]
+                #[allow(dead_code)]
+                #[soorma::on_result(event = "c", agent = "x")]
+                async fn collect(r: ResultContext<Findings>) {}
+            },
+        )
+        .unwrap();
+        let events: Vec<String> = model.handlers.iter().map(event_of).collect();
+        assert_eq!(events, ["a", "b", "c"]);
+        assert_eq!(model.handlers[2].agent.as_ref().unwrap().value(), "x");
+        assert!(model.handlers.iter().all(|h| h.description == "Doc."));
+        // The soorma attributes are stripped; the others are kept.
+        let kept: Vec<String> = model
+            .item_fn
+            .attrs
+            .iter()
+            .map(|a| a.path().to_token_stream().to_string())
+            .collect();
+        assert_eq!(kept, ["doc", "allow"]);
+    }
+
+    #[test]
+    fn stacked_errors_are_reported_once() {
+        assert_eq!(
+            errors(
+                HandlerKind::Result,
+                quote!("a"),
+                quote! {
+                    #[on_result("b")]
+                    #[on_result("c d")]
+                    fn collect(r: ResultContext<Findings>) {}
+                }
+            ),
+            [
+                "`#[on_result]` handler must be `async fn`; found `fn`",
+                "invalid character ' ' in event name `c d`; use only ASCII letters, digits, `.`, `-` and `_`",
+            ]
+        );
+        assert_eq!(
+            error(
+                HandlerKind::Result,
+                quote!("a"),
+                quote! {
+                    #[on_result = "b"]
+                    async fn collect(r: ResultContext<Findings>) {}
+                }
+            ),
+            "`#[on_result]` takes its arguments in parentheses, e.g. `#[on_result(\"research.completed\")]`"
+        );
+    }
+
+    // --- typed forms, fan-in, crate ------------------------------------------
+
+    #[test]
+    fn typed_forms() {
+        for kind in [HandlerKind::Invoke, HandlerKind::Task, HandlerKind::Goal] {
+            let model = ok(kind, quote!(agent = "a", name = "n"), item(kind));
+            assert!(model.event.is_none(), "{kind:?}");
+            assert!(model.sig.payload.is_some(), "{kind:?}");
+        }
+        let model = ok(
+            HandlerKind::Task,
+            quote!(),
+            quote!(
+                async fn t(task: TaskContext<Research, Notes>, s: State<Db>) {}
+            ),
+        );
+        assert_eq!(type_to_string(model.sig.state.as_ref().unwrap()), "Notes");
+    }
+
+    #[test]
+    fn typed_forms_need_a_payload_type() {
+        assert_eq!(
+            error(
+                HandlerKind::Invoke,
+                quote!(),
+                quote!(
+                    async fn f(r: Invocation) -> Result<A, B> {
+                        todo!()
+                    }
+                )
+            ),
+            "`#[on_invoke]` without an event name takes it from the payload type: write `Invocation<MyRequest>` with a request type (`#[derive(Request)]`), or name the event, e.g. `#[on_invoke(\"calculate.requested\")]`"
+        );
+        assert_eq!(
+            error(
+                HandlerKind::Goal,
+                quote!(agent = "p"),
+                quote!(
+                    async fn f(g: soorma::planner::GoalContext) {}
+                )
+            ),
+            "`#[on_goal]` without an event name takes it from the payload type: write `GoalContext<MyRequest>` with a request type (`#[derive(Request)]`), or name the event, e.g. `#[on_goal(\"research.goal\")]`"
+        );
+        // The string-named forms default to `serde_json::Value`.
+        ok(
+            HandlerKind::Task,
+            quote!("t"),
+            quote!(
+                async fn f(t: TaskContext) {}
+            ),
+        );
+    }
+
+    #[test]
+    fn fan_in_arguments() {
+        let model = ok(
+            HandlerKind::FanIn,
+            quote!(Search, my::Summarize, agent = "researcher", crate = "sdk"),
+            quote!(
+                async fn collect(
+                    t: TaskContext<Research>,
+                    (a, b): (Hits, Summary),
+                    bus: BusClient,
+                ) -> soorma::Result<Report> {
+                    todo!()
+                }
+            ),
+        );
+        let requests: Vec<String> = model.requests.iter().map(type_to_string).collect();
+        assert_eq!(requests, ["Search", "my::Summarize"]);
+        assert_eq!(
+            type_to_string(model.sig.value.as_ref().unwrap()),
+            "(Hits, Summary)"
+        );
+        assert_eq!(model.sig.extractors.len(), 1);
+        assert_eq!(model.krate.unwrap().to_token_stream().to_string(), "sdk");
+
+        assert_eq!(
+            error(HandlerKind::FanIn, quote!(), item(HandlerKind::FanIn)),
+            "`#[on_fan_in]` needs the request types whose replies it collects, in the order of the fan-out, e.g. `#[on_fan_in(Search, Summarize)]`"
+        );
+        assert_eq!(
+            error(
+                HandlerKind::FanIn,
+                quote!("search.requested"),
+                item(HandlerKind::FanIn)
+            ),
+            "`#[on_fan_in]` takes the request types whose replies it collects, not event names, e.g. `#[on_fan_in(Search, Summarize)]`"
+        );
+        assert_eq!(
+            error(
+                HandlerKind::FanIn,
+                quote!(Search, event = "x"),
+                item(HandlerKind::FanIn)
+            ),
+            "`#[on_fan_in]` takes no event name: name the request types whose replies it collects, e.g. `#[on_fan_in(Search, Summarize)]`; it expects one of: `agent`, `description`, `crate`"
+        );
+        assert_eq!(
+            error(
+                HandlerKind::FanIn,
+                quote!(A, B, C, D, E, F, G, H, I),
+                item(HandlerKind::FanIn)
+            ),
+            "`#[on_fan_in]` collects at most 8 request types; found 9"
+        );
+    }
+
+    #[test]
+    fn fan_in_signature() {
+        assert_eq!(
+            error(
+                HandlerKind::FanIn,
+                quote!(Search),
+                quote!(
+                    async fn f(t: TaskContext<Research>) -> soorma::Result<u8> {
+                        todo!()
+                    }
+                )
+            ),
+            "`#[on_fan_in]` handler takes the task, then the replies (in the order of the request types), e.g. `async fn collect(task: TaskContext<Research>, (sentiment, summary): (Sentiment, Summary))`"
+        );
+        assert_eq!(
+            error(
+                HandlerKind::FanIn,
+                quote!(Search),
+                quote!(
+                    async fn f(t: TaskContext<Research>, hits: Hits) {}
+                )
+            ),
+            "`#[on_fan_in]` handler must return `Result<R, E>` where `R` is the task's reply (it completes the task), or `Result<Delegated, E>` after delegating more; found no return type"
+        );
+        assert_eq!(
+            error(
+                HandlerKind::FanIn,
+                quote!(Search),
+                quote!(
+                    async fn f(t: TaskContext, hits: Hits) -> soorma::Result<u8> {
+                        todo!()
+                    }
+                )
+            ),
+            "`#[on_fan_in]` handler's task must name its request type, e.g. `task: TaskContext<Research>` (the task's reply is what the handler returns)"
+        );
+        assert_eq!(
+            error(
+                HandlerKind::FanIn,
+                quote!(Search, Summarize),
+                quote!(
+                    async fn f(t: TaskContext<R>, (a, b, c): (A, B, C)) -> soorma::Result<u8> {
+                        todo!()
+                    }
+                )
+            ),
+            "`#[on_fan_in]` collects 2 replies, one per request type of `(Search, Summarize)`; this argument takes 3: write a tuple of the 2 reply types, in that order"
+        );
+        assert_eq!(
+            error(
+                HandlerKind::FanIn,
+                quote!(Search, Summarize),
+                quote!(
+                    async fn f(t: TaskContext<R>, all: Vec<A>) -> soorma::Result<u8> {
+                        todo!()
+                    }
+                )
+            ),
+            "`#[on_fan_in]` collects 2 replies, one per request type of `(Search, Summarize)`; take them as a tuple of the 2 reply types, in that order, e.g. `(a, b): (ReplyA, ReplyB)`"
+        );
+        // One request: its reply may itself be a tuple.
+        ok(
+            HandlerKind::FanIn,
+            quote!(Pair),
+            quote!(
+                async fn f(t: TaskContext<R>, (a, b): (A, B)) -> soorma::Result<u8> {
+                    todo!()
+                }
+            ),
+        );
+    }
+
+    #[test]
+    fn too_many_extractors() {
+        assert_eq!(
+            error(
+                HandlerKind::Event,
+                args(HandlerKind::Event),
+                quote!(
+                    async fn f(e: Event, a: A, b: B, c: C, d: D, e2: E, f: F, g: G) {}
+                )
+            ),
+            "`#[on_event]` handler takes at most 6 extractors after its context; found 7"
+        );
+        assert_eq!(
+            error(
+                HandlerKind::FanIn,
+                quote!(S),
+                quote!(
+                    async fn f(
+                        t: TaskContext<R>,
+                        r: X,
+                        a: A,
+                        b: B,
+                        c: C,
+                        d: D,
+                        e2: E,
+                        f: F,
+                    ) -> Result<u8, E> {
+                        todo!()
+                    }
+                )
+            ),
+            "`#[on_fan_in]` handler takes at most 5 extractors after its task and replies; found 6"
+        );
+    }
+
+    #[test]
+    fn crate_argument() {
+        let model = ok(
+            HandlerKind::Invoke,
+            quote!(crate = "::my::sdk"),
+            item(HandlerKind::Invoke),
+        );
+        assert_eq!(
+            model.krate.unwrap().to_token_stream().to_string(),
+            ":: my :: sdk"
+        );
+        assert_eq!(
+            error(
+                HandlerKind::Invoke,
+                quote!(crate = "a b"),
+                item(HandlerKind::Invoke)
+            ),
+            "`crate` must be the path of the soorma crate, e.g. `crate = \"sdk\"` for `sdk = { package = \"soorma\", .. }`; found `a b`"
+        );
+        assert_eq!(
+            find_crate(&quote!("e", agent = 1, crate = "sdk"))
+                .map(|p| p.to_token_stream().to_string())
+                .as_deref(),
+            Some("sdk")
+        );
+        assert!(find_crate(&quote!("e")).is_none());
     }
 
     // --- description -------------------------------------------------------
@@ -1293,7 +1981,7 @@ mod tests {
                     }
                 )
             ),
-            "`#[on_invoke]` handler must return `Result<T, E>` where `T: Serialize + JsonSchema` and `E: Display`; found `Calculated`"
+            "`#[on_invoke]` handler must return `Result<T, E>` where `T: Serialize + JsonSchema` and `E: Into<Box<dyn Error + Send + Sync>>`; found `Calculated`"
         );
         assert_eq!(
             error(
@@ -1305,7 +1993,7 @@ mod tests {
                     }
                 )
             ),
-            "`#[on_invoke]` handler must return `Result<T, E>` where `T: Serialize + JsonSchema` and `E: Display`; found `Option<Result<A, B>>`"
+            "`#[on_invoke]` handler must return `Result<T, E>` where `T: Serialize + JsonSchema` and `E: Into<Box<dyn Error + Send + Sync>>`; found `Option<Result<A, B>>`"
         );
         assert_eq!(
             error(
@@ -1315,7 +2003,7 @@ mod tests {
                     async fn f(r: Invocation<A>) {}
                 )
             ),
-            "`#[on_invoke]` handler must return `Result<T, E>` where `T: Serialize + JsonSchema` and `E: Display`; found no return type"
+            "`#[on_invoke]` handler must return `Result<T, E>` where `T: Serialize + JsonSchema` and `E: Into<Box<dyn Error + Send + Sync>>`; found no return type"
         );
     }
 
@@ -1350,24 +2038,19 @@ mod tests {
 
     #[test]
     fn missing_event() {
-        let expected = [
-            "`#[on_invoke]` needs an event name, e.g. `#[on_invoke(\"calculate.requested\")]`",
-            "`#[on_task]` needs an event name, e.g. `#[on_task(\"research.requested\")]`",
-            "`#[on_result]` needs an event name, e.g. `#[on_result(\"research.completed\")]`",
-        ];
-        for (kind, expected) in [HandlerKind::Invoke, HandlerKind::Task, HandlerKind::Result]
-            .into_iter()
-            .zip(expected)
-        {
-            assert_eq!(error(kind, quote!(), item(kind)), expected);
-        }
+        let expected =
+            "`#[on_result]` needs an event name, e.g. `#[on_result(\"research.completed\")]`";
+        assert_eq!(
+            error(HandlerKind::Result, quote!(), item(HandlerKind::Result)),
+            expected
+        );
         assert_eq!(
             error(
-                HandlerKind::Invoke,
-                quote!(agent = "calculator"),
-                item(HandlerKind::Invoke)
+                HandlerKind::Result,
+                quote!(agent = "researcher"),
+                item(HandlerKind::Result)
             ),
-            expected[0]
+            expected
         );
         assert_eq!(
             error(
@@ -1480,7 +2163,7 @@ mod tests {
                 quote!("e", foo = "x"),
                 item(HandlerKind::Invoke)
             ),
-            "unknown argument `foo` for `#[on_invoke]`; expected one of: `event`, `agent`, `description`, `name`"
+            "unknown argument `foo` for `#[on_invoke]`; expected one of: `event`, `agent`, `description`, `name`, `crate`"
         );
         assert_eq!(
             error(
@@ -1488,7 +2171,7 @@ mod tests {
                 quote!("business-facts", "e", type = "x"),
                 item(HandlerKind::Event)
             ),
-            "unknown argument `type` for `#[on_event]`; expected one of: `topic`, `event`, `agent`, `description`"
+            "unknown argument `type` for `#[on_event]`; expected one of: `topic`, `event`, `agent`, `description`, `crate`"
         );
         assert_eq!(
             error(
@@ -1496,7 +2179,7 @@ mod tests {
                 quote!("e", topic = "business-facts"),
                 item(HandlerKind::Task)
             ),
-            "argument `topic` is only allowed on `#[on_event]`; `#[on_task]` expects one of: `event`, `agent`, `description`, `name`"
+            "argument `topic` is only allowed on `#[on_event]`; `#[on_task]` expects one of: `event`, `agent`, `description`, `name`, `crate`"
         );
     }
 
@@ -1508,7 +2191,7 @@ mod tests {
                 quote!("e", name = "x"),
                 item(HandlerKind::Result)
             ),
-            "argument `name` is only allowed on `#[on_invoke]` and `#[on_task]`; `#[on_result]` expects one of: `event`, `agent`, `description`"
+            "argument `name` is only allowed on `#[on_invoke]`, `#[on_task]` and `#[on_goal]`; `#[on_result]` expects one of: `event`, `agent`, `description`, `crate`"
         );
         assert_eq!(
             error(
@@ -1516,7 +2199,7 @@ mod tests {
                 quote!("business-facts", "e", name = "x"),
                 item(HandlerKind::Event)
             ),
-            "argument `name` is only allowed on `#[on_invoke]` and `#[on_task]`; `#[on_event]` expects one of: `topic`, `event`, `agent`, `description`"
+            "argument `name` is only allowed on `#[on_invoke]`, `#[on_task]` and `#[on_goal]`; `#[on_event]` expects one of: `topic`, `event`, `agent`, `description`, `crate`"
         );
     }
 
@@ -1639,7 +2322,7 @@ mod tests {
                 quote!("e", "calculator"),
                 item(HandlerKind::Invoke)
             ),
-            "unexpected extra positional argument; `#[on_invoke]` takes one positional argument (the event name); pass the others by name: `event`, `agent`, `description`, `name`"
+            "unexpected extra positional argument; `#[on_invoke]` takes one positional argument (the event name); pass the others by name: `event`, `agent`, `description`, `name`, `crate`"
         );
         assert_eq!(
             error(
@@ -1712,13 +2395,13 @@ mod tests {
         assert_eq!(
             errors,
             [
-                "unknown argument `foo` for `#[on_invoke]`; expected one of: `event`, `agent`, `description`, `name`",
+                "unknown argument `foo` for `#[on_invoke]`; expected one of: `event`, `agent`, `description`, `name`, `crate`",
                 "duplicate argument `agent` for `#[on_invoke]`",
                 "invalid character ' ' in event name `bad event`; use only ASCII letters, digits, `.`, `-` and `_`",
                 "`#[on_invoke]` handler must be `async fn`; found `fn`",
                 "`#[on_invoke]` handler must not have generic parameters; use concrete types",
                 "`#[on_invoke]` handler's first argument must be `Invocation<T>`; found `State<T>`; e.g. `req: Invocation<Calculate>` (extractors such as `State<S>` go after it)",
-                "`#[on_invoke]` handler must return `Result<T, E>` where `T: Serialize + JsonSchema` and `E: Display`; found `Calculated`",
+                "`#[on_invoke]` handler must return `Result<T, E>` where `T: Serialize + JsonSchema` and `E: Into<Box<dyn Error + Send + Sync>>`; found `Calculated`",
             ]
         );
     }

@@ -2,7 +2,9 @@
 
 use std::collections::{HashMap, HashSet};
 use std::future::IntoFuture;
-use std::sync::{Arc, Mutex};
+use std::marker::PhantomData;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::time::Duration;
 
 use serde::Serialize;
@@ -14,6 +16,7 @@ use crate::error::{Error, Result};
 use crate::platform::Platform;
 use crate::protocol::decode_payload;
 use crate::protocol::publish::{BusClient, Publish};
+use crate::protocol::request::Request;
 use crate::spi::bus::{EventFilter, Settlement, SubscriptionSpec};
 use crate::util::{BoxFuture, new_id};
 
@@ -30,7 +33,51 @@ impl Platform {
     }
 }
 
-type Pending = Arc<Mutex<HashMap<String, oneshot::Sender<Arc<EventEnvelope>>>>>;
+/// The calls awaiting a reply, by correlation id: (the call's token, where to send the reply).
+type PendingMap = HashMap<String, (u64, oneshot::Sender<Arc<EventEnvelope>>)>;
+type Pending = Arc<Mutex<PendingMap>>;
+
+fn lock(pending: &Pending) -> MutexGuard<'_, PendingMap> {
+    pending.lock().unwrap_or_else(PoisonError::into_inner)
+}
+
+/// A call's entry in the pending map, removed when the call ends however it ends: a reply, a
+/// timeout, a failed publish, or the call's future dropped (a caller's `select!` or timeout).
+struct PendingEntry {
+    pending: Pending,
+    correlation: String,
+    token: u64,
+}
+
+impl PendingEntry {
+    fn insert(
+        pending: &Pending,
+        correlation: String,
+        tx: oneshot::Sender<Arc<EventEnvelope>>,
+    ) -> Self {
+        static NEXT_TOKEN: AtomicU64 = AtomicU64::new(0);
+        let token = NEXT_TOKEN.fetch_add(1, Ordering::Relaxed);
+        lock(pending).insert(correlation.clone(), (token, tx));
+        Self {
+            pending: pending.clone(),
+            correlation,
+            token,
+        }
+    }
+}
+
+impl Drop for PendingEntry {
+    fn drop(&mut self) {
+        let mut pending = lock(&self.pending);
+        // Only this call's entry: a later call may have reused the correlation id.
+        if pending
+            .get(&self.correlation)
+            .is_some_and(|(token, _)| *token == self.token)
+        {
+            pending.remove(&self.correlation);
+        }
+    }
+}
 
 struct Inner {
     platform: Platform,
@@ -87,6 +134,14 @@ impl std::fmt::Debug for Client {
 }
 
 impl Client {
+    /// How long a request waits for its reply unless [`with_timeout`](Self::with_timeout) or
+    /// [`Call::timeout`] say otherwise.
+    ///
+    /// ```
+    /// assert_eq!(soorma::Client::DEFAULT_TIMEOUT, std::time::Duration::from_secs(30));
+    /// ```
+    pub const DEFAULT_TIMEOUT: Duration = Duration::from_secs(30);
+
     pub(crate) fn new(platform: Platform, name: impl Into<String>) -> Self {
         Self::build(
             platform,
@@ -94,7 +149,7 @@ impl Client {
             None,
             None,
             None,
-            Duration::from_secs(30),
+            Self::DEFAULT_TIMEOUT,
         )
     }
 
@@ -201,18 +256,26 @@ impl Client {
         self.rebuild(|p| p.2 = Some(s))
     }
 
-    /// A client whose requests time out after `timeout` (default 30 s).
+    /// A client whose requests time out after `timeout` (default
+    /// [`DEFAULT_TIMEOUT`](Self::DEFAULT_TIMEOUT), 30 s).
     ///
     /// ```
     /// # #[tokio::main(flavor = "current_thread")] async fn main() -> soorma::Result<()> {
     /// use std::time::Duration;
+    /// use soorma::prelude::*;
     ///
-    /// let platform = soorma::Platform::embedded();
+    /// async fn slow(_: Invocation) -> Result<(), ToolError> {
+    ///     tokio::time::sleep(Duration::from_secs(1)).await;
+    ///     Ok(())
+    /// }
+    ///
+    /// let platform = Platform::embedded();
+    /// # let tool = Tool::new("slow").use_registered_handlers(false)
+    /// #     .handler(Handler::on_invoke("slow.requested", slow)).start(&platform).await?;
     /// let client = platform.client("docs").with_timeout(Duration::from_millis(20));
-    /// // Nobody serves `nobody.requested`.
-    /// let err = client.invoke::<()>("nobody.requested", (), "nobody.completed").await.unwrap_err();
+    /// let err = client.invoke::<()>("slow.requested", (), "slow.completed").await.unwrap_err();
     /// assert!(matches!(err, soorma::Error::Timeout { .. }));
-    /// # Ok(()) }
+    /// # tool.shutdown().await?; Ok(()) }
     /// ```
     #[must_use]
     pub fn with_timeout(&self, timeout: Duration) -> Self {
@@ -289,6 +352,7 @@ impl Client {
             client: self.clone(),
             publish,
             timeout: self.inner.timeout,
+            check_consumer: true,
         }
     }
 
@@ -324,6 +388,41 @@ impl Client {
             .into_result()
     }
 
+    /// Sends a typed request and resolves to its typed reply; an error reply becomes
+    /// [`Error::Remote`], a reply of the wrong shape [`Error::InvalidPayload`] naming the field,
+    /// and a request no registered agent consumes [`Error::NoConsumer`] at once.
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")] async fn main() -> soorma::Result<()> {
+    /// use serde::{Deserialize, Serialize};
+    /// use soorma::prelude::*;
+    ///
+    /// #[derive(Serialize, Deserialize, schemars::JsonSchema)]
+    /// struct Add { a: i64, b: i64 }
+    ///
+    /// impl Request for Add {
+    ///     const EVENT: &'static str = "add.requested";
+    ///     type Reply = i64;
+    /// }
+    ///
+    /// async fn add(req: Invocation<Add>) -> Result<i64, ToolError> {
+    ///     Ok(req.data.a + req.data.b)
+    /// }
+    ///
+    /// let platform = Platform::embedded();
+    /// let tool = Tool::new("adder").use_registered_handlers(false)
+    ///     .handler(Handler::invoke(add)).start(&platform).await?;
+    /// let sum: i64 = platform.client("docs").call(Add { a: 2, b: 3 }).await?;
+    /// assert_eq!(sum, 5);
+    /// # tool.shutdown().await?; Ok(()) }
+    /// ```
+    pub fn call<R: Request>(&self, request: R) -> TypedCall<R> {
+        TypedCall {
+            call: self.request(R::EVENT, request, R::reply_event()),
+            reply: PhantomData,
+        }
+    }
+
     async fn listen(&self, topic: Topic, event: &str) -> Result<()> {
         let mut listening = self.inner.listening.lock().await;
         if listening.contains(&(topic, event.to_owned())) {
@@ -347,8 +446,8 @@ impl Client {
                     .envelope
                     .correlation_id
                     .as_ref()
-                    .and_then(|c| pending.lock().expect("pending lock").remove(c));
-                if let Some(tx) = waiter {
+                    .and_then(|c| lock(&pending).remove(c));
+                if let Some((_, tx)) = waiter {
                     let _ = tx.send(delivery.envelope.clone());
                 }
                 let _ = delivery.settle(Settlement::Ack).await;
@@ -378,6 +477,7 @@ pub struct Call {
     client: Client,
     publish: Publish,
     timeout: Duration,
+    check_consumer: bool,
 }
 
 impl Call {
@@ -399,8 +499,9 @@ impl Call {
     /// use std::time::Duration;
     ///
     /// let platform = soorma::Platform::embedded();
-    /// let call = platform.client("docs").request("nobody.requested", (), "nobody.completed");
-    /// let outcome = call.timeout(Duration::from_millis(20)).await;
+    /// // Nobody serves it yet: wait for a consumer that may start, for 20 ms.
+    /// let call = platform.client("docs").request("later.requested", (), "later.completed");
+    /// let outcome = call.skip_consumer_check().timeout(Duration::from_millis(20)).await;
     /// assert!(matches!(outcome, Err(soorma::Error::Timeout { .. })));
     /// # Ok(()) }
     /// ```
@@ -452,6 +553,32 @@ impl Call {
         self
     }
 
+    /// Sends the request even when no registered agent consumes its event (by default the call
+    /// fails at once with [`Error::NoConsumer`] instead of waiting for a reply that cannot
+    /// come) — for a consumer that is not running yet and will pick the request up when it
+    /// starts (on NATS, requests wait in their stream).
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")] async fn main() -> soorma::Result<()> {
+    /// use std::time::Duration;
+    ///
+    /// let platform = soorma::Platform::embedded();
+    /// let client = platform.client("docs");
+    /// let err = client.request("nobody.requested", (), "nobody.completed").await.unwrap_err();
+    /// assert!(matches!(err, soorma::Error::NoConsumer { .. }));
+    /// let waited = client
+    ///     .request("nobody.requested", (), "nobody.completed")
+    ///     .skip_consumer_check()
+    ///     .timeout(Duration::from_millis(20))
+    ///     .await;
+    /// assert!(matches!(waited, Err(soorma::Error::Timeout { .. })));
+    /// # Ok(()) }
+    /// ```
+    pub fn skip_consumer_check(mut self) -> Self {
+        self.check_consumer = false;
+        self
+    }
+
     /// Sets the session of the request.
     ///
     /// ```
@@ -500,28 +627,98 @@ impl Call {
         let topic = env.reply_topic();
         let correlation = env.correlation_id.clone().unwrap_or_else(|| env.id.clone());
         let event_type = env.event_type.clone();
+        if self.check_consumer {
+            self.client.inner.bus.check_consumer(env).await?;
+        }
         self.client.listen(topic, &response_event).await?;
         let (tx, rx) = oneshot::channel();
-        let pending = self.client.inner.pending.clone();
-        pending
-            .lock()
-            .expect("pending lock")
-            .insert(correlation.clone(), tx);
-        if let Err(e) = self.publish.await {
-            pending.lock().expect("pending lock").remove(&correlation);
-            return Err(e);
-        }
+        let _entry = PendingEntry::insert(&self.client.inner.pending, correlation, tx);
+        self.publish.await?;
         match tokio::time::timeout(self.timeout, rx).await {
             Ok(Ok(envelope)) => Ok(Reply::new(envelope)),
             Ok(Err(_)) => Err(Error::Closed),
-            Err(_) => {
-                pending.lock().expect("pending lock").remove(&correlation);
-                Err(Error::Timeout {
-                    after: self.timeout,
-                    what: format!("`{response_event}` replying to `{event_type}`"),
-                })
-            }
+            Err(_) => Err(Error::Timeout {
+                after: self.timeout,
+                what: format!("`{response_event}` replying to `{event_type}`"),
+            }),
         }
+    }
+}
+
+/// A pending typed request ([`Client::call`]); `.await` it for the reply `R::Reply`.
+///
+/// ```
+/// # #[tokio::main(flavor = "current_thread")] async fn main() -> soorma::Result<()> {
+/// # use serde::{Deserialize, Serialize};
+/// # use soorma::prelude::*;
+/// # #[derive(Serialize, Deserialize, schemars::JsonSchema)]
+/// # struct Add { a: i64, b: i64 }
+/// # impl Request for Add { const EVENT: &'static str = "add.requested"; type Reply = i64; }
+/// # async fn add(req: Invocation<Add>) -> Result<i64, ToolError> { Ok(req.data.a + req.data.b) }
+/// # let platform = Platform::embedded();
+/// # let tool = Tool::new("adder").use_registered_handlers(false)
+/// #     .handler(Handler::invoke(add)).start(&platform).await?;
+/// let sum = platform
+///     .client("docs")
+///     .call(Add { a: 40, b: 2 })
+///     .timeout(std::time::Duration::from_secs(5))
+///     .session_id("chat-1")
+///     .await?;
+/// assert_eq!(sum, 42);
+/// # tool.shutdown().await?; Ok(()) }
+/// ```
+#[must_use = "a request does nothing until awaited"]
+pub struct TypedCall<R> {
+    call: Call,
+    reply: PhantomData<fn() -> R>,
+}
+
+impl<R: Request> TypedCall<R> {
+    /// Sets how long to wait for the reply (default: the client's timeout).
+    pub fn timeout(self, timeout: Duration) -> Self {
+        self.map(|c| c.timeout(timeout))
+    }
+
+    /// Sets the request's correlation id (default: the request's event id).
+    pub fn correlation_id(self, id: impl Into<String>) -> Self {
+        self.map(|c| c.correlation_id(id))
+    }
+
+    /// Sets the session of the request.
+    pub fn session_id(self, id: impl Into<String>) -> Self {
+        self.map(|c| c.session_id(id))
+    }
+
+    /// Sends the request without checking its payload against its consumer's schema.
+    pub fn skip_validation(self) -> Self {
+        self.map(Call::skip_validation)
+    }
+
+    /// Sends the request even when no registered agent consumes it yet (see
+    /// [`Call::skip_consumer_check`]).
+    pub fn skip_consumer_check(self) -> Self {
+        self.map(Call::skip_consumer_check)
+    }
+
+    /// The request as it will be published.
+    pub fn envelope(&self) -> Result<&EventEnvelope> {
+        self.call.envelope()
+    }
+
+    fn map(self, f: impl FnOnce(Call) -> Call) -> Self {
+        Self {
+            call: f(self.call),
+            reply: PhantomData,
+        }
+    }
+}
+
+impl<R: Request> IntoFuture for TypedCall<R> {
+    type Output = Result<R::Reply>;
+    type IntoFuture = BoxFuture<'static, Result<R::Reply>>;
+
+    fn into_future(self) -> Self::IntoFuture {
+        Box::pin(async move { self.call.run().await?.into_result() })
     }
 }
 
@@ -615,5 +812,57 @@ impl Reply {
                 message: self.reply.error.unwrap_or_default(),
             })
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::time::Duration;
+
+    use crate::platform::Platform;
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn calls_dropped_before_their_reply_leave_no_pending_entry() {
+        let platform = Platform::embedded();
+        let client = platform.client("test");
+        // Nobody serves `nobody.requested`: every call waits for a reply until dropped.
+        let calls: Vec<_> = (0..1_000)
+            .map(|_| {
+                let client = client.clone();
+                tokio::spawn(async move {
+                    client
+                        .request("nobody.requested", (), "nobody.done")
+                        .skip_consumer_check()
+                        .await
+                })
+            })
+            .collect();
+        let pending = || crate::client::lock(&client.inner.pending).len();
+        tokio::time::timeout(Duration::from_secs(10), async {
+            while pending() < 1_000 {
+                tokio::time::sleep(Duration::from_millis(5)).await;
+            }
+        })
+        .await
+        .expect("every call registered");
+        for call in &calls {
+            call.abort();
+        }
+        for call in calls {
+            assert!(call.await.unwrap_err().is_cancelled());
+        }
+        assert_eq!(pending(), 0);
+
+        // A call that ends by its own timeout or gets its reply leaves nothing either.
+        let timed_out = client
+            .request("nobody.requested", (), "nobody.done")
+            .skip_consumer_check()
+            .timeout(Duration::from_millis(10))
+            .await;
+        assert!(matches!(
+            timed_out,
+            Err(crate::error::Error::Timeout { .. })
+        ));
+        assert_eq!(pending(), 0);
     }
 }

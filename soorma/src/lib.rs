@@ -77,20 +77,25 @@ pub mod testing;
 mod tls;
 mod util;
 
-pub use client::{Call, Client, Reply};
+pub use client::{Call, Client, Reply, TypedCall};
 pub use engine::{EngineParts, NATS_URL_ENV};
 pub use error::{Error, Result, SchemaViolation, ToolError};
 pub use layers::event::{Agent, Event};
-pub use layers::tool::{Invocation, Tool, ToolOutput};
+pub use layers::tool::{Invocation, Tool, ToolOutput, ToolReply};
 pub use layers::worker::{
-    Delegation, ResultContext, SUBTASKS_BUCKET, TASK_TIMEOUT_EVENT, TASKS_BUCKET, TaskContext,
-    Worker,
+    Delegated, Delegation, FanInHandler, FanInOutput, FromReplies, FromReply, ResultContext,
+    SUBTASKS_BUCKET, StateMap, SubTaskFailed, TASK_TIMEOUT_EVENT, TASKS_BUCKET, TaskContext,
+    TaskState, Worker,
 };
 pub use platform::Platform;
 pub use protocol::publish::{BusClient, Publish};
+pub use protocol::request::{OutgoingRequest, Request, RequestSet, reply_event_for};
 pub use runtime::agent::{AgentBuilder, AgentHandle};
 pub use runtime::extract::State;
-pub use runtime::handler::{Handler, HandlerFn, HandlerKind, HandlerOutput};
+pub use runtime::group::{Agents, AgentsHandle};
+pub use runtime::handler::{
+    Handler, HandlerFn, HandlerFnWith, HandlerKind, HandlerOutput, HandlerPayload,
+};
 pub use util::BoxFuture;
 
 /// The expression language of plan-transition conditions and action data templates
@@ -111,7 +116,9 @@ pub mod state {
 
 /// The agent registry (who is running and what they can do) and discovery queries over it.
 pub mod registry {
-    pub use crate::platform::discovery::{Discovery, Requirements};
+    pub use crate::platform::discovery::{
+        Discovery, Requirements, UnconsumedRequest, unconsumed_requests,
+    };
     pub use crate::spi::registry::Registry;
 }
 
@@ -120,13 +127,37 @@ pub mod extract {
     pub use crate::runtime::extract::{Extensions, FromHandlerInput, HandlerInput, State};
 }
 
+/// The agent's handler service and the [`tower`] layers around it: add your own with
+/// [`AgentBuilder::layer`] (metrics, authorization, rate limits).
+///
+/// Every handled event is a [`HandlerRequest`](dispatch::HandlerRequest) through the agent's
+/// stack, built once per start: the concurrency limit, a tracing span (`soorma.handle`), the
+/// settlement (ack, reply, the layer's failure policy, retry with backoff, dead letter), panic
+/// capture, then your layers (the last added outermost) around the handler.
+///
+/// ```
+/// use soorma::dispatch::{HandlerError, HandlerRequest, HandlerResponse, HandlerService};
+///
+/// fn is_service<S: soorma::dispatch::tower::Service<HandlerRequest, Response = HandlerResponse, Error = HandlerError>>() {}
+/// is_service::<HandlerService>();
+/// ```
+pub mod dispatch {
+    pub use crate::runtime::service::{
+        HandlerError, HandlerRequest, HandlerResponse, HandlerService,
+    };
+    /// The `tower` crate the handler service and its layers are built on.
+    pub use tower;
+}
+
 /// The embedded engine: an in-process bus, state store and registry.
 ///
 /// Zero setup and the default. Semantics match the NATS platform: instances of one agent
 /// (one consumer group) share work, different agents each receive every event they subscribe
 /// to, state writes are revision-checked, and everything is scoped by tenant.
 pub mod embedded {
-    pub use crate::engine::embedded::{EmbeddedBus, MemoryRegistry, MemoryStore};
+    pub use crate::engine::embedded::{
+        EmbeddedBus, EmbeddedConfig, MemoryRegistry, MemoryStore, QueueStats,
+    };
 }
 
 #[cfg(feature = "nats")]
@@ -178,15 +209,15 @@ pub mod planner {
     //! # #[tokio::main(flavor = "current_thread")] async fn main() -> soorma::Result<()> {
     //! use std::sync::Arc;
     //! use soorma::prelude::*;
-    //! use soorma::planner::{GoalContext, Plan, Planner};
+    //! use soorma::planner::{GoalContext, Plan, PlanContext, Planner};
     //! use soorma::common::{PlanDefinition, StateAction, StateConfig, StateTransition};
     //!
     //! async fn search(req: Invocation<serde_json::Value>) -> Result<Vec<String>, ToolError> {
     //!     Ok(vec![format!("about {}", req.data["q"].as_str().unwrap_or(""))])
     //! }
     //!
-    //! async fn research(goal: GoalContext, plan: State<Arc<Plan>>) -> soorma::Result<()> {
-    //!     goal.start(&plan).await.map(drop)
+    //! async fn research(goal: GoalContext, plan: State<Arc<Plan>>) -> soorma::Result<PlanContext> {
+    //!     goal.start(&plan).await
     //! }
     //!
     //! let plan = Plan::new(
@@ -255,26 +286,235 @@ pub use soorma_common::{
     SubTaskInfo, SubTaskStatus, TaskProgress, TaskRecord, TaskStatus, Topic,
 };
 
-pub use soorma_macros::{on_event, on_goal, on_invoke, on_result, on_task, on_transition};
+/// `#[derive(Request)]`: a request type names its event and its reply type once.
+///
+/// `#[request(event = "..", reply = Type)]`, optionally `reply_event = ".."` and
+/// `crate = "path"`. The type must also derive `Serialize`, `Deserialize` and `JsonSchema`
+/// (a missing one is one error at the type, naming the derives).
+///
+/// ```
+/// use serde::{Deserialize, Serialize};
+/// use schemars::JsonSchema;
+/// use soorma::Request;
+///
+/// #[derive(Request, Serialize, Deserialize, JsonSchema)]
+/// #[request(event = "sentiment.analyze", reply = f64)]
+/// struct AnalyzeSentiment { text: String }
+///
+/// #[derive(Request, Serialize, Deserialize, JsonSchema)]
+/// #[request(event = "order.place", reply = u64, reply_event = "order.placed")]
+/// enum PlaceOrder { Book { isbn: String }, GiftCard { amount: u32 } }
+///
+/// assert_eq!(AnalyzeSentiment::EVENT, "sentiment.analyze");
+/// assert_eq!(AnalyzeSentiment::reply_event(), "sentiment.analyze.completed");
+/// assert_eq!(PlaceOrder::reply_event(), "order.placed");
+/// ```
+pub use soorma_macros::Request;
+
+/// `#[on_fan_in(RequestA, RequestB, ..)]`: the handler that runs once, when every reply of a
+/// typed `task.fan_out((a, b, ..))` is in.
+///
+/// Its arguments are the task (`TaskContext<R, S>`), then the replies in the order of the
+/// request types (a tuple when there are several; each one the request's reply type, or
+/// `Result<Reply, SubTaskFailed>` to handle a failed sub-task), then extractors. Its return
+/// value completes the task (`Result<R::Reply, E>`), or it returns `Result<Delegated, E>`
+/// after delegating more. Also takes `agent = ".."` and `crate = ".."`.
+///
+/// ```
+/// use serde::{Deserialize, Serialize};
+/// use schemars::JsonSchema;
+/// use soorma::prelude::*;
+///
+/// #[derive(Request, Serialize, Deserialize, JsonSchema)]
+/// #[request(event = "sentiment.analyze", reply = f64)]
+/// struct AnalyzeSentiment { text: String }
+///
+/// #[derive(Request, Serialize, Deserialize, JsonSchema)]
+/// #[request(event = "summary.generate", reply = String)]
+/// struct Summarize { text: String }
+///
+/// #[derive(Request, Serialize, Deserialize, JsonSchema)]
+/// #[request(event = "research.requested", reply = String)]
+/// struct Research { text: String }
+///
+/// /// Fans the text out to the analyzers.
+/// #[on_task]
+/// async fn research(mut task: TaskContext<Research>) -> soorma::Result<Delegated> {
+///     let text = task.data.text.clone();
+///     task.fan_out((AnalyzeSentiment { text: text.clone() }, Summarize { text })).await
+/// }
+///
+/// /// Runs once both replies are in; a failed summary does not fail the task.
+/// #[on_fan_in(AnalyzeSentiment, Summarize)]
+/// async fn collect(
+///     _task: TaskContext<Research>,
+///     (score, summary): (f64, Result<String, SubTaskFailed>),
+/// ) -> soorma::Result<String> {
+///     Ok(format!("{score}: {}", summary.unwrap_or_default()))
+/// }
+///
+/// let worker = Worker::new("researcher").handlers(soorma::handlers![research, collect]);
+/// # let _ = worker;
+/// ```
+pub use soorma_macros::on_fan_in;
+
+/// `#[on_goal]` (typed, the event from `GoalContext<R>`'s request type) or
+/// `#[on_goal("event.name")]`: a planner's goal handler.
+///
+/// ```
+/// use serde::{Deserialize, Serialize};
+/// use schemars::JsonSchema;
+/// use soorma::prelude::*;
+///
+/// #[derive(Request, Serialize, Deserialize, JsonSchema)]
+/// #[request(event = "trip.plan", reply = String)]
+/// struct PlanTrip { city: String }
+///
+/// /// Plans a trip.
+/// #[on_goal(agent = "trip-planner")]
+/// async fn plan_trip(goal: GoalContext<PlanTrip>) -> soorma::Result<()> {
+///     let _city = &goal.data.city;
+///     Ok(())
+/// }
+///
+/// assert_eq!(soorma::handlers![plan_trip][0].event(), "trip.plan");
+/// ```
+pub use soorma_macros::on_goal;
+
+/// `#[on_invoke]` (typed, the event from `Invocation<R>`'s request type, replying
+/// `R::Reply`) or `#[on_invoke("event.name")]` (any deserializable payload): a tool.
+///
+/// ```
+/// use serde::{Deserialize, Serialize};
+/// use schemars::JsonSchema;
+/// use soorma::prelude::*;
+///
+/// #[derive(Request, Serialize, Deserialize, JsonSchema)]
+/// #[request(event = "sentiment.analyze", reply = f64)]
+/// struct AnalyzeSentiment { text: String }
+///
+/// /// Scores the sentiment of a text.
+/// #[on_invoke(agent = "analyzers")]
+/// async fn sentiment(req: Invocation<AnalyzeSentiment>) -> Result<f64, ToolError> {
+///     Ok(if req.data.text.contains("good") { 1.0 } else { -1.0 })
+/// }
+///
+/// /// Doubles a number (string-named: the event is given, the payload any type).
+/// #[on_invoke("double.requested", agent = "analyzers")]
+/// async fn double(req: Invocation<i64>) -> Result<i64, ToolError> {
+///     Ok(req.data * 2)
+/// }
+///
+/// let events: Vec<String> = soorma::handlers![sentiment, double]
+///     .iter().map(|h| h.event().to_owned()).collect();
+/// assert_eq!(events, ["sentiment.analyze", "double.requested"]);
+/// ```
+pub use soorma_macros::on_invoke;
+
+/// `#[on_task]` (typed, the event from `TaskContext<R, S>`'s request type) or
+/// `#[on_task("event.name")]`: a worker's task handler.
+///
+/// ```
+/// use serde::{Deserialize, Serialize};
+/// use schemars::JsonSchema;
+/// use soorma::prelude::*;
+///
+/// #[derive(Request, Serialize, Deserialize, JsonSchema)]
+/// #[request(event = "count.requested", reply = usize)]
+/// struct Count { words: Vec<String> }
+///
+/// /// Counts words; the value it completes with is the task's reply.
+/// #[on_task(agent = "counter")]
+/// async fn count(mut task: TaskContext<Count>) -> soorma::Result<bool> {
+///     let n = task.data.words.len();
+///     task.complete(n).await
+/// }
+///
+/// assert_eq!(soorma::handlers![count][0].event(), "count.requested");
+/// ```
+pub use soorma_macros::on_task;
+
+pub use soorma_macros::{on_event, on_result, on_transition};
 
 /// Everything a handler module needs: `use soorma::prelude::*;`.
 pub mod prelude {
     pub use crate::planner::{GoalContext, Plan, PlanContext, Planner};
     pub use crate::{
-        Agent, AgentBuilder, BusClient, Client, Delegation, Error, Event, Handler, Invocation,
-        Platform, ResultContext, State, TaskContext, Tool, ToolError, Topic, Worker,
+        Agent, AgentBuilder, Agents, BusClient, Client, Delegated, Delegation, Error, Event,
+        Handler, Invocation, Platform, Request, ResultContext, State, SubTaskFailed, TaskContext,
+        Tool, ToolError, Topic, Worker,
     };
-    pub use soorma_macros::{on_event, on_goal, on_invoke, on_result, on_task, on_transition};
+    // `Request` (the trait and its derive) comes with `crate::Request` above.
+    pub use crate::handlers;
+    /// The derives every payload type needs (the crate still depends on `serde` and
+    /// `schemars`, whose derives name them).
+    pub use schemars::JsonSchema;
+    pub use serde::{Deserialize, Serialize};
+    pub use soorma_macros::{
+        on_event, on_fan_in, on_goal, on_invoke, on_result, on_task, on_transition,
+    };
 }
 
 /// Items used by code the macros generate. Not public API.
 #[doc(hidden)]
 pub mod __private {
+    pub use crate::protocol::request::Request;
     pub use crate::runtime::extract::FromHandlerInput;
-    pub use crate::runtime::handler::{Handler, HandlerRegistration};
+    pub use crate::runtime::handler::{Handler, HandlerRegistration, HandlerSet};
     pub use inventory;
     pub use schemars;
     pub use serde;
     pub use serde_json;
     pub use soorma_common::Topic;
+
+    /// `R`, when it is a request type. When it is not, the one error is "`R` is not a request
+    /// type" where the macro wrote this type (on the user's `R`), and the type is left
+    /// undetermined, so that what is built on it does not report the same problem again (a
+    /// fan-in's request set, for one).
+    pub type RequestType<R> = <(R, <<R as Request>::Reply as Unit>::Unit) as Pick>::Out;
+
+    /// `()` for every type (see [`RequestType`]): undetermined for an undetermined type.
+    pub trait Unit {
+        /// Always `()`.
+        type Unit;
+    }
+
+    impl<T: ?Sized> Unit for T {
+        type Unit = ();
+    }
+
+    /// The first element of a pair whose second is `()` (see [`RequestType`]). The second impl
+    /// only makes a pair whose second element is undetermined ambiguous, rather than `()`.
+    pub trait Pick {
+        /// The first element.
+        type Out;
+    }
+
+    impl<A> Pick for (A, ()) {
+        type Out = A;
+    }
+
+    impl<A> Pick for (A, ((),)) {
+        type Out = A;
+    }
+
+    /// What `#[derive(Request)]` requires of its type (see [`assert_request_payload`]).
+    #[diagnostic::on_unimplemented(
+        message = "`{Self}` derives `Request`, so it must implement `Serialize`, `Deserialize` and `JsonSchema`",
+        label = "add the missing derives: `#[derive(Request, Serialize, Deserialize, JsonSchema)]`",
+        note = "a request is sent as JSON, and its schema is registered with the agent that handles it"
+    )]
+    pub trait RequestPayload:
+        serde::Serialize + serde::de::DeserializeOwned + schemars::JsonSchema
+    {
+    }
+
+    impl<T: serde::Serialize + serde::de::DeserializeOwned + schemars::JsonSchema> RequestPayload
+        for T
+    {
+    }
+
+    /// Called by `#[derive(Request)]` on its type: a missing derive is reported once, at the
+    /// type's name, with [`RequestPayload`]'s message.
+    pub const fn assert_request_payload<T: RequestPayload>() {}
 }

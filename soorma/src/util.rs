@@ -44,6 +44,15 @@ pub(crate) fn now_rfc3339() -> String {
     format_rfc3339(d.as_secs(), d.subsec_millis())
 }
 
+/// The time `after` from now, as RFC 3339 UTC with milliseconds.
+pub(crate) fn rfc3339_after(after: std::time::Duration) -> String {
+    let d = SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .unwrap_or_default()
+        .saturating_add(after);
+    format_rfc3339(d.as_secs(), d.subsec_millis())
+}
+
 fn format_rfc3339(secs: u64, millis: u32) -> String {
     let days = (secs / 86_400) as i64;
     let rem = secs % 86_400;

@@ -380,7 +380,8 @@ async fn fan(mut task: TaskContext<usize>) -> soorma::Result<()> {
     let d: Vec<Delegation> = (0..task.data)
         .map(|i| Delegation::new("add.requested", &json!({"a": i, "b": 1}), "fan.part.done"))
         .collect();
-    task.delegate_parallel(d).await.map(drop)
+    task.delegate_parallel(d).await?;
+    Ok(())
 }
 
 async fn fan_part(result: ResultContext) -> soorma::Result<()> {
@@ -395,11 +396,17 @@ async fn fan_part(result: ResultContext) -> soorma::Result<()> {
 static PARKED: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
 
 async fn park(mut task: TaskContext<u32>) -> soorma::Result<()> {
-    task.delegate("never.served", task.data, "never.done")
-        .await?;
+    // Nobody serves it: the task stays pending (the point of this phase).
+    task.delegate_with(
+        Delegation::new("never.served", &task.data, "never.done").skip_consumer_check(),
+    )
+    .await?;
     PARKED.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
     Ok(())
 }
+
+/// The result handler the parked tasks' delegations need (no result ever comes).
+async fn never_done(_result: ResultContext<u32>) {}
 
 fn rss_kib() -> u64 {
     std::fs::read_to_string("/proc/self/status")
@@ -519,6 +526,7 @@ async fn memory(platform: &Platform) {
                     .unwrap_or(1024),
             )
             .handler(Handler::on_task("park.requested", park))
+            .handler(Handler::on_result("never.done", never_done))
             .start(platform)
             .await
             .expect("parker");

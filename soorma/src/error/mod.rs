@@ -1,9 +1,12 @@
-//! The SDK's errors: [`Error`], the handler error [`ToolError`], and [`is_retryable`], which
-//! walks an error's `source()` chain to decide whether retrying may succeed.
+//! The SDK's errors: [`Error`], the engine's [`EngineError`], the handler error [`ToolError`],
+//! and [`is_retryable`], which walks an error's `source()` chain to decide whether retrying
+//! may succeed.
 
+mod engine;
 mod retry;
 mod tool;
 
+pub use engine::{EngineError, EngineErrorKind};
 pub use retry::is_retryable;
 pub use tool::ToolError;
 
@@ -14,7 +17,30 @@ use std::time::Duration;
 
 /// Errors returned by soorma.
 ///
+/// `?` converts into it from I/O and JSON errors, [`ToolError`] and the feature modules'
+/// errors (LLM, planning, MCP); [`Error::other`] boxes any other error, and
+/// [`Error::downcast_ref`] gets it back.
+///
 /// ```
+/// #[derive(serde::Deserialize)]
+/// struct Settings {
+///     name: String,
+/// }
+///
+/// fn load(path: &std::path::Path) -> soorma::Result<Settings> {
+///     let text = std::fs::read_to_string(path)?; // std::io::Error
+///     Ok(serde_json::from_str(&text)?) // serde_json::Error
+/// }
+///
+/// let dir = std::env::temp_dir();
+/// let path = dir.join(format!("soorma-settings-{}.json", std::process::id()));
+/// assert!(matches!(load(&path), Err(soorma::Error::Io(_))));
+/// std::fs::write(&path, "{").unwrap();
+/// assert!(matches!(load(&path), Err(soorma::Error::Json(_))));
+/// std::fs::write(&path, r#"{"name": "calculator"}"#).unwrap();
+/// assert_eq!(load(&path).unwrap().name, "calculator");
+/// # std::fs::remove_file(&path).unwrap();
+///
 /// let err = soorma::Error::InvalidArgument("response_event must not be empty".into());
 /// assert!(err.to_string().contains("response_event"));
 /// ```
@@ -74,15 +100,22 @@ pub enum Error {
         /// The contended key.
         key: String,
     },
-    /// The state store failed.
-    #[error("state store error: {0}")]
-    State(String),
-    /// The bus failed.
-    #[error("bus error: {0}")]
-    Bus(String),
-    /// The registry failed.
-    #[error("registry error: {0}")]
-    Registry(String),
+    /// The engine failed: the connection, the bus, the state store or the registry.
+    /// [`EngineError::kind`] says what it was doing; its [`source`](std::error::Error::source)
+    /// is the engine's own error (an `async_nats` error, say).
+    ///
+    /// ```
+    /// use soorma::error::{EngineError, EngineErrorKind};
+    ///
+    /// let err = soorma::Error::from(EngineError::new(EngineErrorKind::Publish, "publish"));
+    /// match &err {
+    ///     soorma::Error::Engine(e) if e.kind() == EngineErrorKind::Publish => {}
+    ///     other => panic!("{other}"),
+    /// }
+    /// assert!(err.is_retryable());
+    /// ```
+    #[error(transparent)]
+    Engine(#[from] EngineError),
     /// An agent was started with no handlers.
     #[error(
         "agent `{agent}` has no handlers: annotate async fns with #[on_invoke]/#[on_task]/#[on_result]/#[on_event] \
@@ -190,9 +223,9 @@ pub enum Error {
 }
 
 impl Error {
-    /// Whether retrying the same operation later may succeed: the platform briefly unreachable,
-    /// a lost revision race, a timeout; for [`Error::Other`], what was decided when it was
-    /// boxed (see [`is_retryable`]).
+    /// Whether retrying the same operation later may succeed: the platform briefly unreachable
+    /// (see [`EngineError::is_retryable`]), a lost revision race, a timeout, a transient I/O
+    /// error; for [`Error::Other`], what was decided when it was boxed (see [`is_retryable`]).
     ///
     /// ```
     /// use soorma::Error;
@@ -201,11 +234,8 @@ impl Error {
     /// ```
     pub fn is_retryable(&self) -> bool {
         match self {
-            Error::Conflict { .. }
-            | Error::State(_)
-            | Error::Bus(_)
-            | Error::Registry(_)
-            | Error::Timeout { .. } => true,
+            Error::Conflict { .. } | Error::Timeout { .. } => true,
+            Error::Engine(e) => e.is_retryable(),
             Error::Io(e) => retry::io_is_transient(e),
             Error::Other { retryable, .. } => *retryable,
             _ => false,

@@ -22,7 +22,7 @@
 //! use soorma::gateway::Gateway;
 //!
 //! let platform = soorma::Platform::from_env().await?;
-//! let listener = tokio::net::TcpListener::bind("127.0.0.1:8080").await.map_err(|e| soorma::Error::Config(e.to_string()))?;
+//! let listener = tokio::net::TcpListener::bind("127.0.0.1:8080").await?; // io::Error converts
 //! Gateway::new(&platform).agent("calculator").serve(listener).await
 //! # }
 //! ```

@@ -3,8 +3,6 @@
 use std::fmt;
 use std::sync::Arc;
 
-use schemars::JsonSchema;
-use serde::de::DeserializeOwned;
 use serde_json::Value;
 use soorma_common::{AgentKind, EventEnvelope, Topic};
 
@@ -12,7 +10,7 @@ use crate::runtime::agent::AgentBuilder;
 use crate::runtime::context::context_accessors;
 use crate::runtime::extract::{AgentRuntime, HandlerInput};
 use crate::runtime::handler::{
-    Handler, HandlerFn, HandlerKind, HandlerOutput, payload_call, schema_of,
+    Handler, HandlerFn, HandlerKind, HandlerOutput, HandlerPayload, payload_call, schema_of,
 };
 
 /// Raw event handlers (`#[on_event]`): the base layer.
@@ -118,7 +116,7 @@ impl Handler {
     where
         H: HandlerFn<Event<T>, Args>,
         H::Output: HandlerOutput,
-        T: DeserializeOwned + JsonSchema + Send + 'static,
+        T: HandlerPayload,
     {
         let call = payload_call(handler, Event::new);
         Handler::new(

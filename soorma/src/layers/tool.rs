@@ -1,23 +1,23 @@
 //! The tool layer (`#[on_invoke]`): request → reply. The handler's return value is the reply;
 //! its error becomes an error reply.
 
-use std::fmt::{self, Display};
+use std::fmt;
 use std::sync::Arc;
 
 use schemars::JsonSchema;
 use serde::Serialize;
-use serde::de::DeserializeOwned;
 use serde_json::Value;
 use soorma_common::{ActionReply, AgentKind, EventEnvelope, Topic};
 
-use crate::error::Result as SdkResult;
+use crate::error::{BoxError, Result as SdkResult};
 use crate::protocol::decode_payload;
 use crate::protocol::reply::send_reply;
+use crate::protocol::request::Request;
 use crate::runtime::agent::AgentBuilder;
 use crate::runtime::context::context_accessors;
 use crate::runtime::extract::{AgentRuntime, HandlerInput};
 use crate::runtime::handler::{
-    Advertised, ErasedFn, Failure, Handler, HandlerFn, HandlerKind, SchemaSource,
+    Advertised, ErasedFn, Failure, Handler, HandlerFn, HandlerKind, HandlerPayload, SchemaSource,
     extractor_failure, handler_failure, schema_of,
 };
 use crate::util::BoxFuture;
@@ -132,17 +132,22 @@ impl<T: fmt::Debug> fmt::Debug for Invocation<T> {
     }
 }
 
-/// What an `#[on_invoke]` handler returns: `Result<T, E>` with `T: Serialize + JsonSchema`.
+/// What an `#[on_invoke]` handler returns: `Result<T, E>` with `T: Serialize + JsonSchema`
+/// (the reply) and an error that converts into `Box<dyn Error + Send + Sync>` (the error reply):
+/// [`ToolError`](crate::ToolError), [`soorma::Error`](crate::Error), `String`, any
+/// `std::error::Error + Send + Sync`, `anyhow::Error`.
 ///
 /// ```
 /// use soorma::ToolOutput;
 ///
 /// fn tool_output<O: ToolOutput>() {}
 /// tool_output::<Result<u32, soorma::ToolError>>();
-/// tool_output::<Result<Vec<String>, String>>(); // any `E: Display`
+/// tool_output::<soorma::Result<u32>>();
+/// tool_output::<Result<Vec<String>, String>>();
+/// tool_output::<Result<String, std::io::Error>>();
 /// ```
 #[diagnostic::on_unimplemented(
-    message = "`#[on_invoke]` handlers must return `Result<T, E>` where `T: Serialize + JsonSchema` and `E: Display`; found `{Self}`"
+    message = "`#[on_invoke]` handlers must return `Result<T, E>` where `T: Serialize + JsonSchema` and `E: Into<Box<dyn Error + Send + Sync>>` (`ToolError`, `soorma::Error`, `String`, any `std::error::Error + Send + Sync`); found `{Self}`"
 )]
 pub trait ToolOutput: Send + 'static {
     /// The success type (its schema becomes the produced schema).
@@ -155,13 +160,37 @@ pub trait ToolOutput: Send + 'static {
 impl<T, E> ToolOutput for Result<T, E>
 where
     T: Serialize + JsonSchema + Send + 'static,
-    E: Display + Send + 'static,
+    E: Into<BoxError> + Send + 'static,
 {
     type Ok = T;
 
     fn into_outcome(self) -> Result<T, Failure> {
         self.map_err(handler_failure)
     }
+}
+
+/// What a tool handler of a typed request returns: `Result<V, E>` where `V` is the request's
+/// reply type and `E: Into<Box<dyn Error + Send + Sync>>` ([`Handler::invoke`]).
+///
+/// ```
+/// use soorma::ToolReply;
+///
+/// fn replies_with<V, O: ToolReply<V>>() {}
+/// replies_with::<u32, Result<u32, soorma::ToolError>>();
+/// replies_with::<u32, soorma::Result<u32>>();
+/// replies_with::<u32, Result<u32, std::io::Error>>();
+/// ```
+#[diagnostic::on_unimplemented(
+    message = "a tool handler of a request replying `{V}` must return `Result<{V}, E>` where `E: Into<Box<dyn Error + Send + Sync>>` (`ToolError`, `soorma::Error`, `String`, any `std::error::Error + Send + Sync`); found `{Self}`",
+    label = "expected `Result<{V}, E>`"
+)]
+pub trait ToolReply<V>: ToolOutput<Ok = V> {}
+
+impl<V, E> ToolReply<V> for Result<V, E>
+where
+    V: Serialize + JsonSchema + Send + 'static,
+    E: Into<BoxError> + Send + 'static,
+{
 }
 
 impl Handler {
@@ -181,7 +210,7 @@ impl Handler {
     where
         H: HandlerFn<Invocation<T>, Args>,
         H::Output: ToolOutput,
-        T: DeserializeOwned + JsonSchema + Send + 'static,
+        T: HandlerPayload,
     {
         let call: ErasedFn = Arc::new(move |input: HandlerInput| {
             let handler = handler.clone();
@@ -211,6 +240,45 @@ impl Handler {
         h.response_schema = Some(SchemaSource::Of(schema_of::<<H::Output as ToolOutput>::Ok>));
         h.advertised = Advertised::Capability;
         h.on_failure = Some(reply_with_error);
+        h
+    }
+
+    /// A tool handler for the typed request `R`: the event is `R::EVENT`, and the handler
+    /// replies with `R::Reply`.
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")] async fn main() -> soorma::Result<()> {
+    /// use serde::{Deserialize, Serialize};
+    /// use soorma::prelude::*;
+    ///
+    /// #[derive(Serialize, Deserialize, schemars::JsonSchema)]
+    /// struct Shout { text: String }
+    ///
+    /// impl Request for Shout {
+    ///     const EVENT: &'static str = "shout.requested";
+    ///     type Reply = String;
+    /// }
+    ///
+    /// async fn shout(req: Invocation<Shout>) -> Result<String, ToolError> {
+    ///     Ok(req.data.text.to_uppercase())
+    /// }
+    ///
+    /// let h = Handler::invoke(shout);
+    /// assert_eq!(h.event(), "shout.requested");
+    /// # let platform = Platform::embedded();
+    /// # let tool = Tool::new("shouter").use_registered_handlers(false).handler(h).start(&platform).await?;
+    /// let loud = platform.client("docs").call(Shout { text: "hi".into() }).await?;
+    /// assert_eq!(loud, "HI");
+    /// # tool.shutdown().await?; Ok(()) }
+    /// ```
+    pub fn invoke<H, R, Args>(handler: H) -> Self
+    where
+        H: HandlerFn<Invocation<R>, Args>,
+        H::Output: ToolReply<R::Reply>,
+        R: Request,
+    {
+        let mut h = Self::on_invoke(R::EVENT, handler);
+        h.reply_event = Some(R::reply_event());
         h
     }
 }

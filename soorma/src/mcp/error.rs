@@ -127,6 +127,42 @@ impl McpError {
                 | McpError::Protocol { .. }
         )
     }
+
+    /// Whether the same call may succeed later: the server could not be reached or went away,
+    /// the call timed out, or its circuit is open. (A timed-out call may have run: see
+    /// [`reached_server`](Self::reached_server).)
+    ///
+    /// ```
+    /// use soorma::mcp::McpError;
+    ///
+    /// assert!(McpError::Connect { server: "a".into(), message: "refused".into() }.is_retryable());
+    /// assert!(!McpError::UnknownTool { tool: "x".into() }.is_retryable());
+    /// ```
+    pub fn is_retryable(&self) -> bool {
+        matches!(
+            self,
+            McpError::Connect { .. }
+                | McpError::Disconnected { .. }
+                | McpError::Timeout { .. }
+                | McpError::CircuitOpen { .. }
+        )
+    }
+}
+
+impl From<McpError> for crate::error::Error {
+    /// Boxed in [`Error::Other`](crate::Error::Other), as retryable as
+    /// [`McpError::is_retryable`] says, so `?` works in a `soorma::Result` fn.
+    ///
+    /// ```
+    /// use soorma::mcp::McpError;
+    /// let err = soorma::Error::from(McpError::Shutdown);
+    /// assert!(matches!(err.downcast_ref::<McpError>(), Some(McpError::Shutdown)));
+    /// assert!(!err.is_retryable());
+    /// ```
+    fn from(error: McpError) -> Self {
+        let retryable = error.is_retryable();
+        crate::error::Error::other_with_retry(error, retryable)
+    }
 }
 
 fn join(violations: &[SchemaViolation]) -> String {

@@ -26,7 +26,94 @@ impl std::fmt::Debug for Discovery {
     }
 }
 
+/// A request an agent sends (and waits for the reply to) that no registered agent consumes:
+/// its delegations fail with "no agent consumes" until a consumer runs.
+///
+/// ```
+/// use soorma::{AgentDefinition, AgentKind};
+/// use soorma::registry::unconsumed_requests;
+///
+/// let researcher = AgentDefinition::new("r-1", "researcher", AgentKind::Worker)
+///     .with_requested_event("search.requested");
+/// let missing = unconsumed_requests(&[researcher]);
+/// assert_eq!(missing[0].event, "search.requested");
+/// assert_eq!(missing[0].to_string(), "`researcher` requests `search.requested`, which no registered agent consumes");
+/// ```
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+#[non_exhaustive]
+pub struct UnconsumedRequest {
+    /// The requesting agent's name.
+    pub agent: String,
+    /// The request event.
+    pub event: String,
+    /// The requesting agent's tenant, if it serves one.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub tenant: Option<String>,
+}
+
+impl std::fmt::Display for UnconsumedRequest {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "`{}` requests `{}`, which no registered agent consumes",
+            self.agent, self.event
+        )?;
+        if let Some(tenant) = &self.tenant {
+            write!(f, " for tenant `{tenant}`")?;
+        }
+        Ok(())
+    }
+}
+
+/// Every request the `agents` send that none of them consumes (for the requester's tenant),
+/// once per agent name and event, sorted.
+pub fn unconsumed_requests(agents: &[AgentDefinition]) -> Vec<UnconsumedRequest> {
+    let consumes = |a: &AgentDefinition, event: &str| {
+        a.capabilities
+            .iter()
+            .map(|c| &c.consumed_event)
+            .chain(a.consumed_events.iter())
+            .any(|e| e.event_name == event && e.topic == soorma_common::Topic::ActionRequests)
+    };
+    let mut found: Vec<UnconsumedRequest> = Vec::new();
+    for agent in agents {
+        for event in &agent.requested_events {
+            let served = agents.iter().any(|c| {
+                consumes(c, event)
+                    && match (&c.tenant_id, &agent.tenant_id) {
+                        (None, _) => true,
+                        (Some(ct), Some(at)) => ct == at,
+                        (Some(_), None) => false,
+                    }
+            });
+            let missing = UnconsumedRequest {
+                agent: agent.name.clone(),
+                event: event.clone(),
+                tenant: agent.tenant_id.clone(),
+            };
+            if !served && !found.contains(&missing) {
+                found.push(missing);
+            }
+        }
+    }
+    found.sort_by(|a, b| (&a.agent, &a.event).cmp(&(&b.agent, &b.event)));
+    found
+}
+
 impl Discovery {
+    /// The requests registered agents send that no registered agent consumes (see
+    /// [`unconsumed_requests`]); `soorma agents --check` prints them.
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")] async fn main() -> soorma::Result<()> {
+    /// let platform = soorma::Platform::embedded();
+    /// assert!(platform.discovery().unconsumed_requests().await?.is_empty());
+    /// # Ok(()) }
+    /// ```
+    pub async fn unconsumed_requests(&self) -> Result<Vec<UnconsumedRequest>> {
+        Ok(unconsumed_requests(&self.registry.agents().await?))
+    }
+
     pub(crate) fn new(registry: std::sync::Arc<dyn Registry>) -> Self {
         Self { registry }
     }

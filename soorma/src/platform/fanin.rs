@@ -5,7 +5,7 @@ use std::sync::Arc;
 
 use soorma_common::{SubTaskInfo, TaskRecord};
 
-use crate::error::{Error, Result};
+use crate::error::{EngineError, EngineErrorKind, Error, Result};
 use crate::spi::state::{self, Change, StateKey};
 use crate::util::now_rfc3339;
 
@@ -35,19 +35,44 @@ const COMPLETE_GROUPS_KEPT: usize = 256;
 struct MarkWaiter {
     group: String,
     seq: u32,
-    tx: tokio::sync::oneshot::Sender<std::result::Result<state::Versioned<TaskRecord>, String>>,
+    tx: tokio::sync::oneshot::Sender<std::result::Result<Marked, SharedError>>,
+}
+
+/// A mark written: the stored task after the write, and whether this mark is the one that
+/// completed its group (true for exactly one mark per group, across every writer).
+#[derive(Debug, Clone)]
+pub(crate) struct Marked {
+    pub(crate) task: state::Versioned<TaskRecord>,
+    pub(crate) completed_group: bool,
+}
+
+/// The error of one coalesced write, reported to every mark it included.
+#[derive(Debug, Clone)]
+struct SharedError(Arc<Error>);
+
+impl std::fmt::Display for SharedError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        std::fmt::Display::fmt(&self.0, f)
+    }
+}
+
+impl std::error::Error for SharedError {
+    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+        // The error itself, so that it decides whether retrying may succeed.
+        Some(&*self.0)
+    }
 }
 
 impl FanIn {
     /// Marks sub-task `seq` of `group` finished in the task at `key`; returns the stored task
-    /// after a write that includes the mark.
+    /// after a write that includes the mark, and whether this mark completed the group.
     pub(crate) async fn mark(
         self: &Arc<Self>,
         store: Arc<dyn crate::spi::state::StateStore>,
         key: StateKey,
         group: String,
         seq: u32,
-    ) -> Result<state::Versioned<TaskRecord>> {
+    ) -> Result<Marked> {
         let (tx, rx) = tokio::sync::oneshot::channel();
         let lead = {
             let mut lanes = self.lanes.lock().expect("group marks lock");
@@ -65,11 +90,19 @@ impl FanIn {
         };
         if lead {
             // A task of its own, so that no caller's cancellation can strand the queue.
-            tokio::spawn(self.clone().drain(store, key));
+            tokio::spawn(self.clone().drain(store, key.clone()));
         }
-        rx.await
-            .map_err(|_| Error::State("the fan-in writer stopped".into()))?
-            .map_err(Error::State)
+        let failed = || {
+            EngineError::new(
+                EngineErrorKind::StateWrite,
+                format!("mark sub-task {seq} finished in `{key}`"),
+            )
+        };
+        match rx.await {
+            Ok(Ok(stored)) => Ok(stored),
+            Ok(Err(e)) => Err(failed().with_source(e).into()),
+            Err(_) => Err(failed().with_source("the fan-in writer stopped").into()),
+        }
     }
 
     /// The members of a complete group, loaded by the first caller and shared with the rest.
@@ -111,35 +144,47 @@ impl FanIn {
                 std::mem::take(waiters)
             };
             let now = now_rfc3339();
+            // Which waiter's mark completed its group in the write that succeeds (recomputed
+            // on every attempt of the revision-checked update).
             let result = state::update_with(
                 &*store,
                 "task",
                 &key,
                 || Error::TaskNotFound(key.key.clone()),
                 |rec: &mut TaskRecord| {
+                    let mut completed = vec![false; batch.len()];
                     let mut changed = false;
-                    for w in &batch {
+                    for (i, w) in batch.iter().enumerate() {
                         let group = rec.groups.get_mut(&w.group).ok_or_else(|| {
-                            Error::State(format!(
-                                "task `{}` has no delegation group `{}`",
-                                rec.task_id, w.group
-                            ))
+                            EngineError::new(
+                                EngineErrorKind::Inconsistent,
+                                format!(
+                                    "task `{}` has no delegation group `{}`",
+                                    rec.task_id, w.group
+                                ),
+                            )
                         })?;
-                        changed |= group.mark_finished(w.seq);
+                        let was_complete = group.is_complete();
+                        let marked = group.mark_finished(w.seq);
+                        changed |= marked;
+                        completed[i] = marked && !was_complete && group.is_complete();
                     }
                     if changed {
                         rec.updated_at = Some(now.clone());
-                        Ok(Change::Write(()))
+                        Ok(Change::Write(completed))
                     } else {
-                        Ok(Change::Keep(()))
+                        Ok(Change::Keep(completed))
                     }
                 },
             )
             .await
-            .map(|((), stored)| stored)
-            .map_err(|e| e.to_string());
-            for w in batch {
-                let _ = w.tx.send(result.clone());
+            .map_err(|e| SharedError(Arc::new(e)));
+            for (i, w) in batch.into_iter().enumerate() {
+                let marked = result.as_ref().map(|(completed, stored)| Marked {
+                    task: stored.clone(),
+                    completed_group: completed[i],
+                });
+                let _ = w.tx.send(marked.map_err(Clone::clone));
             }
         }
     }

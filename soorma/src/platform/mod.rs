@@ -14,6 +14,7 @@ use crate::spi::registry::Registry;
 use crate::spi::state::StateStore;
 use discovery::Discovery;
 use fanin::FanIn;
+use timers::Timers;
 use validation::RequestValidator;
 
 struct Inner {
@@ -24,6 +25,7 @@ struct Inner {
     native: Native,
     fan_in: Arc<FanIn>,
     validator: Arc<RequestValidator>,
+    timers: Timers,
 }
 
 /// Where agents run: a bus, a state store and a registry. Cheap to clone.
@@ -47,8 +49,27 @@ impl std::fmt::Debug for Platform {
 
 impl Platform {
     /// The in-process platform: zero setup.
+    ///
+    /// ```
+    /// assert_eq!(soorma::Platform::embedded().kind(), "embedded");
+    /// ```
     pub fn embedded() -> Self {
         Self::from_parts(engine::embedded())
+    }
+
+    /// The in-process platform with its bus bounded by `config` (queue capacity per consumer
+    /// group, publish timeout, observer buffer); [`Error::InvalidArgument`](crate::Error::InvalidArgument)
+    /// for a capacity out of range.
+    ///
+    /// ```
+    /// use soorma::embedded::EmbeddedConfig;
+    /// let platform = soorma::Platform::embedded_with(EmbeddedConfig::new().with_queue_capacity(256))?;
+    /// assert_eq!(platform.embedded_bus().unwrap().config().queue_capacity, 256);
+    /// # Ok::<(), soorma::Error>(())
+    /// ```
+    pub fn embedded_with(config: engine::embedded::EmbeddedConfig) -> crate::error::Result<Self> {
+        let bus = engine::embedded::EmbeddedBus::with_config(config)?;
+        Ok(Self::from_parts(engine::embedded::parts_with(bus)))
     }
 
     /// A platform from an engine's parts (for custom engines).
@@ -76,6 +97,7 @@ impl Platform {
         Self {
             inner: Arc::new(Inner {
                 kind,
+                timers: Timers::new(bus.clone(), state.clone()),
                 bus,
                 state,
                 validator: Arc::new(RequestValidator::new(registry.clone())),
@@ -158,6 +180,39 @@ impl Platform {
 
     pub(crate) fn fan_in(&self) -> &Arc<FanIn> {
         &self.inner.fan_in
+    }
+
+    pub(crate) fn timers(&self) -> &Timers {
+        &self.inner.timers
+    }
+
+    /// Stops the platform's services: its durable timers are no longer fired by this process
+    /// (they stay stored, and the next process whose workers or planners start fires them).
+    /// Shut the platform's agents down first; a platform's services also stop when its last
+    /// clone is dropped.
+    ///
+    /// The timer service starts with the first worker or planner started on the platform,
+    /// recovers the stored timers of every tenant once, and fires each timer once.
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")] async fn main() -> soorma::Result<()> {
+    /// # use soorma::prelude::*;
+    /// # async fn ask(mut task: TaskContext) -> soorma::Result<()> {
+    /// #     task.request_human_input("Approve?", "approved", Some(std::time::Duration::from_secs(3600))).await?;
+    /// #     Ok(())
+    /// # }
+    /// let platform = Platform::embedded();
+    /// let worker = Worker::new("approvals").use_registered_handlers(false)
+    ///     .handler(Handler::on_task("approval.requested", ask)).start(&platform).await?;
+    /// // ... on SIGTERM:
+    /// worker.shutdown().await?;
+    /// platform.shutdown().await?; // pending timers stay stored for the next process
+    /// # Ok(()) }
+    /// ```
+    pub async fn shutdown(&self) -> crate::error::Result<()> {
+        self.inner.timers.shutdown().await;
+        tracing::debug!(kind = self.inner.kind, "platform shut down");
+        Ok(())
     }
 
     /// The embedded bus, when this is the embedded platform (for taps).

@@ -32,8 +32,7 @@ pub(crate) struct RequestValidator {
 #[derive(Default)]
 struct Cache {
     fetched: Option<Instant>,
-    /// Event type → the payload schema its consumer registered.
-    schemas: Arc<HashMap<String, Value>>,
+    snapshot: Arc<Snapshot>,
     #[cfg(feature = "schema-validation")]
     compiled: HashMap<String, Compiled>,
 }
@@ -66,8 +65,8 @@ impl RequestValidator {
         if env.topic != Topic::ActionRequests || !cfg!(feature = "schema-validation") {
             return Ok(());
         }
-        let schemas = self.schemas().await;
-        let Some(schema) = schemas.get(&env.event_type) else {
+        let snapshot = self.snapshot(false).await;
+        let Some(schema) = snapshot.schemas.get(&env.event_type) else {
             return Ok(());
         };
         let violations = self.violations(&env.event_type, schema, &env.data);
@@ -84,35 +83,46 @@ impl RequestValidator {
 
     /// The current snapshot of registered payload schemas (a stale one if the registry cannot
     /// be read; nothing is enforced before the first successful read).
-    async fn schemas(&self) -> Arc<HashMap<String, Value>> {
-        if let Some(fresh) = self.fresh() {
+    /// Whether a registered agent consumes `event` (an action request) for `tenant`. A miss
+    /// reads the registry again before answering, so an agent that registered a moment ago
+    /// is found.
+    pub(crate) async fn has_consumer(&self, event: &str, tenant: &str) -> bool {
+        if self.snapshot(false).await.consumes(event, tenant) {
+            return true;
+        }
+        self.snapshot(true).await.consumes(event, tenant)
+    }
+
+    /// The registry snapshot, read again when older than the refresh interval (or `force`d).
+    async fn snapshot(&self, force: bool) -> Arc<Snapshot> {
+        if !force && let Some(fresh) = self.fresh() {
             return fresh;
         }
         let _reading = self.reading.lock().await;
-        if let Some(fresh) = self.fresh() {
+        if !force && let Some(fresh) = self.fresh() {
             return fresh;
         }
         match self.registry.agents().await {
             Ok(agents) => {
-                let schemas = Arc::new(payload_schemas(agents));
+                let snapshot = Arc::new(Snapshot::of(agents));
                 let mut cache = self.lock();
                 cache.fetched = Some(Instant::now());
-                cache.schemas = schemas.clone();
-                schemas
+                cache.snapshot = snapshot.clone();
+                snapshot
             }
             Err(e) => {
-                tracing::warn!(error = %e, "cannot read the registry; requests are validated against the last schemas read");
-                self.lock().schemas.clone()
+                tracing::warn!(error = %e, "cannot read the registry; requests are checked against the last snapshot read");
+                self.lock().snapshot.clone()
             }
         }
     }
 
-    fn fresh(&self) -> Option<Arc<HashMap<String, Value>>> {
+    fn fresh(&self) -> Option<Arc<Snapshot>> {
         let cache = self.lock();
         cache
             .fetched
             .filter(|at| at.elapsed() < self.refresh)
-            .map(|_| cache.schemas.clone())
+            .map(|_| cache.snapshot.clone())
     }
 
     fn lock(&self) -> std::sync::MutexGuard<'_, Cache> {
@@ -161,6 +171,47 @@ impl RequestValidator {
 
 /// Event type → payload schema, from each capability's consumed event. When several agents
 /// consume one event, the first by agent name that registered a schema wins.
+/// What the registry says about action requests, read at one moment.
+#[derive(Default)]
+struct Snapshot {
+    /// Event type → the payload schema its consumer registered.
+    schemas: HashMap<String, Value>,
+    /// Event type → the tenants whose requests of it a registered agent serves (`None`: all).
+    consumers: HashMap<String, Vec<Option<String>>>,
+}
+
+impl Snapshot {
+    fn of(agents: Vec<AgentDefinition>) -> Self {
+        let mut consumers: HashMap<String, Vec<Option<String>>> = HashMap::new();
+        for agent in &agents {
+            let events = agent
+                .capabilities
+                .iter()
+                .map(|c| &c.consumed_event)
+                .chain(agent.consumed_events.iter())
+                .filter(|e| e.topic == Topic::ActionRequests);
+            for event in events {
+                consumers
+                    .entry(event.event_name.clone())
+                    .or_default()
+                    .push(agent.tenant_id.clone());
+            }
+        }
+        Self {
+            schemas: payload_schemas(agents),
+            consumers,
+        }
+    }
+
+    fn consumes(&self, event: &str, tenant: &str) -> bool {
+        self.consumers.get(event).is_some_and(|tenants| {
+            tenants
+                .iter()
+                .any(|t| t.as_deref().is_none_or(|t| t == tenant))
+        })
+    }
+}
+
 fn payload_schemas(mut agents: Vec<AgentDefinition>) -> HashMap<String, Value> {
     agents.sort_by(|a, b| {
         a.name

@@ -4,6 +4,7 @@
 pub(crate) mod progress;
 pub mod publish;
 pub(crate) mod reply;
+pub mod request;
 
 use serde::de::DeserializeOwned;
 use serde_json::Value;

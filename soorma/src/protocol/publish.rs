@@ -92,6 +92,25 @@ impl BusClient {
         }
     }
 
+    /// Fails with [`Error::NoConsumer`] when no registered agent consumes the action request
+    /// `envelope` for its tenant, so that a caller waiting for a reply learns at once that
+    /// none will come (a no-op for clients made with [`BusClient::new`] and for other topics).
+    pub(crate) async fn check_consumer(&self, envelope: &EventEnvelope) -> Result<()> {
+        let Some(v) = &self.validator else {
+            return Ok(());
+        };
+        if envelope.topic != Topic::ActionRequests
+            || v.has_consumer(&envelope.event_type, envelope.tenant())
+                .await
+        {
+            return Ok(());
+        }
+        tracing::warn!(event_type = %envelope.event_type, tenant = envelope.tenant(), "no registered agent consumes the request");
+        Err(Error::NoConsumer {
+            event: envelope.event_type.clone(),
+        })
+    }
+
     /// The same client, publishing on behalf of the handling of `parent`.
     ///
     /// ```

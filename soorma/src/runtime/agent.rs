@@ -8,9 +8,10 @@ use tokio::sync::{Semaphore, watch};
 use tokio::task::JoinHandle;
 
 use super::definition::definition;
-use super::dispatch::{Table, dispatch_loop};
+use super::dispatch::{self, Table, dispatch_loop};
 use super::extract::{AgentRuntime, Extensions};
-use super::handler::{Handler, StartHook, registered_for};
+use super::handler::{Assemble, Handler, StartHook, registered_for};
+use super::service::{HandlerError, HandlerRequest, HandlerResponse, HandlerService, UserLayer};
 use crate::error::{Error, Result};
 use crate::platform::Platform;
 use crate::spi::bus::{EventFilter, SubscriptionSpec};
@@ -53,6 +54,7 @@ pub struct AgentBuilder {
     extensions: Extensions,
     concurrency: usize,
     max_deliver: u32,
+    layers: Vec<UserLayer>,
 }
 
 impl std::fmt::Debug for AgentBuilder {
@@ -85,6 +87,7 @@ impl AgentBuilder {
             extensions: Extensions::default(),
             concurrency: DEFAULT_CONCURRENCY,
             max_deliver: DEFAULT_MAX_DELIVER,
+            layers: Vec::new(),
         }
     }
 
@@ -169,6 +172,44 @@ impl AgentBuilder {
         self
     }
 
+    /// Adds several handlers: those of annotated functions listed with
+    /// [`handlers!`](crate::handlers), or any built at run time.
+    ///
+    /// ```
+    /// use soorma::prelude::*;
+    ///
+    /// async fn ping(_: Invocation) -> Result<String, ToolError> { Ok("pong".into()) }
+    /// async fn echo(req: Invocation<String>) -> Result<String, ToolError> { Ok(req.data) }
+    ///
+    /// let tool = Tool::new("utils").use_registered_handlers(false).handlers(vec![
+    ///     Handler::on_invoke("ping.requested", ping),
+    ///     Handler::on_invoke("echo.requested", echo),
+    /// ]);
+    /// assert_eq!(tool.definition().capabilities.len(), 2);
+    /// ```
+    pub fn handlers(mut self, handlers: impl IntoIterator<Item = Handler>) -> Self {
+        self.handlers.extend(handlers);
+        self
+    }
+
+    /// The agent's kind.
+    ///
+    /// ```
+    /// assert_eq!(soorma::Worker::new("w").kind(), soorma::AgentKind::Worker);
+    /// ```
+    pub fn kind(&self) -> AgentKind {
+        self.kind
+    }
+
+    /// The handlers given with [`handler`](Self::handler) / [`handlers`](Self::handlers).
+    pub(crate) fn listed_handlers(&self) -> &[Handler] {
+        &self.handlers
+    }
+
+    pub(crate) fn uses_registered_handlers(&self) -> bool {
+        self.from_inventory
+    }
+
     /// Whether to include the handlers registered by the attribute macros (default `true`).
     ///
     /// ```
@@ -190,19 +231,36 @@ impl AgentBuilder {
         self
     }
 
-    /// How many events the agent handles at once (default 1024).
+    /// The most events one agent handles at once: the upper bound of
+    /// [`concurrency`](Self::concurrency).
+    pub const MAX_CONCURRENCY: usize = dispatch::MAX_CONCURRENCY;
+
+    /// How many events the agent handles at once (default 1024; 1 to
+    /// [`MAX_CONCURRENCY`](Self::MAX_CONCURRENCY), else [`start`](Self::start) fails with
+    /// [`Error::Misconfigured`]). At the limit the agent takes no more events from the bus until
+    /// a handler finishes.
     ///
     /// ```
+    /// # #[tokio::main(flavor = "current_thread")] async fn main() {
+    /// # use soorma::prelude::*;
+    /// # async fn render(_: TaskContext) {}
     /// // Render at most 4 documents at a time.
     /// let worker = soorma::Worker::new("renderer").concurrency(4);
     /// # let _ = worker;
+    /// let none = Worker::new("renderer").use_registered_handlers(false)
+    ///     .handler(Handler::on_task("render.requested", render)).concurrency(0);
+    /// let err = none.start(&Platform::embedded()).await.unwrap_err();
+    /// assert!(matches!(err, soorma::Error::Misconfigured { .. }));
+    /// # }
     /// ```
     pub fn concurrency(mut self, limit: usize) -> Self {
-        self.concurrency = limit.max(1);
+        self.concurrency = limit;
         self
     }
 
-    /// How many times a retryable failure is redelivered before dead-lettering (default 5).
+    /// How many times an event is delivered at most: a retryable failure is redelivered until
+    /// then, and dead-lettered after (default 5; at least 1, else [`start`](Self::start) fails
+    /// with [`Error::Misconfigured`]).
     ///
     /// ```
     /// // Dead-letter an event after its third retryable failure.
@@ -210,14 +268,117 @@ impl AgentBuilder {
     /// # let _ = agent;
     /// ```
     pub fn max_deliver(mut self, attempts: u32) -> Self {
-        self.max_deliver = attempts.max(1);
+        self.max_deliver = attempts;
         self
     }
 
+    /// Wraps the agent's handlers in a [`tower::Layer`](crate::dispatch::tower::Layer): metrics,
+    /// authorization, rate limits, timeouts... The layer's service sees one
+    /// [`HandlerRequest`](crate::dispatch::HandlerRequest) per handled event (the envelope, the
+    /// agent, the handler kind, the attempt) and returns the handler's
+    /// [`HandlerResponse`](crate::dispatch::HandlerResponse) or a
+    /// [`HandlerError`](crate::dispatch::HandlerError). An error (a rejection) is settled like a
+    /// handler failure: a tool replies with it, a task fails, a retryable one is redelivered,
+    /// anything else is dead-lettered. A panic in a layer is caught like a handler's.
+    ///
+    /// Layers wrap the handlers in the order they are added: the last one added runs first
+    /// (as in axum). As in axum, the layer's service must be `Clone`: each of the agent's
+    /// subscriptions (one per topic) calls a clone, so keep shared state behind an `Arc` (tower's
+    /// clonable middleware, such as `ConcurrencyLimit`, does). Readiness propagates: while a
+    /// layer's `poll_ready` is pending, the agent takes no more events from the bus; an error
+    /// from `poll_ready` (a broken service, in tower's contract) stops the agent's dispatch.
+    ///
+    /// A layer counting every handled event:
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")] async fn main() -> soorma::Result<()> {
+    /// use std::sync::Arc;
+    /// use std::sync::atomic::{AtomicUsize, Ordering};
+    /// use soorma::dispatch::{HandlerRequest, tower::util::MapRequestLayer};
+    /// use soorma::prelude::*;
+    ///
+    /// async fn ping(_: Invocation) -> Result<String, ToolError> { Ok("pong".into()) }
+    ///
+    /// let handled = Arc::new(AtomicUsize::new(0));
+    /// let count = handled.clone();
+    /// let platform = Platform::embedded();
+    /// let tool = Tool::new("pinger").use_registered_handlers(false)
+    ///     .handler(Handler::on_invoke("ping.requested", ping))
+    ///     .layer(MapRequestLayer::new(move |req: HandlerRequest| {
+    ///         count.fetch_add(1, Ordering::Relaxed);
+    ///         req
+    ///     }))
+    ///     .start(&platform).await?;
+    /// let pong: String = platform.client("docs").invoke("ping.requested", (), "ping.done").await?;
+    /// assert_eq!((pong.as_str(), handled.load(Ordering::Relaxed)), ("pong", 1));
+    /// # tool.shutdown().await }
+    /// ```
+    ///
+    /// A layer rejecting events of anonymous users (a tool replies with the rejection):
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")] async fn main() -> soorma::Result<()> {
+    /// use soorma::dispatch::tower::{ServiceExt, layer::layer_fn, service_fn};
+    /// use soorma::dispatch::{HandlerError, HandlerRequest, HandlerService};
+    /// use soorma::prelude::*;
+    ///
+    /// async fn whoami(req: Invocation) -> Result<String, ToolError> {
+    ///     Ok(req.user_id().unwrap_or_default().to_owned())
+    /// }
+    ///
+    /// let platform = Platform::embedded();
+    /// let tool = Tool::new("accounts").use_registered_handlers(false)
+    ///     .handler(Handler::on_invoke("whoami.requested", whoami))
+    ///     .layer(layer_fn(|inner: HandlerService| {
+    ///         service_fn(move |req: HandlerRequest| {
+    ///             let inner = inner.clone();
+    ///             async move {
+    ///                 if req.envelope().user_id.is_none() {
+    ///                     return Err(HandlerError::new("sign in first"));
+    ///                 }
+    ///                 inner.oneshot(req).await
+    ///             }
+    ///         })
+    ///     }))
+    ///     .start(&platform).await?;
+    /// let client = platform.client("docs");
+    /// let denied = client.invoke::<String>("whoami.requested", (), "whoami.done").await;
+    /// assert!(denied.unwrap_err().to_string().contains("sign in first"));
+    /// let me: String = client.with_user("ann").invoke("whoami.requested", (), "whoami.done").await?;
+    /// assert_eq!(me, "ann");
+    /// # tool.shutdown().await }
+    /// ```
+    pub fn layer<L>(mut self, layer: L) -> Self
+    where
+        L: tower::Layer<HandlerService> + Send + Sync + 'static,
+        L::Service: tower::Service<HandlerRequest, Response = HandlerResponse, Error = HandlerError>
+            + Clone
+            + Send
+            + 'static,
+        <L::Service as tower::Service<HandlerRequest>>::Future: Send + 'static,
+    {
+        self.layers.push(Arc::new(move |inner| {
+            HandlerService::new(layer.layer(inner))
+        }));
+        self
+    }
+
+    /// The listed handlers, then (unless turned off) the attribute-registered ones for this
+    /// agent that are not listed already.
     fn collect_handlers(&self) -> Vec<Handler> {
         let mut all = self.handlers.clone();
         if self.from_inventory {
-            all.extend(registered_for(&self.name));
+            let listed = |h: &Handler| {
+                h.fn_name.is_some()
+                    && self.handlers.iter().any(|l| {
+                        l.fn_name == h.fn_name && l.module == h.module && l.event == h.event
+                    })
+            };
+            all.extend(
+                registered_for(&self.name, self.kind)
+                    .into_iter()
+                    .filter(|h| !listed(h)),
+            );
         }
         all
     }
@@ -237,13 +398,14 @@ impl AgentBuilder {
     /// assert!(def.capabilities[0].consumed_event.response_schema.is_some());
     /// ```
     pub fn definition(&self) -> AgentDefinition {
+        let (handlers, _, _) = assemble(self.collect_handlers());
         definition(
             &self.name,
             self.kind,
             &self.version,
             &self.description,
             self.tenant.as_deref(),
-            &self.collect_handlers(),
+            &handlers,
             String::new(),
         )
     }
@@ -269,21 +431,12 @@ impl AgentBuilder {
     /// # Ok(()) }
     /// ```
     pub async fn start(self, platform: &Platform) -> Result<AgentHandle> {
-        let mut handlers = self.collect_handlers();
-        // Companions: a handler a layer adds when the agent has none of its kind (a planner's
-        // default transition).
-        let mut companions: Vec<Handler> = Vec::new();
-        for (kind, build) in handlers.iter().filter_map(|h| h.companion) {
-            let present = handlers.iter().chain(&companions).any(|h| h.kind == kind);
-            if !present {
-                companions.push(build());
-            }
-        }
-        handlers.extend(companions);
+        let collected = self.collect_handlers();
+        claim_unnamed(&self.name, &collected[self.handlers.len()..])?;
+        let (handlers, wiring, mut problems) = assemble(collected);
         if handlers.is_empty() {
             return Err(Error::NoHandlers { agent: self.name });
         }
-        let mut problems = Vec::new();
         let mut table = Table::default();
         for h in &handlers {
             for check in &h.checks {
@@ -310,6 +463,7 @@ impl AgentBuilder {
                 ));
             }
         }
+        problems.extend(dispatch::limit_problems(self.concurrency, self.max_deliver));
         if !problems.is_empty() {
             return Err(Error::Misconfigured {
                 agent: self.name,
@@ -332,6 +486,7 @@ impl AgentBuilder {
             kind: self.kind,
             platform: platform.clone(),
             extensions: self.extensions,
+            wiring,
             bus: platform.bus_client(&self.name),
         });
 
@@ -351,7 +506,13 @@ impl AgentBuilder {
 
         let (stop_tx, stop_rx) = watch::channel(false);
         let inflight = Arc::new(Semaphore::new(self.concurrency));
-        let table = Arc::new(table);
+        let service = dispatch::stack(
+            runtime.clone(),
+            Arc::new(table),
+            inflight.clone(),
+            self.max_deliver,
+            &self.layers,
+        );
         let mut loops = Vec::new();
         for (topic, filter) in filters {
             let mut spec = SubscriptionSpec::new(self.name.clone(), topic, filter);
@@ -361,11 +522,8 @@ impl AgentBuilder {
             let sub = platform.bus().subscribe(spec).await?;
             loops.push(tokio::spawn(dispatch_loop(
                 sub,
-                runtime.clone(),
-                table.clone(),
-                inflight.clone(),
+                service.clone(),
                 stop_rx.clone(),
-                self.max_deliver,
             )));
         }
         platform.registry().register(def.clone()).await?;
@@ -401,6 +559,78 @@ impl AgentBuilder {
     pub async fn run(self, platform: &Platform) -> Result<()> {
         self.start(platform).await?.shutdown_on_signal().await
     }
+}
+
+/// The agent that took the attribute-registered handlers naming no agent, in this process.
+static UNNAMED_TAKEN_BY: std::sync::Mutex<Option<String>> = std::sync::Mutex::new(None);
+
+/// Handlers naming no agent join the one agent a process starts from them: a second agent of
+/// another name taking them, or unnamed handlers from several crates (a linked library's and
+/// the application's), is an error rather than a silent join.
+fn claim_unnamed(agent: &str, handlers: &[Handler]) -> Result<()> {
+    let unnamed: Vec<&Handler> = handlers
+        .iter()
+        .filter(|h| h.fn_name.is_some() && h.named_agent.is_none())
+        .collect();
+    if unnamed.is_empty() {
+        return Ok(());
+    }
+    let crates: std::collections::BTreeSet<&str> = unnamed
+        .iter()
+        .filter_map(|h| h.module)
+        .map(|m| m.split("::").next().unwrap_or(m))
+        .collect();
+    if crates.len() > 1 {
+        return Err(Error::Misconfigured {
+            agent: agent.to_owned(),
+            problems: vec![format!(
+                "handlers naming no agent come from several crates ({}): {}; name their agent (`agent = \"...\"`) or list them with `handlers![..]`",
+                crates.iter().copied().collect::<Vec<_>>().join(", "),
+                describe(&unnamed)
+            )],
+        });
+    }
+    let mut taken = UNNAMED_TAKEN_BY
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner);
+    match taken.as_deref() {
+        Some(other) if other != agent => Err(Error::Misconfigured {
+            agent: agent.to_owned(),
+            problems: vec![format!(
+                "{} name no agent and already serve `{other}` in this process; name their agent (`agent = \"...\"`), or group the agents with `Agents` and list each one's handlers with `handlers![..]`",
+                describe(&unnamed)
+            )],
+        }),
+        _ => {
+            *taken = Some(agent.to_owned());
+            Ok(())
+        }
+    }
+}
+
+fn describe(handlers: &[&Handler]) -> String {
+    handlers
+        .iter()
+        .map(|h| h.label())
+        .collect::<Vec<_>>()
+        .join(", ")
+}
+
+/// Runs each layer's assembly of the handlers once (see [`Assemble`]): the handlers to serve,
+/// what the layers recorded about them, and the problems they found.
+fn assemble(mut handlers: Vec<Handler>) -> (Vec<Handler>, Extensions, Vec<String>) {
+    let mut hooks: Vec<Assemble> = Vec::new();
+    for hook in handlers.iter().filter_map(|h| h.assemble) {
+        if !hooks.iter().any(|h| std::ptr::fn_addr_eq(*h, hook)) {
+            hooks.push(hook);
+        }
+    }
+    let mut wiring = Extensions::default();
+    let mut problems = Vec::new();
+    for hook in hooks {
+        problems.extend(hook(&mut handlers, &mut wiring));
+    }
+    (handlers, wiring, problems)
 }
 
 /// A running agent. [`shutdown`](Self::shutdown) stops taking events and waits for the

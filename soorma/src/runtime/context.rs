@@ -2,8 +2,8 @@
 
 /// Accessors every handler context shares.
 macro_rules! context_accessors {
-    ($ty:ident) => {
-        impl<T> $ty<T> {
+    ($ty:ident $(, $extra:ident)*) => {
+        impl<T $(, $extra)*> $ty<T $(, $extra)*> {
             /// The envelope of the event being handled.
             ///
             /// ```

@@ -4,15 +4,7 @@ use serde_json::{Value, json};
 use soorma_common::{AgentCapability, AgentDefinition, AgentKind, EventDefinition, Topic};
 
 use super::handler::{Advertised, Handler};
-
-/// The name of the event a tool's reply schema is published under (the caller picks the
-/// actual reply event name; this documents the schema).
-fn produced_event_name(event: &str) -> String {
-    match event.strip_suffix(".requested") {
-        Some(stem) => format!("{stem}.completed"),
-        None => format!("{event}.completed"),
-    }
-}
+use crate::protocol::request::reply_event_for;
 
 /// The schema of a reply envelope's `data` whose `result` follows `result_schema`.
 fn reply_schema(result_schema: Value) -> Value {
@@ -54,6 +46,9 @@ pub(crate) fn definition(
         def = def.with_tenant_id(t);
     }
     for h in handlers {
+        for event in &h.requests {
+            def = def.with_requested_event(event.clone());
+        }
         let desc = h.description.clone().unwrap_or_default();
         let consumed = EventDefinition::new(&h.event, h.topic)
             .with_description(desc.clone())
@@ -62,12 +57,16 @@ pub(crate) fn definition(
             Advertised::Hidden => {}
             Advertised::Capability => {
                 let mut consumed = consumed;
-                let mut cap_produced =
-                    EventDefinition::new(produced_event_name(&h.event), Topic::ActionResults)
-                        .with_description(format!(
-                            "Reply to `{}` (the caller names the event; this is its schema)",
-                            h.event
-                        ));
+                let mut cap_produced = EventDefinition::new(
+                    h.reply_event
+                        .clone()
+                        .map_or_else(|| reply_event_for(&h.event), |e| e.into_owned()),
+                    Topic::ActionResults,
+                )
+                .with_description(format!(
+                    "Reply to `{}` (typed callers use this event; string callers name their own)",
+                    h.event
+                ));
                 if let Some(response) = &h.response_schema {
                     let result = response.get();
                     consumed = consumed.with_response_schema(result.clone());

@@ -1,21 +1,54 @@
-//! Dispatch: each delivery goes to its handler; the outcome settles the delivery (ack, retry,
-//! dead-letter) and, for a handler that answers, publishes the reply.
+//! Dispatch: each delivery goes through the agent's service stack, built once per start:
+//!
+//! ```text
+//! concurrency limit → route (find the handler; none: ack) → tracing span → settle (keep the
+//! delivery alive while handling; ack, reply, failure policy, retry or dead-letter) → catch
+//! panic → the user's layers → catch panic → the handler
+//! ```
 
 use std::collections::HashMap;
 use std::sync::Arc;
+use std::task::{Context, Poll};
 use std::time::Duration;
 
 use serde_json::json;
 use soorma_common::events::DEAD_LETTERED;
 use soorma_common::{ActionReply, Topic};
 use tokio::sync::{Semaphore, watch};
+use tower::limit::{ConcurrencyLimit, GlobalConcurrencyLimitLayer};
+use tower::{Layer, Service, ServiceBuilder, ServiceExt};
 use tracing::Instrument;
+use tracing::instrument::Instrumented;
 
 use super::extract::{AgentRuntime, HandlerInput};
-use super::handler::{Failure, Handler};
+use super::handler::Handler;
+use super::service::{
+    CatchPanic, CatchPanicLayer, HandlerError, HandlerRequest, HandlerResponse, HandlerService,
+    UserLayer, handler_service,
+};
 use crate::protocol::reply::send_reply;
 use crate::spi::bus::{Delivery, Settlement, Subscription};
-use crate::util::CatchUnwind;
+use crate::util::BoxFuture;
+
+/// The most events one agent handles at once ([`AgentBuilder::concurrency`](crate::AgentBuilder::concurrency)).
+pub(crate) const MAX_CONCURRENCY: usize = 1 << 20;
+
+/// Problems with an agent's dispatch limits, for the start-time configuration check.
+pub(crate) fn limit_problems(concurrency: usize, max_deliver: u32) -> Vec<String> {
+    let mut problems = Vec::new();
+    if !(1..=MAX_CONCURRENCY).contains(&concurrency) {
+        problems.push(format!(
+            "concurrency({concurrency}) is out of range: an agent handles 1 to {MAX_CONCURRENCY} events at once"
+        ));
+    }
+    if max_deliver == 0 {
+        problems.push(
+            "max_deliver(0) is out of range: an event is delivered at least once (1 to u32::MAX)"
+                .to_owned(),
+        );
+    }
+    problems
+}
 
 /// The agent's handlers by topic and event (`"*"`: every event of the topic).
 #[derive(Default)]
@@ -33,14 +66,34 @@ impl Table {
     }
 }
 
-/// Takes deliveries from `sub` until stopped, each handled in a task of its own.
-pub(crate) async fn dispatch_loop(
-    mut sub: Box<dyn Subscription>,
+/// An agent's service stack: one `call` per delivery; its future settles the delivery.
+pub(crate) type Stack = ConcurrencyLimit<Route<Trace<Settle<CatchPanic<HandlerService>>>>>;
+
+/// Builds the agent's stack. `inflight` is the concurrency limit, shared by the agent's
+/// subscriptions (its permits all back = nothing in flight).
+pub(crate) fn stack(
     runtime: Arc<AgentRuntime>,
     table: Arc<Table>,
     inflight: Arc<Semaphore>,
-    mut stop: watch::Receiver<bool>,
     max_deliver: u32,
+    layers: &[UserLayer],
+) -> Stack {
+    ServiceBuilder::new()
+        .layer(GlobalConcurrencyLimitLayer::with_semaphore(inflight))
+        .layer(RouteLayer { table, runtime })
+        .layer(TraceLayer)
+        .layer(SettleLayer { max_deliver })
+        .layer(CatchPanicLayer)
+        .service(handler_service(layers))
+}
+
+/// Takes deliveries from `sub` until stopped, each handled in a task of its own. At the
+/// agent's concurrency limit (or while a user layer is not ready) it waits before taking the
+/// next delivery, so back-pressure reaches the bus.
+pub(crate) async fn dispatch_loop(
+    mut sub: Box<dyn Subscription>,
+    mut service: Stack,
+    mut stop: watch::Receiver<bool>,
 ) {
     loop {
         let delivery = tokio::select! {
@@ -51,75 +104,232 @@ pub(crate) async fn dispatch_loop(
                 None => break,
             },
         };
-        let Ok(permit) = inflight.clone().acquire_owned().await else {
-            break;
-        };
-        let runtime = runtime.clone();
-        let table = table.clone();
-        tokio::spawn(async move {
-            handle_delivery(runtime, table, delivery, max_deliver).await;
-            drop(permit);
-        });
+        match service.ready().await {
+            Ok(ready) => {
+                tokio::spawn(ready.call(delivery));
+            }
+            Err(e) => {
+                // A tower service that fails `poll_ready` is broken for good.
+                tracing::error!(error = %e, event_id = %delivery.envelope.id, "the agent's service stack failed; it stops taking events from this subscription");
+                settle(
+                    delivery,
+                    Settlement::Retry {
+                        delay: Duration::from_secs(1),
+                    },
+                )
+                .await;
+                break;
+            }
+        }
     }
     // Dropping the subscription stops delivery to this instance; other instances keep serving.
     drop(sub);
 }
 
-async fn handle_delivery(
-    runtime: Arc<AgentRuntime>,
-    table: Arc<Table>,
+/// A delivery with its handler found.
+pub(crate) struct Routed {
     delivery: Delivery,
-    max_deliver: u32,
-) {
-    let env = delivery.envelope.clone();
-    let Some(handler) = table.find(env.topic, &env.event_type).cloned() else {
-        tracing::debug!(agent = %runtime.name, event_type = %env.event_type, "no handler for event; acknowledged");
-        settle(delivery, Settlement::Ack).await;
-        return;
-    };
-    let span = tracing::info_span!(
-        "soorma.handle",
-        agent = %runtime.name,
-        event_type = %env.event_type,
-        correlation_id = env.correlation_id.as_deref().unwrap_or(""),
-        event_id = %env.id,
-        handler = handler.kind.attribute(),
-    );
-    async move {
-        let input = HandlerInput { envelope: env.clone(), runtime: runtime.clone() };
-        // A slow handler keeps its delivery alive, so the platform does not hand the event to
-        // another instance while this one is still working on it.
-        let outcome = delivery
-            .keep_alive_while(CatchUnwind((handler.call)(input.clone())))
-            .await;
-        let settlement = match outcome {
-            Ok(Ok(Some(value))) => {
-                let reply = ActionReply::success(&env.id, value);
-                reply_or_retry(&input, reply, delivery.attempt, max_deliver).await
-            }
-            Ok(Ok(None)) => Settlement::Ack,
-            Ok(Err(Failure::Decode(err))) => {
-                tracing::warn!(error = %err, "rejected event: payload does not match the handler's type");
-                if env.response_event.is_some()
-                    && let Err(e) = send_reply(&input.bus(), &env, ActionReply::failure(&env.id, err.to_string())).await
-                {
-                    tracing::error!(error = %e, "could not publish the error reply");
-                }
-                dead_letter(&input, err.to_string(), delivery.attempt).await
-            }
-            Ok(Err(Failure::Handler { message, retryable })) => {
-                on_handler_error(&input, &handler, message, retryable, delivery.attempt, max_deliver).await
-            }
-            Err(panic) => {
-                let message = format!("handler panicked: {panic}");
-                tracing::error!(%message, "handler panicked; the agent keeps serving");
-                on_handler_error(&input, &handler, message, false, delivery.attempt, max_deliver).await
-            }
-        };
-        settle(delivery, settlement).await;
+    request: HandlerRequest,
+}
+
+/// Finds each delivery's handler; deliveries no handler takes are acknowledged.
+pub(crate) struct RouteLayer {
+    table: Arc<Table>,
+    runtime: Arc<AgentRuntime>,
+}
+
+impl<S> Layer<S> for RouteLayer {
+    type Service = Route<S>;
+
+    fn layer(&self, inner: S) -> Route<S> {
+        Route {
+            inner,
+            table: self.table.clone(),
+            runtime: self.runtime.clone(),
+        }
     }
-    .instrument(span)
-    .await;
+}
+
+/// See [`RouteLayer`].
+#[derive(Clone)]
+pub(crate) struct Route<S> {
+    inner: S,
+    table: Arc<Table>,
+    runtime: Arc<AgentRuntime>,
+}
+
+impl<S> Service<Delivery> for Route<S>
+where
+    S: Service<Routed, Response = (), Error = HandlerError>,
+    S::Future: Send + 'static,
+{
+    type Response = ();
+    type Error = HandlerError;
+    type Future = BoxFuture<'static, Result<(), HandlerError>>;
+
+    fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), HandlerError>> {
+        self.inner.poll_ready(cx)
+    }
+
+    fn call(&mut self, delivery: Delivery) -> Self::Future {
+        let env = &delivery.envelope;
+        let Some(handler) = self.table.find(env.topic, &env.event_type).cloned() else {
+            tracing::debug!(agent = %self.runtime.name, event_type = %env.event_type, "no handler for event; acknowledged");
+            return Box::pin(async move {
+                settle(delivery, Settlement::Ack).await;
+                Ok(())
+            });
+        };
+        let request = HandlerRequest {
+            input: HandlerInput {
+                envelope: env.clone(),
+                runtime: self.runtime.clone(),
+                attempt: delivery.attempt,
+            },
+            handler,
+            attempt: delivery.attempt,
+        };
+        Box::pin(self.inner.call(Routed { delivery, request }))
+    }
+}
+
+/// A span per handled event (`soorma.handle`: agent, event type, correlation id, event id,
+/// handler kind) around its handling and settlement.
+pub(crate) struct TraceLayer;
+
+impl<S> Layer<S> for TraceLayer {
+    type Service = Trace<S>;
+
+    fn layer(&self, inner: S) -> Trace<S> {
+        Trace(inner)
+    }
+}
+
+/// See [`TraceLayer`].
+#[derive(Clone)]
+pub(crate) struct Trace<S>(S);
+
+impl<S: Service<Routed>> Service<Routed> for Trace<S> {
+    type Response = S::Response;
+    type Error = S::Error;
+    type Future = Instrumented<S::Future>;
+
+    fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), S::Error>> {
+        self.0.poll_ready(cx)
+    }
+
+    fn call(&mut self, routed: Routed) -> Self::Future {
+        let req = &routed.request;
+        let env = req.envelope();
+        let span = tracing::info_span!(
+            "soorma.handle",
+            agent = %req.agent(),
+            event_type = %env.event_type,
+            correlation_id = env.correlation_id.as_deref().unwrap_or(""),
+            event_id = %env.id,
+            handler = req.handler_kind().attribute(),
+        );
+        let fut = span.in_scope(|| self.0.call(routed));
+        fut.instrument(span)
+    }
+}
+
+/// Runs the handler service while keeping the delivery alive, turns its outcome into a
+/// settlement (ack; a tool's reply; the failure policy of the handler's layer; retry with
+/// backoff; dead letter with an `event.dead_lettered` notice) and settles the delivery.
+pub(crate) struct SettleLayer {
+    max_deliver: u32,
+}
+
+impl<S> Layer<S> for SettleLayer {
+    type Service = Settle<S>;
+
+    fn layer(&self, inner: S) -> Settle<S> {
+        Settle {
+            inner,
+            max_deliver: self.max_deliver,
+        }
+    }
+}
+
+/// See [`SettleLayer`].
+#[derive(Clone)]
+pub(crate) struct Settle<S> {
+    inner: S,
+    max_deliver: u32,
+}
+
+impl<S> Service<Routed> for Settle<S>
+where
+    S: Service<HandlerRequest, Response = HandlerResponse, Error = HandlerError>,
+    S::Future: Send + 'static,
+{
+    type Response = ();
+    type Error = HandlerError;
+    type Future = BoxFuture<'static, Result<(), HandlerError>>;
+
+    fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), HandlerError>> {
+        self.inner.poll_ready(cx)
+    }
+
+    fn call(&mut self, routed: Routed) -> Self::Future {
+        let Routed { delivery, request } = routed;
+        let input = request.input.clone();
+        let handler = request.handler.clone();
+        let work = self.inner.call(request);
+        let max_deliver = self.max_deliver;
+        Box::pin(async move {
+            // A slow handler keeps its delivery alive, so the platform does not hand the event
+            // to another instance while this one is still working on it.
+            let outcome = delivery.keep_alive_while(work).await;
+            let settlement =
+                settlement(&input, &handler, outcome, delivery.attempt, max_deliver).await;
+            settle(delivery, settlement).await;
+            Ok(())
+        })
+    }
+}
+
+/// How a handled event is settled.
+async fn settlement(
+    input: &HandlerInput,
+    handler: &Handler,
+    outcome: Result<HandlerResponse, HandlerError>,
+    attempt: u32,
+    max_deliver: u32,
+) -> Settlement {
+    let env = &input.envelope;
+    match outcome {
+        Ok(HandlerResponse {
+            reply: Some(value), ..
+        }) => {
+            let reply = ActionReply::success(&env.id, value);
+            reply_or_retry(input, reply, attempt, max_deliver).await
+        }
+        Ok(_) => Settlement::Ack,
+        Err(HandlerError::InvalidPayload(err)) => {
+            tracing::warn!(error = %err, "rejected event: payload does not match the handler's type");
+            if env.response_event.is_some()
+                && let Err(e) = send_reply(
+                    &input.bus(),
+                    env,
+                    ActionReply::failure(&env.id, err.to_string()),
+                )
+                .await
+            {
+                tracing::error!(error = %e, "could not publish the error reply");
+            }
+            dead_letter(input, err.to_string(), attempt).await
+        }
+        Err(HandlerError::Failed { message, retryable }) => {
+            on_handler_error(input, handler, message, retryable, attempt, max_deliver).await
+        }
+        Err(panicked @ HandlerError::Panicked(_)) => {
+            let message = panicked.to_string();
+            tracing::error!(%message, "handler panicked; the agent keeps serving");
+            on_handler_error(input, handler, message, false, attempt, max_deliver).await
+        }
+    }
 }
 
 async fn on_handler_error(

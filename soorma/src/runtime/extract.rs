@@ -78,6 +78,9 @@ pub(crate) struct AgentRuntime {
     pub(crate) kind: AgentKind,
     pub(crate) platform: Platform,
     pub(crate) extensions: Extensions,
+    /// What the agent's layers derived from its handlers when it started (e.g. which replies
+    /// a worker waits for); keyed by type, private to each layer.
+    pub(crate) wiring: Extensions,
     pub(crate) bus: BusClient,
 }
 
@@ -109,6 +112,8 @@ pub(crate) struct AgentRuntime {
 pub struct HandlerInput {
     pub(crate) envelope: Arc<EventEnvelope>,
     pub(crate) runtime: Arc<AgentRuntime>,
+    /// Which delivery of the event this is (1 for the first).
+    pub(crate) attempt: u32,
 }
 
 impl std::fmt::Debug for HandlerInput {
@@ -137,6 +142,25 @@ impl HandlerInput {
     /// ```
     pub fn envelope(&self) -> &Arc<EventEnvelope> {
         &self.envelope
+    }
+
+    /// Which delivery of the event this is: 1 for the first, more when it is redelivered
+    /// (after a retryable failure, or after the instance handling it stopped).
+    ///
+    /// ```
+    /// use soorma::extract::{FromHandlerInput, HandlerInput};
+    ///
+    /// /// Whether the event is being handled again.
+    /// struct Redelivered(bool);
+    ///
+    /// impl FromHandlerInput for Redelivered {
+    ///     fn from_input(input: &HandlerInput) -> Result<Self, String> {
+    ///         Ok(Redelivered(input.attempt() > 1))
+    ///     }
+    /// }
+    /// ```
+    pub fn attempt(&self) -> u32 {
+        self.attempt
     }
 
     /// The handling agent's name.

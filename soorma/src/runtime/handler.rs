@@ -1,17 +1,16 @@
 //! Handlers: typed async fns erased into one callable shape, plus their registration.
 
 use std::any::Any;
-use std::fmt::Display;
 use std::future::Future;
 use std::sync::Arc;
 
 use schemars::JsonSchema;
 use serde::de::DeserializeOwned;
 use serde_json::Value;
-use soorma_common::Topic;
+use soorma_common::{AgentKind, Topic};
 
 use super::extract::{Extensions, FromHandlerInput, HandlerInput};
-use crate::error::{Error, Result as SdkResult, ToolError};
+use crate::error::{BoxError, Error, Result as SdkResult, is_retryable};
 use crate::platform::Platform;
 use crate::protocol::decode_payload;
 use crate::util::BoxFuture;
@@ -40,6 +39,8 @@ pub enum HandlerKind {
     Task,
     /// `#[on_result]`: a sub-task result.
     Result,
+    /// `#[on_fan_in]`: the replies of a typed fan-out.
+    FanIn,
     /// `#[on_goal]`: a goal that starts a plan.
     Goal,
     /// `#[on_transition]`: an event moving a running plan.
@@ -60,6 +61,7 @@ impl HandlerKind {
             HandlerKind::Invoke => "on_invoke",
             HandlerKind::Task => "on_task",
             HandlerKind::Result => "on_result",
+            HandlerKind::FanIn => "on_fan_in",
             HandlerKind::Goal => "on_goal",
             HandlerKind::Transition => "on_transition",
         }
@@ -116,6 +118,13 @@ pub(crate) type FailurePolicy =
 /// platform and tenant); idempotent.
 pub(crate) type StartHook = for<'a> fn(&'a Platform, Option<&'a str>) -> BoxFuture<'a, ()>;
 
+/// A layer's assembly of an agent's handlers when the agent starts (and for its definition):
+/// it may add or replace handlers (a planner's default transition, a worker's fan-in routers)
+/// and record in `wiring` what its handlers need to know about the agent (which replies a
+/// worker waits for). Returns the problems found (they fail the start). Each distinct hook
+/// runs once per agent.
+pub(crate) type Assemble = fn(&mut Vec<Handler>, &mut Extensions) -> Vec<String>;
+
 /// How a handler appears in the agent's registry definition.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum Advertised {
@@ -132,26 +141,46 @@ pub(crate) fn schema_of<T: JsonSchema>() -> Value {
     Value::from(schemars::schema_for!(T))
 }
 
-/// Whether a handler error is worth retrying: soorma errors and `ToolError`s say so themselves.
-fn is_retryable(err: &dyn Any) -> bool {
-    if let Some(e) = err.downcast_ref::<Error>() {
-        e.is_retryable()
-    } else if let Some(e) = err.downcast_ref::<ToolError>() {
-        e.is_retryable()
-    } else {
-        false
-    }
-}
-
-/// A handler's error as a failure (retryable when the error says so).
-pub(crate) fn handler_failure<E: Display + 'static>(err: E) -> Failure {
+/// A handler's error as a failure: its message, and retryable when an error in its chain
+/// says so ([`is_retryable`]).
+pub(crate) fn handler_failure<E: Into<BoxError>>(err: E) -> Failure {
+    let err: BoxError = err.into();
     Failure::Handler {
         message: err.to_string(),
-        retryable: is_retryable(&err),
+        retryable: is_retryable(&*err),
     }
 }
 
-/// What `#[on_task]`, `#[on_result]` and `#[on_event]` handlers return: `()` or `Result<(), E>`.
+/// What a string-named handler's payload implements (the `T` of `Invocation<T>`,
+/// `TaskContext<T>`, `ResultContext<T>`, `Event<T>`, `GoalContext<T>`): it is decoded from
+/// JSON, and its schema is registered. Implemented for every `DeserializeOwned + JsonSchema`
+/// type; a type that lacks one is reported naming the derives.
+///
+/// ```
+/// use soorma::HandlerPayload;
+///
+/// fn payload<T: HandlerPayload>() {}
+/// payload::<String>();
+/// payload::<serde_json::Value>();
+/// payload::<Vec<u32>>();
+/// ```
+#[diagnostic::on_unimplemented(
+    message = "`{Self}` cannot be a handler payload: it must implement `Deserialize` and `JsonSchema`",
+    label = "not `Deserialize + JsonSchema`",
+    note = "derive them: `#[derive(Deserialize, JsonSchema)]` (the payload is decoded from JSON, and its schema registered with the agent)"
+)]
+pub trait HandlerPayload: DeserializeOwned + JsonSchema + Send + 'static {}
+
+impl<T: DeserializeOwned + JsonSchema + Send + 'static> HandlerPayload for T {}
+
+/// What `#[on_event]`, `#[on_task]`, `#[on_result]`, `#[on_goal]` and `#[on_transition]`
+/// handlers return: `()`, or `Result<T, E>` for any `T` (the value is ignored, so
+/// `task.complete(x).await` can be the last expression) and any error that converts into
+/// `Box<dyn Error + Send + Sync>`: [`soorma::Error`](crate::Error), [`ToolError`](crate::ToolError),
+/// `String`, `&'static str`, any `std::error::Error + Send + Sync`, `anyhow::Error`.
+///
+/// An error that is retryable ([`is_retryable`], which looks through the error's
+/// `source()` chain) is redelivered; any other fails the event.
 ///
 /// ```
 /// use soorma::HandlerOutput;
@@ -159,10 +188,13 @@ pub(crate) fn handler_failure<E: Display + 'static>(err: E) -> Failure {
 /// fn handler_output<O: HandlerOutput>() {}
 /// handler_output::<()>();
 /// handler_output::<soorma::Result<()>>();
-/// handler_output::<Result<(), String>>();
+/// handler_output::<soorma::Result<bool>>();
+/// handler_output::<Result<(), soorma::ToolError>>();
+/// handler_output::<Result<u32, String>>();
+/// handler_output::<Result<(), std::io::Error>>();
 /// ```
 #[diagnostic::on_unimplemented(
-    message = "soorma handlers must return `()` or `Result<(), E>` where `E: Display`; found `{Self}`"
+    message = "soorma handlers must return `()` or `Result<T, E>` where `E: Into<Box<dyn Error + Send + Sync>>` (`soorma::Error`, `ToolError`, `String`, any `std::error::Error + Send + Sync`); found `{Self}`"
 )]
 pub trait HandlerOutput: Send + 'static {
     /// Converts into the SDK's outcome.
@@ -176,9 +208,13 @@ impl HandlerOutput for () {
     }
 }
 
-impl<E: Display + Send + 'static> HandlerOutput for Result<(), E> {
+impl<T, E> HandlerOutput for Result<T, E>
+where
+    T: Send + 'static,
+    E: Into<BoxError> + Send + 'static,
+{
     fn into_outcome(self) -> Result<(), Failure> {
-        self.map_err(handler_failure)
+        self.map(drop).map_err(handler_failure)
     }
 }
 
@@ -246,6 +282,71 @@ impl_handler_fn!(X1, X2, X3, X4);
 impl_handler_fn!(X1, X2, X3, X4, X5);
 impl_handler_fn!(X1, X2, X3, X4, X5, X6);
 
+/// An async fn usable as a handler that takes, after its context `Ctx`, one more value `A`
+/// the layer provides (a fan-in's replies), then extractors `Args`.
+///
+/// ```
+/// use soorma::prelude::*;
+/// use soorma::HandlerFnWith;
+///
+/// async fn collect(task: TaskContext<String>, replies: (u32, String)) -> soorma::Result<()> {
+///     let _ = (task, replies);
+///     Ok(())
+/// }
+///
+/// fn is_handler<Ctx, A, Args, H: HandlerFnWith<Ctx, A, Args>>(_: H) {}
+/// is_handler::<TaskContext<String>, (u32, String), _, _>(collect);
+/// ```
+#[diagnostic::on_unimplemented(
+    message = "`{Self}` is not a soorma handler for this context and value",
+    note = "the handler is an `async fn` whose first argument is the context, the second the value its attribute provides (e.g. a fan-in's replies), followed by extractors such as `State<S>`",
+    note = "its future must be `Send`: do not hold non-`Send` values (`Rc`, `RefCell` borrows, `MutexGuard` of std) across an `.await`"
+)]
+pub trait HandlerFnWith<Ctx, A, Args>: Clone + Send + Sync + 'static {
+    /// The handler's return type.
+    type Output: Send + 'static;
+    /// The handler's future.
+    type Future: Future<Output = Self::Output> + Send + 'static;
+    /// Start-time checks of the extractors.
+    #[doc(hidden)]
+    fn checks() -> Vec<CheckFn>;
+    /// Builds the extractors and calls the function.
+    #[doc(hidden)]
+    fn call(&self, ctx: Ctx, value: A, input: &HandlerInput) -> Result<Self::Future, String>;
+}
+
+macro_rules! impl_handler_fn_with {
+    ($($x:ident),*) => {
+        impl<F, Fut, Ctx, A, $($x,)*> HandlerFnWith<Ctx, A, ($($x,)*)> for F
+        where
+            F: Fn(Ctx, A, $($x,)*) -> Fut + Clone + Send + Sync + 'static,
+            Fut: Future + Send + 'static,
+            Fut::Output: Send + 'static,
+            $($x: FromHandlerInput,)*
+        {
+            type Output = Fut::Output;
+            type Future = Fut;
+
+            fn checks() -> Vec<CheckFn> {
+                vec![$($x::check as CheckFn,)*]
+            }
+
+            #[allow(non_snake_case, unused_variables)]
+            fn call(&self, ctx: Ctx, value: A, input: &HandlerInput) -> Result<Fut, String> {
+                $(let $x = $x::from_input(input)?;)*
+                Ok((self)(ctx, value, $($x,)*))
+            }
+        }
+    };
+}
+
+impl_handler_fn_with!();
+impl_handler_fn_with!(X1);
+impl_handler_fn_with!(X1, X2);
+impl_handler_fn_with!(X1, X2, X3);
+impl_handler_fn_with!(X1, X2, X3, X4);
+impl_handler_fn_with!(X1, X2, X3, X4, X5);
+
 /// A registered handler: what it listens to, its schemas and the erased function.
 ///
 /// Built by the attribute macros, or by hand for run-time registration:
@@ -269,6 +370,10 @@ pub struct Handler {
     pub(crate) description: Option<String>,
     pub(crate) name: Option<String>,
     pub(crate) fn_name: Option<&'static str>,
+    /// The module of the annotated function (attribute-registered handlers).
+    pub(crate) module: Option<&'static str>,
+    /// The agent its attribute names (`agent = "..."`).
+    pub(crate) named_agent: Option<&'static str>,
     pub(crate) payload_schema: SchemaSource,
     pub(crate) response_schema: Option<SchemaSource>,
     pub(crate) checks: Vec<CheckFn>,
@@ -276,9 +381,14 @@ pub struct Handler {
     pub(crate) advertised: Advertised,
     pub(crate) on_failure: Option<FailurePolicy>,
     pub(crate) on_start: Option<StartHook>,
-    /// A handler added to the agent when it has none of this kind (a planner's default
-    /// transition).
-    pub(crate) companion: Option<(HandlerKind, fn() -> Handler)>,
+    /// The layer's assembly of the agent's handlers at start (see [`Assemble`]).
+    pub(crate) assemble: Option<Assemble>,
+    /// What the layer keeps with the handler for its assembly (e.g. a fan-in's typed call).
+    pub(crate) layer: Option<Arc<dyn Any + Send + Sync>>,
+    /// The reply event of a typed request (default: derived from the event).
+    pub(crate) reply_event: Option<std::borrow::Cow<'static, str>>,
+    /// The request events whose replies the handler waits for (advertised in the registry).
+    pub(crate) requests: Vec<String>,
 }
 
 impl std::fmt::Debug for Handler {
@@ -310,6 +420,8 @@ impl Handler {
             description: None,
             name: None,
             fn_name: None,
+            module: None,
+            named_agent: None,
             payload_schema: SchemaSource::Of(payload_schema),
             response_schema: None,
             checks,
@@ -317,7 +429,10 @@ impl Handler {
             advertised: Advertised::ConsumedEvent,
             on_failure: None,
             on_start: None,
-            companion: None,
+            assemble: None,
+            layer: None,
+            reply_event: None,
+            requests: Vec::new(),
         }
     }
 
@@ -490,39 +605,94 @@ pub(crate) fn extractor_failure(message: String) -> Failure {
 #[doc(hidden)]
 pub struct HandlerRegistration {
     pub(crate) agent: Option<&'static str>,
+    pub(crate) module: &'static str,
     pub(crate) fn_name: &'static str,
     pub(crate) build: fn() -> Handler,
 }
 
 impl HandlerRegistration {
-    /// Used by the macros.
+    /// Used by the macros (without the function's module path).
     pub const fn new(
         agent: Option<&'static str>,
         fn_name: &'static str,
         build: fn() -> Handler,
     ) -> Self {
+        Self::at(agent, "", fn_name, build)
+    }
+
+    /// Used by the macros: the handler of `fn_name` in `module`, for `agent`.
+    pub const fn at(
+        agent: Option<&'static str>,
+        module: &'static str,
+        fn_name: &'static str,
+        build: fn() -> Handler,
+    ) -> Self {
         Self {
             agent,
+            module,
             fn_name,
             build,
         }
     }
 
     /// Builds the handler.
-    pub(crate) fn handler(&self) -> Handler {
+    pub fn handler(&self) -> Handler {
         let mut h = (self.build)();
         h.fn_name = Some(self.fn_name);
+        h.module = (!self.module.is_empty()).then_some(self.module);
+        h.named_agent = self.agent;
         h
+    }
+
+    /// The crate of the function (the first segment of its module path).
+    pub(crate) fn krate(&self) -> &'static str {
+        self.module.split("::").next().unwrap_or_default()
     }
 }
 
 inventory::collect!(HandlerRegistration);
 
-/// The handlers the macros registered for `agent` (named for it, or for no agent).
-pub(crate) fn registered_for(agent: &str) -> Vec<Handler> {
-    inventory::iter::<HandlerRegistration>
-        .into_iter()
-        .filter(|r| r.agent.is_none_or(|a| a == agent))
-        .map(HandlerRegistration::handler)
+/// Every handler the attribute macros registered in this binary.
+pub(crate) fn registrations() -> impl Iterator<Item = &'static HandlerRegistration> {
+    inventory::iter::<HandlerRegistration>.into_iter()
+}
+
+/// The handlers the macros registered for `agent`: those naming it, and those naming no
+/// agent whose attribute fits an agent of `kind`.
+pub(crate) fn registered_for(agent: &str, kind: AgentKind) -> Vec<Handler> {
+    registrations()
+        .map(|r| (r, r.handler()))
+        .filter(|(r, h)| match r.agent {
+            Some(a) => a == agent,
+            None => fits(kind, h.kind),
+        })
+        .map(|(_, h)| h)
         .collect()
+}
+
+/// Whether a handler of `handler` kind belongs in an agent of `agent` kind.
+pub(crate) fn fits(agent: AgentKind, handler: HandlerKind) -> bool {
+    use HandlerKind as H;
+    match agent {
+        AgentKind::Tool => matches!(handler, H::Event | H::Invoke),
+        AgentKind::Worker => matches!(
+            handler,
+            H::Event | H::Invoke | H::Task | H::Result | H::FanIn
+        ),
+        AgentKind::Planner => matches!(handler, H::Event | H::Goal | H::Transition),
+        _ => handler == H::Event,
+    }
+}
+
+/// The handlers of one annotated function: the attribute macros implement it for a
+/// type named like the function, so that [`handlers!`](crate::handlers) can list functions
+/// by path (a typo is a compile error).
+#[diagnostic::on_unimplemented(
+    message = "`{Self}` is not a function annotated with a soorma handler attribute",
+    label = "not an annotated handler function",
+    note = "`handlers![..]` lists functions annotated with `#[on_invoke]`, `#[on_task]`, `#[on_fan_in(..)]`, `#[on_result(..)]`, `#[on_event(..)]`, `#[on_goal]` or `#[on_transition]`; add other handlers with `.handler(Handler::on_invoke(..))`"
+)]
+pub trait HandlerSet {
+    /// The function's handlers (one per attribute on it).
+    fn handlers() -> Vec<Handler>;
 }

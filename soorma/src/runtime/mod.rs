@@ -6,4 +6,6 @@ pub(crate) mod context;
 pub(crate) mod definition;
 pub(crate) mod dispatch;
 pub(crate) mod extract;
+pub(crate) mod group;
 pub(crate) mod handler;
+pub(crate) mod service;

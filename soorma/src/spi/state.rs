@@ -195,6 +195,23 @@ pub trait StateStore: Send + Sync + 'static {
         bucket: &'static str,
         tenant: &'a str,
     ) -> BoxFuture<'a, Result<Vec<String>>>;
+    /// Lists the tenants with records in a bucket, sorted (for platform services that work
+    /// across tenants, such as recovering durable timers). A tenant whose records were all
+    /// deleted may still be listed; its [`keys`](Self::keys) are then empty.
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")] async fn main() -> soorma::Result<()> {
+    /// use soorma::state::{StateKey, StateStore};
+    ///
+    /// let store = soorma::embedded::MemoryStore::new();
+    /// for (tenant, key) in [("globex", "a"), ("acme", "b"), ("acme", "c")] {
+    ///     store.put(&StateKey::new("notes", tenant, key), Vec::new()).await?;
+    /// }
+    /// assert_eq!(store.tenants("notes").await?, ["acme", "globex"]);
+    /// assert!(store.tenants("empty").await?.is_empty());
+    /// # Ok(()) }
+    /// ```
+    fn tenants<'a>(&'a self, bucket: &'static str) -> BoxFuture<'a, Result<Vec<String>>>;
 }
 
 /// What an update closure decided.

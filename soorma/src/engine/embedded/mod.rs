@@ -10,7 +10,7 @@ mod state;
 
 use std::sync::Arc;
 
-pub use bus::EmbeddedBus;
+pub use bus::{EmbeddedBus, EmbeddedConfig, QueueStats};
 pub use registry::MemoryRegistry;
 pub use state::MemoryStore;
 
@@ -18,7 +18,11 @@ use super::{EngineParts, Native};
 
 /// The embedded engine's parts: a new in-process bus, state store and registry.
 pub(crate) fn parts() -> EngineParts {
-    let bus = EmbeddedBus::new();
+    parts_with(EmbeddedBus::new())
+}
+
+/// The embedded engine's parts around `bus`, with a new state store and registry.
+pub(crate) fn parts_with(bus: EmbeddedBus) -> EngineParts {
     let mut parts = EngineParts::new(
         "embedded",
         Arc::new(bus.clone()),

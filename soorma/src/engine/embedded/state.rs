@@ -161,6 +161,19 @@ impl StateStore for MemoryStore {
         keys.sort();
         ready(Ok(keys))
     }
+
+    fn tenants<'a>(&'a self, bucket: &'static str) -> BoxFuture<'a, Result<Vec<String>>> {
+        let mut tenants: Vec<String> = self.with(|inner| {
+            inner
+                .spaces
+                .iter()
+                .filter(|((b, _), records)| *b == bucket && !records.is_empty())
+                .map(|((_, tenant), _)| tenant.clone())
+                .collect()
+        });
+        tenants.sort();
+        ready(Ok(tenants))
+    }
 }
 
 #[cfg(test)]

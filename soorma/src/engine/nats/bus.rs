@@ -10,9 +10,9 @@ use serde_json::json;
 use soorma_common::{EventEnvelope, Topic};
 use tokio::sync::Mutex;
 
-use super::NatsConfig;
 use super::names;
-use crate::error::{Error, Result};
+use super::{NatsConfig, engine_error};
+use crate::error::{EngineErrorKind, Error, Result};
 use crate::spi::bus::{
     Acker, Delivery, EventBus, EventFilter, Settlement, Subscription, SubscriptionSpec,
 };
@@ -47,10 +47,6 @@ impl std::fmt::Debug for NatsBus {
     }
 }
 
-fn bus_err(what: &str, e: impl std::fmt::Display) -> Error {
-    Error::Bus(format!("{what}: {e}"))
-}
-
 impl NatsBus {
     pub(crate) fn new(
         client: async_nats::Client,
@@ -69,8 +65,8 @@ impl NatsBus {
         }
     }
 
-    /// The stream keeping `topic`'s events, created on first use.
-    async fn stream(&self, topic: Topic) -> Result<stream::Stream> {
+    /// The stream keeping `topic`'s events, created on first use (failing as a `kind` error).
+    async fn stream(&self, topic: Topic, kind: EngineErrorKind) -> Result<stream::Stream> {
         if let Some(s) = self.inner.streams.read().expect("streams lock").get(&topic) {
             return Ok(s.clone());
         }
@@ -93,7 +89,7 @@ impl NatsBus {
                 ..Default::default()
             })
             .await
-            .map_err(|e| bus_err(&format!("cannot open the `{topic}` stream"), e))?;
+            .map_err(|e| engine_error(kind, format!("cannot open the `{topic}` stream"), e))?;
         self.inner
             .streams
             .write()
@@ -119,7 +115,13 @@ impl NatsBus {
                 ..Default::default()
             })
             .await
-            .map_err(|e| bus_err("cannot create the dead-letter stream", e))?;
+            .map_err(|e| {
+                engine_error(
+                    EngineErrorKind::Ack,
+                    "cannot create the dead-letter stream",
+                    e,
+                )
+            })?;
         *ready = true;
         Ok(())
     }
@@ -150,9 +152,9 @@ impl NatsBus {
             .js
             .publish_with_headers(dlq_subject, headers, payload)
             .await
-            .map_err(|e| bus_err("dead-letter publish", e))?
+            .map_err(|e| engine_error(EngineErrorKind::Ack, "dead-letter publish", e))?
             .await
-            .map_err(|e| bus_err("dead-letter ack", e))?;
+            .map_err(|e| engine_error(EngineErrorKind::Ack, "dead-letter ack", e))?;
         Ok(())
     }
 
@@ -164,7 +166,8 @@ impl NatsBus {
             envelope.topic,
             &envelope.event_type,
         )?;
-        self.stream(envelope.topic).await?;
+        self.stream(envelope.topic, EngineErrorKind::Publish)
+            .await?;
         let payload = serde_json::to_vec(envelope).map_err(|e| Error::serialize("event", e))?;
         let mut headers = HeaderMap::new();
         headers.insert("Nats-Msg-Id", envelope.id.as_str());
@@ -179,15 +182,15 @@ impl NatsBus {
             .js
             .publish_with_headers(subject, headers, payload.into())
             .await
-            .map_err(|e| bus_err("publish", e))?
+            .map_err(|e| engine_error(EngineErrorKind::Publish, "publish", e))?
             .await
-            .map_err(|e| bus_err("publish not acknowledged", e))?;
+            .map_err(|e| engine_error(EngineErrorKind::Publish, "publish not acknowledged", e))?;
         Ok(())
     }
 
     async fn subscribe_durable(&self, spec: SubscriptionSpec) -> Result<Box<dyn Subscription>> {
         let cfg = &self.inner.config;
-        let stream = self.stream(spec.topic).await?;
+        let stream = self.stream(spec.topic, EngineErrorKind::Subscribe).await?;
         let mut filter_subjects = filters(cfg, &spec)?;
         // A single filter goes in `filter_subject` (the server's simplest, fastest path).
         let filter_subject = if filter_subjects.len() == 1 {
@@ -211,13 +214,25 @@ impl NatsBus {
                 ..Default::default()
             })
             .await
-            .map_err(|e| bus_err(&format!("cannot create consumer `{name}`"), e))?;
+            .map_err(|e| {
+                engine_error(
+                    EngineErrorKind::Subscribe,
+                    format!("cannot create consumer `{name}`"),
+                    e,
+                )
+            })?;
         let messages = consumer
             .stream()
             .max_messages_per_batch(256)
             .messages()
             .await
-            .map_err(|e| bus_err(&format!("cannot consume from `{name}`"), e))?;
+            .map_err(|e| {
+                engine_error(
+                    EngineErrorKind::Subscribe,
+                    format!("cannot consume from `{name}`"),
+                    e,
+                )
+            })?;
         Ok(Box::new(DurableSubscription {
             bus: self.clone(),
             consumer: name,
@@ -230,12 +245,13 @@ impl NatsBus {
     async fn subscribe_core(&self, filters: Vec<String>) -> Result<Box<dyn Subscription>> {
         let mut subs = Vec::new();
         for f in filters {
-            let sub = self
-                .inner
-                .client
-                .subscribe(f.clone())
-                .await
-                .map_err(|e| bus_err(&format!("cannot subscribe to `{f}`"), e))?;
+            let sub = self.inner.client.subscribe(f.clone()).await.map_err(|e| {
+                engine_error(
+                    EngineErrorKind::Subscribe,
+                    format!("cannot subscribe to `{f}`"),
+                    e,
+                )
+            })?;
             subs.push(sub);
         }
         // Make sure the server has registered the interest before the caller publishes.
@@ -243,7 +259,7 @@ impl NatsBus {
             .client
             .flush()
             .await
-            .map_err(|e| bus_err("flush", e))?;
+            .map_err(|e| engine_error(EngineErrorKind::Subscribe, "flush", e))?;
         let merged: Pin<Box<dyn Stream<Item = async_nats::Message> + Send>> =
             Box::pin(futures_util::stream::select_all(subs));
         Ok(Box::new(CoreSubscription { messages: merged }))
@@ -401,7 +417,7 @@ impl Acker for NatsAcker {
             self.acker
                 .ack_with(kind)
                 .await
-                .map_err(|e| bus_err("ack", e))
+                .map_err(|e| engine_error(EngineErrorKind::Ack, "ack", e))
         })
     }
 
@@ -414,7 +430,7 @@ impl Acker for NatsAcker {
             self.acker
                 .ack_with(AckKind::Progress)
                 .await
-                .map_err(|e| bus_err("progress ack", e))
+                .map_err(|e| engine_error(EngineErrorKind::Ack, "progress ack", e))
         })
     }
 }

@@ -28,7 +28,7 @@ pub use registry::NatsRegistry;
 pub use state::NatsStore;
 
 use super::{EngineParts, Native};
-use crate::error::{Error, Result};
+use crate::error::{BoxError, EngineError, EngineErrorKind, Error, Result};
 
 /// How to authenticate to the NATS server.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
@@ -201,7 +201,7 @@ pub(crate) async fn connect(config: NatsConfig) -> Result<EngineParts> {
     let client = options
         .connect(config.url.as_str())
         .await
-        .map_err(|e| Error::Config(format!("cannot connect to NATS at {}: {e}", config.url)))?;
+        .map_err(|e| connect_error(&config.url, e))?;
     let js = async_nats::jetstream::new(client.clone());
     // Fail early and clearly when JetStream is off.
     js.query_account()
@@ -216,8 +216,138 @@ pub(crate) async fn connect(config: NatsConfig) -> Result<EngineParts> {
     Ok(parts)
 }
 
+/// Bad credentials, TLS setup or server address are configuration errors; the server being
+/// unreachable is an engine error to retry.
+fn connect_error(url: &str, e: async_nats::ConnectError) -> Error {
+    use async_nats::ConnectErrorKind::{
+        Authentication, AuthorizationViolation, Dns, Io, MaxReconnects, ServerParse, TimedOut, Tls,
+    };
+    let what = format!("cannot connect to NATS at {url}");
+    match e.kind() {
+        ServerParse | Authentication | AuthorizationViolation | Tls => {
+            Error::Config(format!("{what}: {e}"))
+        }
+        Dns | TimedOut | Io | MaxReconnects => engine_error(EngineErrorKind::Connect, what, e),
+    }
+}
+
+/// An engine error from a NATS failure, kept as its source; not retryable when the failure
+/// cannot pass on its own (see [`is_permanent`]).
+pub(crate) fn engine_error(
+    kind: EngineErrorKind,
+    what: impl Into<String>,
+    source: impl Into<BoxError>,
+) -> Error {
+    let source = source.into();
+    let err = EngineError::new(kind, what);
+    let err = if is_permanent(&*source) {
+        err.with_retryable(false)
+    } else {
+        err
+    };
+    err.with_source(source).into()
+}
+
+/// NATS failures that the same request would hit again: a message over the server's
+/// `max_payload`, an invalid subject or key.
+fn is_permanent(error: &(dyn std::error::Error + 'static)) -> bool {
+    use async_nats::jetstream::{context, kv};
+    let mut current = Some(error);
+    while let Some(e) = current {
+        let permanent = if let Some(e) = e.downcast_ref::<context::PublishError>() {
+            e.kind() == context::PublishErrorKind::MaxPayloadExceeded
+        } else if let Some(e) = e.downcast_ref::<async_nats::PublishError>() {
+            matches!(
+                e.kind(),
+                async_nats::PublishErrorKind::MaxPayloadExceeded
+                    | async_nats::PublishErrorKind::InvalidSubject
+            )
+        } else if let Some(e) = e.downcast_ref::<kv::PutError>() {
+            e.kind() == kv::PutErrorKind::InvalidKey
+        } else if let Some(e) = e.downcast_ref::<kv::EntryError>() {
+            e.kind() == kv::EntryErrorKind::InvalidKey
+        } else if let Some(e) = e.downcast_ref::<kv::UpdateError>() {
+            e.kind() == kv::UpdateErrorKind::InvalidKey
+        } else if let Some(e) = e.downcast_ref::<kv::CreateError>() {
+            e.kind() == kv::CreateErrorKind::InvalidKey
+        } else {
+            false
+        };
+        if permanent {
+            return true;
+        }
+        current = e.source();
+    }
+    false
+}
+
 pub(crate) fn jetstream_unavailable(url: &str, e: impl std::fmt::Display) -> Error {
     Error::Config(format!(
         "JetStream is not available on the NATS server at {url} ({e}); start nats-server with `-js` (JetStream enabled)"
     ))
+}
+
+#[cfg(test)]
+mod tests {
+    use std::error::Error as _;
+
+    use async_nats::jetstream::{context, kv};
+
+    use super::*;
+
+    #[test]
+    fn nats_errors_keep_their_source_and_say_whether_to_retry() {
+        let timed_out = context::PublishError::new(context::PublishErrorKind::TimedOut);
+        let err = engine_error(EngineErrorKind::Publish, "publish", timed_out);
+        assert!(
+            err.to_string().starts_with("bus error: publish: timed out"),
+            "{err}"
+        );
+        assert!(err.is_retryable());
+        let Error::Engine(engine) = &err else {
+            panic!("{err:?}")
+        };
+        assert_eq!(engine.kind(), EngineErrorKind::Publish);
+        assert!(
+            err.source()
+                .and_then(|e| e.downcast_ref::<context::PublishError>())
+                .is_some()
+        );
+
+        // Too big stays too big: directly, and under a KV put.
+        let too_big = || context::PublishError::new(context::PublishErrorKind::MaxPayloadExceeded);
+        let err = engine_error(EngineErrorKind::Publish, "publish", too_big());
+        assert!(err.to_string().contains("max payload"), "{err}");
+        assert!(!err.is_retryable());
+        let put = kv::PutError::with_source(kv::PutErrorKind::Publish, too_big());
+        assert!(!engine_error(EngineErrorKind::StateWrite, "write `k`", put).is_retryable());
+        let key = kv::EntryError::new(kv::EntryErrorKind::InvalidKey);
+        assert!(!engine_error(EngineErrorKind::StateRead, "read `k`", key).is_retryable());
+    }
+
+    #[test]
+    fn unreachable_servers_are_engine_errors_and_bad_credentials_configuration_errors() {
+        let refused = async_nats::ConnectError::with_source(
+            async_nats::ConnectErrorKind::Io,
+            std::io::Error::from(std::io::ErrorKind::ConnectionRefused),
+        );
+        let err = connect_error("nats://127.0.0.1:1", refused);
+        assert!(
+            matches!(&err, Error::Engine(e) if e.kind() == EngineErrorKind::Connect),
+            "{err:?}"
+        );
+        assert!(
+            err.to_string()
+                .contains("cannot connect to NATS at nats://127.0.0.1:1")
+        );
+        assert!(err.is_retryable());
+        let denied =
+            async_nats::ConnectError::new(async_nats::ConnectErrorKind::AuthorizationViolation);
+        let err = connect_error("nats://127.0.0.1:4222", denied);
+        assert!(
+            matches!(&err, Error::Config(m) if m.contains("authorization violation")),
+            "{err:?}"
+        );
+        assert!(!err.is_retryable());
+    }
 }

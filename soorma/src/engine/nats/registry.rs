@@ -5,8 +5,8 @@ use async_nats::jetstream::{self, kv};
 use soorma_common::AgentDefinition;
 use tokio::task::JoinHandle;
 
-use super::{NatsConfig, names};
-use crate::error::{Error, Result};
+use super::{NatsConfig, engine_error, names};
+use crate::error::{BoxError, EngineErrorKind, Error, Result};
 use crate::spi::registry::Registry;
 use crate::util::BoxFuture;
 
@@ -26,8 +26,8 @@ impl std::fmt::Debug for NatsRegistry {
     }
 }
 
-fn reg_err(what: &str, e: impl std::fmt::Display) -> Error {
-    Error::Registry(format!("{what}: {e}"))
+fn reg_err(what: &str, e: impl Into<BoxError>) -> Error {
+    engine_error(EngineErrorKind::Registry, what, e)
 }
 
 impl NatsRegistry {

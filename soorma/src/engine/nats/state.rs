@@ -4,8 +4,8 @@ use std::sync::Arc;
 use async_nats::jetstream::{self, kv};
 use tokio::sync::Mutex;
 
-use super::{NatsConfig, names};
-use crate::error::{Error, Result};
+use super::{NatsConfig, engine_error, names};
+use crate::error::{BoxError, EngineErrorKind, Error, Result};
 use crate::spi::state::{Revision, StateKey, StateStore, Versioned};
 use crate::util::BoxFuture;
 
@@ -28,8 +28,8 @@ impl std::fmt::Debug for NatsStore {
     }
 }
 
-fn state_err(what: &str, key: &StateKey, e: impl std::fmt::Display) -> Error {
-    Error::State(format!("{what} `{key}`: {e}"))
+fn state_err(kind: EngineErrorKind, what: &str, key: &StateKey, e: impl Into<BoxError>) -> Error {
+    engine_error(kind, format!("{what} `{key}`"), e)
 }
 
 impl NatsStore {
@@ -55,8 +55,8 @@ impl NatsStore {
             .collect())
     }
 
-    /// The KV bucket for `bucket`, created on first use.
-    async fn bucket(&self, bucket: &'static str) -> Result<kv::Store> {
+    /// The KV bucket for `bucket`, created on first use (failing as a `kind` error).
+    async fn bucket(&self, bucket: &'static str, kind: EngineErrorKind) -> Result<kv::Store> {
         let mut buckets = self.buckets.lock().await;
         if let Some(b) = buckets.get(bucket) {
             return Ok(b.clone());
@@ -77,7 +77,11 @@ impl NatsStore {
                     Ok(s) => s,
                     // Another process may have created it in the meantime.
                     Err(create_err) => self.js.get_key_value(name.clone()).await.map_err(|_| {
-                        Error::State(format!("cannot create KV bucket `{name}`: {create_err}"))
+                        engine_error(
+                            kind,
+                            format!("cannot create KV bucket `{name}`"),
+                            create_err,
+                        )
                     })?,
                 }
             }
@@ -90,11 +94,11 @@ impl NatsStore {
 impl StateStore for NatsStore {
     fn get<'a>(&'a self, key: &'a StateKey) -> BoxFuture<'a, Result<Option<Versioned<Vec<u8>>>>> {
         Box::pin(async move {
-            let store = self.bucket(key.bucket).await?;
+            let store = self.bucket(key.bucket, EngineErrorKind::StateRead).await?;
             let entry = store
                 .entry(names::kv_key(&key.tenant, &key.key)?)
                 .await
-                .map_err(|e| state_err("read", key, e))?;
+                .map_err(|e| state_err(EngineErrorKind::StateRead, "read", key, e))?;
             Ok(entry
                 .filter(|e| e.operation == kv::Operation::Put)
                 .map(|e| Versioned {
@@ -106,7 +110,7 @@ impl StateStore for NatsStore {
 
     fn create<'a>(&'a self, key: &'a StateKey, value: Vec<u8>) -> BoxFuture<'a, Result<Revision>> {
         Box::pin(async move {
-            let store = self.bucket(key.bucket).await?;
+            let store = self.bucket(key.bucket, EngineErrorKind::StateWrite).await?;
             store
                 .create(names::kv_key(&key.tenant, &key.key)?, value.into())
                 .await
@@ -114,7 +118,7 @@ impl StateStore for NatsStore {
                     kv::CreateErrorKind::AlreadyExists => Error::Conflict {
                         key: key.to_string(),
                     },
-                    _ => state_err("create", key, e),
+                    _ => state_err(EngineErrorKind::StateWrite, "create", key, e),
                 })
         })
     }
@@ -126,7 +130,7 @@ impl StateStore for NatsStore {
         expected: Revision,
     ) -> BoxFuture<'a, Result<Revision>> {
         Box::pin(async move {
-            let store = self.bucket(key.bucket).await?;
+            let store = self.bucket(key.bucket, EngineErrorKind::StateWrite).await?;
             store
                 .update(
                     names::kv_key(&key.tenant, &key.key)?,
@@ -138,28 +142,28 @@ impl StateStore for NatsStore {
                     kv::UpdateErrorKind::WrongLastRevision => Error::Conflict {
                         key: key.to_string(),
                     },
-                    _ => state_err("update", key, e),
+                    _ => state_err(EngineErrorKind::StateWrite, "update", key, e),
                 })
         })
     }
 
     fn put<'a>(&'a self, key: &'a StateKey, value: Vec<u8>) -> BoxFuture<'a, Result<Revision>> {
         Box::pin(async move {
-            let store = self.bucket(key.bucket).await?;
+            let store = self.bucket(key.bucket, EngineErrorKind::StateWrite).await?;
             store
                 .put(names::kv_key(&key.tenant, &key.key)?, value.into())
                 .await
-                .map_err(|e| state_err("write", key, e))
+                .map_err(|e| state_err(EngineErrorKind::StateWrite, "write", key, e))
         })
     }
 
     fn delete<'a>(&'a self, key: &'a StateKey) -> BoxFuture<'a, Result<()>> {
         Box::pin(async move {
-            let store = self.bucket(key.bucket).await?;
+            let store = self.bucket(key.bucket, EngineErrorKind::StateWrite).await?;
             store
                 .delete(names::kv_key(&key.tenant, &key.key)?)
                 .await
-                .map_err(|e| state_err("delete", key, e))
+                .map_err(|e| state_err(EngineErrorKind::StateWrite, "delete", key, e))
         })
     }
 
@@ -170,18 +174,54 @@ impl StateStore for NatsStore {
     ) -> BoxFuture<'a, Result<Vec<String>>> {
         Box::pin(async move {
             names::tenant_token(tenant)?;
-            let store = self.bucket(bucket).await?;
-            let mut keys = self
-                .tenant_keys(&store, tenant)
-                .await
-                .map_err(|e| Error::State(format!("list `{bucket}` for tenant `{tenant}`: {e}")))?;
+            let store = self.bucket(bucket, EngineErrorKind::StateList).await?;
+            let mut keys = self.tenant_keys(&store, tenant).await.map_err(|e| {
+                engine_error(
+                    EngineErrorKind::StateList,
+                    format!("list `{bucket}` for tenant `{tenant}`"),
+                    e,
+                )
+            })?;
             keys.sort();
             Ok(keys)
         })
     }
+
+    fn tenants<'a>(&'a self, bucket: &'static str) -> BoxFuture<'a, Result<Vec<String>>> {
+        Box::pin(async move {
+            let store = self.bucket(bucket, EngineErrorKind::StateList).await?;
+            tenants(&store).await.map_err(|e| {
+                engine_error(
+                    EngineErrorKind::StateList,
+                    format!("list the tenants of `{bucket}`"),
+                    e,
+                )
+            })
+        })
+    }
 }
 
-type BoxError = Box<dyn std::error::Error + Send + Sync>;
+/// The tenants of a KV bucket: the first token of its keys (`<tenant>.<key>`), from the
+/// subjects the stream holds (no message is read). Deleted keys keep their subject until
+/// purged, so a tenant whose keys were all deleted may be listed.
+async fn tenants(store: &kv::Store) -> std::result::Result<Vec<String>, BoxError> {
+    use futures_util::TryStreamExt;
+    let subjects: Vec<String> = store
+        .stream
+        .info_with_subjects(format!("{}*.*", store.prefix))
+        .await?
+        .map_ok(|(subject, _count)| subject)
+        .try_collect()
+        .await?;
+    let mut tenants: Vec<String> = subjects
+        .iter()
+        .filter_map(|s| s.strip_prefix(store.prefix.as_str()))
+        .filter_map(|key| key.split_once('.').map(|(tenant, _)| tenant.to_owned()))
+        .collect();
+    tenants.sort();
+    tenants.dedup();
+    Ok(tenants)
+}
 
 /// The live (not deleted) keys of `store` matching `pattern` (`*`/`>` wildcards), from the last
 /// entry of each subject, headers only.

@@ -34,7 +34,8 @@ pub(crate) fn plan_key(tenant: &str, plan_id: &str) -> StateKey {
 /// #[on_goal("research.goal", agent = "research-planner")]
 /// async fn research(goal: GoalContext<Research>, plan: State<std::sync::Arc<Plan>>) -> soorma::Result<()> {
 ///     let _topic = &goal.data.topic; // templates see it as {{goal.topic}}
-///     goal.start(&plan).await.map(drop)
+///     goal.start(&plan).await?;
+///     Ok(())
 /// }
 /// ```
 pub struct GoalContext<T = Value> {

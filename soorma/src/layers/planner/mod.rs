@@ -9,8 +9,6 @@ mod tracker;
 
 use std::sync::Arc;
 
-use schemars::JsonSchema;
-use serde::de::DeserializeOwned;
 use serde_json::Value;
 use soorma_common::{AgentKind, Topic};
 
@@ -23,10 +21,11 @@ pub use tracker::{PlanEvent, PlanView, TaskState, TaskView, Tracker, TrackerBuil
 
 use crate::error::Result;
 use crate::platform::Platform;
+use crate::protocol::request::Request;
 use crate::runtime::agent::AgentBuilder;
-use crate::runtime::extract::HandlerInput;
+use crate::runtime::extract::{Extensions, HandlerInput};
 use crate::runtime::handler::{
-    Advertised, ErasedFn, Failure, Handler, HandlerFn, HandlerKind, HandlerOutput,
+    Advertised, ErasedFn, Failure, Handler, HandlerFn, HandlerKind, HandlerOutput, HandlerPayload,
     extractor_failure, payload_call, schema_of,
 };
 use crate::util::BoxFuture;
@@ -65,7 +64,8 @@ impl Handler {
     /// use soorma::planner::{GoalContext, Plan};
     ///
     /// async fn research(goal: GoalContext, plan: State<std::sync::Arc<Plan>>) -> soorma::Result<()> {
-    ///     goal.start(&plan).await.map(drop)
+    ///     goal.start(&plan).await?;
+    ///     Ok(())
     /// }
     ///
     /// let h = Handler::on_goal("research.goal", research);
@@ -75,7 +75,7 @@ impl Handler {
     where
         H: HandlerFn<GoalContext<T>, Args>,
         H::Output: HandlerOutput,
-        T: DeserializeOwned + JsonSchema + Send + 'static,
+        T: HandlerPayload,
     {
         let call = payload_call(handler, GoalContext::new);
         let mut h = Handler::new(
@@ -88,8 +88,39 @@ impl Handler {
         );
         h.advertised = Advertised::Capability;
         h.on_failure = Some(fail_goal);
-        h.on_start = Some(restore_timers);
-        h.companion = Some((HandlerKind::Transition, default_transition));
+        h.on_start = Some(ensure_timers);
+        h.assemble = Some(ensure_transition);
+        h
+    }
+
+    /// A planner's goal handler for the typed request `R`: the event is `R::EVENT`, and the
+    /// plan's result is the reply (`R::Reply`) its caller decodes.
+    ///
+    /// ```
+    /// use std::sync::Arc;
+    /// use serde::{Deserialize, Serialize};
+    /// use soorma::prelude::*;
+    ///
+    /// #[derive(Serialize, Deserialize, schemars::JsonSchema)]
+    /// struct Trip { to: String }
+    /// impl Request for Trip { const EVENT: &'static str = "trip.goal"; type Reply = serde_json::Value; }
+    ///
+    /// async fn plan_trip(goal: GoalContext<Trip>, plan: State<Arc<Plan>>) -> soorma::Result<()> {
+    ///     goal.start(&plan).await?;
+    ///     Ok(())
+    /// }
+    ///
+    /// let h = Handler::goal(plan_trip);
+    /// assert_eq!(h.event(), "trip.goal");
+    /// ```
+    pub fn goal<H, R, Args>(handler: H) -> Self
+    where
+        H: HandlerFn<GoalContext<R>, Args>,
+        H::Output: HandlerOutput,
+        R: Request,
+    {
+        let mut h = Self::on_goal(R::EVENT, handler);
+        h.reply_event = Some(R::reply_event());
         h
     }
 
@@ -144,17 +175,21 @@ impl Handler {
         );
         h.advertised = Advertised::Hidden;
         h.on_failure = Some(fail_transition);
-        h.on_start = Some(restore_timers);
+        h.on_start = Some(ensure_timers);
         h
     }
 }
 
-/// The transition handler of planners that define none.
-fn default_transition() -> Handler {
+/// A planner without a transition handler gets one that advances its plans with
+/// [`PlanContext::execute_next`].
+fn ensure_transition(handlers: &mut Vec<Handler>, _: &mut Extensions) -> Vec<String> {
     async fn advance_plan(mut plan: PlanContext) -> Result<()> {
         plan.execute_next().await
     }
-    Handler::on_transition(advance_plan)
+    if !handlers.iter().any(|h| h.kind == HandlerKind::Transition) {
+        handlers.push(Handler::on_transition(advance_plan));
+    }
+    Vec::new()
 }
 
 /// A goal handler's failure fails its plan (or, before one started, replies with the error).
@@ -167,7 +202,8 @@ fn fail_transition(input: &HandlerInput, error: String) -> BoxFuture<'_, Result<
     Box::pin(fail_plan(input, error, false))
 }
 
-/// Human-input timers of a planner instance that stopped fire from here on.
-fn restore_timers<'a>(platform: &'a Platform, tenant: Option<&'a str>) -> BoxFuture<'a, ()> {
-    Box::pin(crate::platform::timers::restore(platform, tenant))
+/// Human-input timers (of every tenant, those of planner instances that stopped included) fire
+/// from here on: the platform's timer service runs (idempotent).
+fn ensure_timers<'a>(platform: &'a Platform, _tenant: Option<&'a str>) -> BoxFuture<'a, ()> {
+    Box::pin(crate::platform::timers::ensure_running(platform))
 }

@@ -100,7 +100,10 @@ pub(crate) async fn add_plan(
             &key,
             || {
                 gone.store(true, std::sync::atomic::Ordering::Relaxed);
-                Error::State(format!("session `{session_id}` was deleted meanwhile"))
+                Error::from(crate::error::EngineError::new(
+                    crate::error::EngineErrorKind::Inconsistent,
+                    format!("session `{session_id}` was deleted meanwhile"),
+                ))
             },
             |session: &mut SessionRecord| {
                 if session.plan_ids.iter().any(|p| p == plan_id) {
@@ -492,7 +495,8 @@ impl PlanFilter {
 /// use soorma::planner::PlanFilter;
 ///
 /// async fn goal(goal: GoalContext, plan: State<Arc<Plan>>) -> soorma::Result<()> {
-///     goal.start(&plan).await.map(drop)
+///     goal.start(&plan).await?;
+///     Ok(())
 /// }
 ///
 /// let plan = Plan::new(PlanDefinition::new("noop", "done at once")

@@ -703,10 +703,12 @@ async fn feed(mut sub: Box<dyn Subscription>, shared: Arc<Shared>) {
 ///
 /// async fn fetch(mut task: TaskContext) -> soorma::Result<()> {
 ///     task.progress(0.5, "half way").await?;
-///     task.complete(serde_json::json!({"pages": 3})).await.map(drop)
+///     task.complete(serde_json::json!({"pages": 3})).await?;
+///     Ok(())
 /// }
 /// async fn goal(goal: GoalContext, plan: State<Arc<Plan>>) -> soorma::Result<()> {
-///     goal.start(&plan).await.map(drop)
+///     goal.start(&plan).await?;
+///     Ok(())
 /// }
 ///
 /// let plan = Plan::new(PlanDefinition::new("crawl", "fetch, then done")

@@ -19,6 +19,7 @@ pub struct Delegation {
     pub(crate) data: std::result::Result<Value, String>,
     pub(crate) response_event: String,
     pub(crate) validate: bool,
+    pub(crate) check_consumer: bool,
     pub(crate) topic: Topic,
 }
 
@@ -41,8 +42,23 @@ impl Delegation {
             data: serde_json::to_value(data).map_err(|e| e.to_string()),
             response_event: response_event.into(),
             validate: true,
+            check_consumer: true,
             topic: Topic::ActionRequests,
         }
+    }
+
+    /// Publishes the request even when no registered agent consumes its event (by default
+    /// the delegation fails with [`Error::NoConsumer`](crate::Error::NoConsumer) before anything
+    /// is saved) — for a consumer that starts later and picks the request up then.
+    ///
+    /// ```
+    /// let d = soorma::Delegation::new("batch.requested", &"nightly", "batch.completed").skip_consumer_check();
+    /// # let _ = d;
+    /// ```
+    #[must_use]
+    pub fn skip_consumer_check(mut self) -> Self {
+        self.check_consumer = false;
+        self
     }
 
     /// Publishes the request without checking its payload against the schema its consumer

@@ -2,25 +2,29 @@
 //! delegation to other agents (sequential or fan-out) and revision-checked fan-in.
 
 mod delegation;
+mod fan_in;
 mod result;
 mod task;
 
+use std::collections::BTreeSet;
+
 use std::sync::Arc;
 
-use schemars::JsonSchema;
-use serde::de::DeserializeOwned;
+use soorma_common::events::TASK_DEADLINE;
 use soorma_common::{AgentKind, TaskRecord, Topic};
 
 pub use delegation::Delegation;
+pub use fan_in::{FanInHandler, FanInOutput, FromReplies, FromReply, SubTaskFailed};
 pub use result::ResultContext;
-pub use task::TaskContext;
+pub use task::{Delegated, StateMap, TaskContext, TaskState};
 
 use crate::error::{Error, Result};
 use crate::platform::Platform;
+use crate::protocol::request::Request;
 use crate::runtime::agent::AgentBuilder;
-use crate::runtime::extract::HandlerInput;
+use crate::runtime::extract::{Extensions, HandlerInput};
 use crate::runtime::handler::{
-    Advertised, ErasedFn, Failure, Handler, HandlerFn, HandlerKind, HandlerOutput,
+    Advertised, ErasedFn, Failure, Handler, HandlerFn, HandlerKind, HandlerOutput, HandlerPayload,
     extractor_failure, payload_call, schema_of,
 };
 use crate::spi::state::{self, Change, StateKey};
@@ -33,7 +37,8 @@ use crate::util::BoxFuture;
 /// use soorma::prelude::*;
 ///
 /// async fn echo(mut task: TaskContext<String>) -> soorma::Result<()> {
-///     task.complete(task.data.clone()).await.map(drop)
+///     task.complete(task.data.clone()).await?;
+///     Ok(())
 /// }
 ///
 /// let platform = Platform::embedded();
@@ -51,13 +56,17 @@ pub const TASKS_BUCKET: &str = "tasks";
 /// # #[tokio::main(flavor = "current_thread")] async fn main() -> soorma::Result<()> {
 /// use soorma::prelude::*;
 ///
-/// async fn plan(mut task: TaskContext) -> soorma::Result<()> {
-///     task.delegate("search.requested", "rust", "search.completed").await.map(drop)
+/// async fn plan(mut task: TaskContext) -> soorma::Result<String> {
+///     // Nobody serves `search.requested` here: this test plays the searcher.
+///     let search = Delegation::new("search.requested", &"rust", "search.completed").skip_consumer_check();
+///     task.delegate_with(search).await
 /// }
+/// # async fn searched(_: ResultContext) {}
 ///
 /// let mut t = soorma::testing::TestPlatform::new();
 /// # t.start(Worker::new("planner").use_registered_handlers(false)
-/// #     .handler(Handler::on_task("plan.requested", plan))).await?;
+/// #     .handler(Handler::on_task("plan.requested", plan))
+/// #     .handler(Handler::on_result("search.completed", searched))).await?;
 /// t.client().bus().request("plan.requested", (), "plan.completed").await?;
 /// let search = t.expect_event("search.requested", std::time::Duration::from_secs(1)).await?;
 /// let sub_tasks = t.platform().state().keys(soorma::SUBTASKS_BUCKET, "default").await?;
@@ -131,18 +140,19 @@ impl Handler {
     ///
     /// async fn research(mut task: TaskContext<String>) -> soorma::Result<()> {
     ///     let topic = task.data.clone();
-    ///     task.delegate("search.requested", topic, "search.completed").await?;
+    ///     task.delegate_with(Delegation::new("search.requested", &topic, "search.completed")).await?;
     ///     Ok(())
     /// }
     ///
     /// let h = Handler::on_task("research.requested", research);
     /// assert_eq!(h.kind(), soorma::HandlerKind::Task);
     /// ```
-    pub fn on_task<H, T, Args>(event: impl Into<String>, handler: H) -> Self
+    pub fn on_task<H, T, S, Args>(event: impl Into<String>, handler: H) -> Self
     where
-        H: HandlerFn<TaskContext<T>, Args>,
+        H: HandlerFn<TaskContext<T, S>, Args>,
         H::Output: HandlerOutput,
-        T: DeserializeOwned + JsonSchema + Send + 'static,
+        T: HandlerPayload,
+        S: TaskState,
     {
         let call = payload_call(handler, TaskContext::from_request);
         let mut h = Handler::new(
@@ -155,7 +165,44 @@ impl Handler {
         );
         h.advertised = Advertised::Capability;
         h.on_failure = Some(fail_task);
-        h.on_start = Some(restore_timers);
+        h.on_start = Some(ensure_timers);
+        h.assemble = Some(assemble_worker);
+        h
+    }
+
+    /// A worker task handler for the typed request `R`: the event is `R::EVENT`, and the task
+    /// replies with `R::Reply` (from its `#[on_fan_in]` handler, or `task.complete(..)`).
+    ///
+    /// ```
+    /// use serde::{Deserialize, Serialize};
+    /// use soorma::prelude::*;
+    ///
+    /// #[derive(Serialize, Deserialize, schemars::JsonSchema)]
+    /// struct Research { topic: String }
+    /// impl Request for Research { const EVENT: &'static str = "research.requested"; type Reply = String; }
+    ///
+    /// #[derive(Default, Serialize, Deserialize)]
+    /// struct Notes { attempts: u32 }
+    ///
+    /// async fn research(mut task: TaskContext<Research, Notes>) -> soorma::Result<()> {
+    ///     task.state_mut().attempts += 1;
+    ///     let topic = task.data.topic.clone();
+    ///     task.complete(format!("nothing yet on {topic}")).await?;
+    ///     Ok(())
+    /// }
+    ///
+    /// let h = Handler::task(research);
+    /// assert_eq!(h.event(), "research.requested");
+    /// ```
+    pub fn task<H, R, S, Args>(handler: H) -> Self
+    where
+        H: HandlerFn<TaskContext<R, S>, Args>,
+        H::Output: HandlerOutput,
+        R: Request,
+        S: TaskState,
+    {
+        let mut h = Self::on_task(R::EVENT, handler);
+        h.reply_event = Some(R::reply_event());
         h
     }
 
@@ -177,7 +224,7 @@ impl Handler {
     where
         H: HandlerFn<ResultContext<T>, Args>,
         H::Output: HandlerOutput,
-        T: DeserializeOwned + JsonSchema + Send + 'static,
+        T: HandlerPayload,
     {
         let call: ErasedFn = Arc::new(move |input: HandlerInput| {
             let handler = handler.clone();
@@ -195,7 +242,8 @@ impl Handler {
             H::checks(),
             call,
         );
-        h.on_start = Some(restore_timers);
+        h.on_start = Some(ensure_timers);
+        h.assemble = Some(assemble_worker);
         h
     }
 }
@@ -204,13 +252,118 @@ impl Handler {
 fn fail_task(input: &HandlerInput, error: String) -> BoxFuture<'_, Result<bool>> {
     Box::pin(async move {
         tracing::warn!(error = %error, "task handler failed; failing the task");
-        let mut task = TaskContext::from_request((), input);
+        let mut task = TaskContext::<(), StateMap>::from_request((), input);
+        task.keep_stored_state = true;
         task.fail(error).await?;
         Ok(true)
     })
 }
 
-/// Human-input timers of a worker instance that stopped fire from here on.
-fn restore_timers<'a>(platform: &'a Platform, tenant: Option<&'a str>) -> BoxFuture<'a, ()> {
-    Box::pin(crate::platform::timers::restore(platform, tenant))
+/// What a worker's handlers need to know about each other: which replies it waits for.
+#[derive(Debug, Default, Clone)]
+pub(crate) struct WorkerWiring {
+    /// The reply events of its `#[on_result]` handlers.
+    pub(crate) results: BTreeSet<String>,
+    /// The keys of its `#[on_fan_in]` handlers ([`RequestSet::key`](crate::protocol::request::RequestSet::key)).
+    pub(crate) fan_ins: BTreeSet<String>,
+}
+
+impl WorkerWiring {
+    /// Whether a reply `event` of a string delegation has an `#[on_result]` handler.
+    pub(crate) fn handles_result(&self, event: &str) -> bool {
+        self.results.contains(event)
+    }
+}
+
+/// The worker layer's assembly of an agent's handlers: its fan-ins become routers, and what
+/// it waits for is recorded for the delegation checks.
+fn assemble_worker(handlers: &mut Vec<Handler>, wiring: &mut Extensions) -> Vec<String> {
+    let mut problems = Vec::new();
+    let mut worker = WorkerWiring {
+        results: handlers
+            .iter()
+            .filter(|h| h.kind == HandlerKind::Result)
+            .map(|h| h.event.clone())
+            .collect(),
+        fan_ins: BTreeSet::new(),
+    };
+    fan_in::assemble(handlers, &mut worker, &mut problems);
+    let has_tasks = handlers.iter().any(|h| h.kind == HandlerKind::Task);
+    let deadline_handled = handlers
+        .iter()
+        .any(|h| h.topic == Topic::ActionResults && h.event == TASK_DEADLINE);
+    if has_tasks && !deadline_handled {
+        handlers.push(deadline_handler());
+    }
+    wiring.insert(worker);
+    problems
+}
+
+/// Fails a task whose deadline ([`TaskContext::fail_after`]) passed before it ended.
+fn deadline_handler() -> Handler {
+    let call: ErasedFn = Arc::new(|input: HandlerInput| Box::pin(enforce_deadline(input)));
+    let mut h = Handler::new(
+        HandlerKind::Result,
+        Topic::ActionResults,
+        TASK_DEADLINE.to_owned(),
+        schema_of::<serde_json::Value>,
+        Vec::new(),
+        call,
+    );
+    h.advertised = Advertised::Hidden;
+    h.on_start = Some(ensure_timers);
+    h
+}
+
+async fn enforce_deadline(input: HandlerInput) -> crate::runtime::handler::HandlerOutcome {
+    let retryable = |e: crate::error::Error| Failure::Handler {
+        retryable: e.is_retryable(),
+        message: e.to_string(),
+    };
+    let Some(task_id) = input.envelope.correlation_id.clone() else {
+        return Ok(None);
+    };
+    let tenant = input.envelope.tenant().to_owned();
+    let mut task = match TaskContext::load(&input, &tenant, &task_id).await {
+        Ok(task) => task,
+        Err(Error::TaskNotFound(_)) => return Ok(None),
+        Err(e) => return Err(retryable(e)),
+    };
+    let Some(deadline) = task.record().deadline_at.clone() else {
+        return Ok(None);
+    };
+    // Ended already, or the deadline was moved later (its own timer fires then).
+    if task.status().is_terminal() || deadline > crate::util::now_rfc3339() {
+        return Ok(None);
+    }
+    let pending = task.pending_sub_tasks().await.map_err(retryable)?;
+    let reason = if pending.is_empty() {
+        format!("the task's deadline ({deadline}) passed before it completed")
+    } else {
+        let waiting: Vec<String> = pending
+            .iter()
+            .map(|s| {
+                format!(
+                    "`{}` (sub-task {}, reply `{}`)",
+                    s.event_type, s.sub_task_id, s.response_event
+                )
+            })
+            .collect();
+        format!(
+            "the task's deadline ({deadline}) passed; still waiting for {}",
+            waiting.join(", ")
+        )
+    };
+    tracing::warn!(task_id = %task_id, %reason, "task deadline passed");
+    task.fail(reason).await.map_err(retryable)?;
+    Ok(None)
+}
+
+/// Human-input timers (of every tenant, those of worker instances that stopped included) fire
+/// from here on: the platform's timer service runs (idempotent).
+pub(crate) fn ensure_timers<'a>(
+    platform: &'a Platform,
+    _tenant: Option<&'a str>,
+) -> BoxFuture<'a, ()> {
+    Box::pin(crate::platform::timers::ensure_running(platform))
 }

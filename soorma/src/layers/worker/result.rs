@@ -86,18 +86,21 @@ impl<T> ResultContext<T> {
     /// # use soorma::prelude::*;
     /// # async fn research(mut task: TaskContext<String>) -> soorma::Result<()> {
     /// #     let topic = task.data.clone();
-    /// #     task.delegate("search.requested", topic, "search.completed").await.map(drop)
+    /// #     task.delegate_with(Delegation::new("search.requested", &topic, "search.completed")).await?;
+    /// #     Ok(())
     /// # }
     /// # async fn search(req: Invocation<String>) -> Result<String, ToolError> {
-    /// #     if req.data.is_empty() { Err("empty query".into()) } else { Ok(format!("results for {}", req.data)) }
+    /// #     if req.data.is_empty() { Err(ToolError::new("empty query")) } else { Ok(format!("results for {}", req.data)) }
     /// # }
     ///
     /// async fn collect(result: ResultContext<String>) -> soorma::Result<()> {
     ///     let mut task = result.record_in_parent().await?;
     ///     if !result.is_success() {
-    ///         return task.fail("the search failed").await.map(drop);
+    ///         task.fail("the search failed").await?;
+    ///         return Ok(());
     ///     }
-    ///     task.complete(result.data).await.map(drop)
+    ///     task.complete(result.data).await?;
+    ///     Ok(())
     /// }
     ///
     /// # let platform = Platform::embedded();
@@ -122,13 +125,15 @@ impl<T> ResultContext<T> {
     /// use soorma::prelude::*;
     /// # async fn research(mut task: TaskContext<String>) -> soorma::Result<()> {
     /// #     let topic = task.data.clone();
-    /// #     task.delegate("search.requested", topic, "search.completed").await.map(drop)
+    /// #     task.delegate_with(Delegation::new("search.requested", &topic, "search.completed")).await?;
+    /// #     Ok(())
     /// # }
     /// # async fn search(req: Invocation<String>) -> Result<String, ToolError> { Ok(format!("results for {}", req.data)) }
     ///
     /// async fn collect(result: ResultContext<String>) -> soorma::Result<()> {
     ///     let mut task = result.record_in_parent().await?;
-    ///     task.complete(result.sub_task_id()).await.map(drop)
+    ///     task.complete(result.sub_task_id()).await?;
+    ///     Ok(())
     /// }
     ///
     /// let mut t = soorma::testing::TestPlatform::new();
@@ -153,7 +158,8 @@ impl<T> ResultContext<T> {
     /// use soorma::prelude::*;
     /// # async fn research(mut task: TaskContext<String>) -> soorma::Result<()> {
     /// #     let d = Delegation::new("search.requested", &task.data, "search.completed");
-    /// #     task.delegate_parallel([d]).await.map(drop)
+    /// #     task.delegate_parallel([d]).await?;
+    /// #     Ok(())
     /// # }
     /// # async fn search(req: Invocation<String>) -> Result<String, ToolError> { Ok(format!("results for {}", req.data)) }
     ///
@@ -212,13 +218,15 @@ impl<T> ResultContext<T> {
     /// use soorma::prelude::*;
     /// # async fn research(mut task: TaskContext<String>) -> soorma::Result<()> {
     /// #     let topic = task.data.clone();
-    /// #     task.delegate("search.requested", topic, "search.completed").await.map(drop)
+    /// #     task.delegate_with(Delegation::new("search.requested", &topic, "search.completed")).await?;
+    /// #     Ok(())
     /// # }
     /// # async fn search(req: Invocation<String>) -> Result<String, ToolError> { Ok(format!("results for {}", req.data)) }
     ///
     /// async fn collect(result: ResultContext<String>) -> soorma::Result<()> {
     ///     let mut task = result.record_in_parent().await?;
-    ///     task.complete(result.data).await.map(drop)
+    ///     task.complete(result.data).await?;
+    ///     Ok(())
     /// }
     ///
     /// # let platform = Platform::embedded();
@@ -232,6 +240,12 @@ impl<T> ResultContext<T> {
     /// # tool.shutdown().await?; worker.shutdown().await?; Ok(()) }
     /// ```
     pub async fn record_in_parent(&self) -> Result<TaskContext<Value>> {
+        self.record().await.map(|(task, _)| task)
+    }
+
+    /// Records this result in its parent task; also says whether this result completed its
+    /// delegation group (true for exactly one result of each group).
+    pub(crate) async fn record(&self) -> Result<(TaskContext<Value>, bool)> {
         let platform = &self.runtime.platform;
         let tenant = self.envelope.tenant();
         let (sub_task_id, key) = self.sub_task_key()?;
@@ -261,7 +275,7 @@ impl<T> ResultContext<T> {
         .await?;
         let _ = self.group.set(Some(info.group_id.clone()));
         // Set the sub-task's bit in the parent (idempotent; coalesced with concurrent results).
-        let parent = platform
+        let marked = platform
             .fan_in()
             .mark(
                 platform.state().clone(),
@@ -270,12 +284,13 @@ impl<T> ResultContext<T> {
                 info.seq,
             )
             .await?;
-        Ok(TaskContext::restored(
-            parent.value,
-            parent.revision,
+        let task = TaskContext::restored(
+            marked.task.value,
+            marked.task.revision,
             self.envelope.clone(),
             self.runtime.clone(),
-        ))
+        );
+        Ok((task, marked.completed_group))
     }
 
     /// Loads the task that delegated this sub-task without recording anything.
@@ -285,7 +300,8 @@ impl<T> ResultContext<T> {
     /// use soorma::prelude::*;
     /// # async fn research(mut task: TaskContext<String>) -> soorma::Result<()> {
     /// #     let topic = task.data.clone();
-    /// #     task.delegate("search.requested", topic, "search.completed").await.map(drop)
+    /// #     task.delegate_with(Delegation::new("search.requested", &topic, "search.completed")).await?;
+    /// #     Ok(())
     /// # }
     /// # async fn search(req: Invocation<String>) -> Result<String, ToolError> { Ok(format!("results for {}", req.data)) }
     ///
@@ -293,7 +309,8 @@ impl<T> ResultContext<T> {
     ///     let mut task = result.parent().await?;
     ///     // Nothing recorded: the delegation still waits for this result.
     ///     let waiting = task.group_results(None).await?.is_none();
-    ///     task.complete(waiting).await.map(drop)
+    ///     task.complete(waiting).await?;
+    ///     Ok(())
     /// }
     ///
     /// # let platform = Platform::embedded();

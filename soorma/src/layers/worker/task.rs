@@ -6,7 +6,7 @@ use std::sync::Arc;
 use serde::Serialize;
 use serde::de::DeserializeOwned;
 use serde_json::{Map, Value};
-use soorma_common::events::{HUMAN_INPUT, TASK_PROGRESS};
+use soorma_common::events::{HUMAN_INPUT, TASK_DEADLINE, TASK_PROGRESS};
 use soorma_common::{
     ActionReply, EventEnvelope, SubTaskGroup, SubTaskInfo, TaskProgress, TaskRecord, TaskStatus,
     Topic,
@@ -14,16 +14,18 @@ use soorma_common::{
 
 use super::delegation::Delegation;
 use super::{
-    STATE_CONCURRENCY, TASK_TIMEOUT_EVENT, sub_task_id, subtask_key, task_key, update_task,
+    STATE_CONCURRENCY, TASK_TIMEOUT_EVENT, WorkerWiring, sub_task_id, subtask_key, task_key,
+    update_task,
 };
 use crate::error::{Error, Result};
 use crate::platform::timers;
 use crate::protocol::decode_payload;
 use crate::protocol::reply::{ReplyRoute, publish_reply};
+use crate::protocol::request::{Request, RequestSet};
 use crate::runtime::context::context_accessors;
 use crate::runtime::extract::{AgentRuntime, HandlerInput};
 use crate::spi::state::{self, Change, Revision, StateKey};
-use crate::util::{concurrently, now_rfc3339};
+use crate::util::{concurrently, now_rfc3339, rfc3339_after};
 
 /// A worker's task, for `#[on_task]` handlers: persisted state, delegation and completion.
 ///
@@ -50,9 +52,13 @@ use crate::util::{concurrently, now_rfc3339};
 ///     Ok(())
 /// }
 /// ```
-pub struct TaskContext<T = Value> {
+pub struct TaskContext<T = Value, S = StateMap> {
     /// The task's request payload.
     pub data: T,
+    /// The handler-owned state saved with the task.
+    state: S,
+    /// Keep the stored state when persisting (a context made only to fail the task).
+    pub(super) keep_stored_state: bool,
     record: TaskRecord,
     revision: Option<Revision>,
     /// Delegations made through this context (part of sub-task ids).
@@ -61,9 +67,43 @@ pub struct TaskContext<T = Value> {
     runtime: Arc<AgentRuntime>,
 }
 
-context_accessors!(TaskContext);
+/// The default task state: a string-keyed map ([`TaskContext::set_state`],
+/// [`TaskContext::state_value`]). Use your own type for typed state: `TaskContext<T, S>`.
+pub type StateMap = Map<String, Value>;
 
-impl<T: fmt::Debug> fmt::Debug for TaskContext<T> {
+/// What can be a task's typed state: saved with the task as a JSON object (a struct or a
+/// map), starting from `Default`.
+///
+/// ```
+/// #[derive(Default, serde::Serialize, serde::Deserialize)]
+/// struct Notes { topic: String, attempts: u32 }
+///
+/// fn is_state<S: soorma::TaskState>() {}
+/// is_state::<Notes>();
+/// is_state::<soorma::StateMap>();
+/// ```
+pub trait TaskState: Serialize + DeserializeOwned + Default + Send + Sync + 'static {}
+
+impl<S: Serialize + DeserializeOwned + Default + Send + Sync + 'static> TaskState for S {}
+
+/// A delegation made: the sub-tasks are saved and their requests published. Return it from a
+/// handler that fans out (its replies come to the `#[on_fan_in]` handler).
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[must_use = "the replies arrive later, at the fan-in handler"]
+pub struct Delegated {
+    group_id: String,
+}
+
+impl Delegated {
+    /// The delegation group's id.
+    pub fn group_id(&self) -> &str {
+        &self.group_id
+    }
+}
+
+context_accessors!(TaskContext, S);
+
+impl<T: fmt::Debug, S> fmt::Debug for TaskContext<T, S> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("TaskContext")
             .field("task_id", &self.record.task_id)
@@ -74,7 +114,7 @@ impl<T: fmt::Debug> fmt::Debug for TaskContext<T> {
     }
 }
 
-impl<T> TaskContext<T> {
+impl<T, S: TaskState> TaskContext<T, S> {
     /// A new task for the request being handled.
     pub(crate) fn from_request(data: T, input: &HandlerInput) -> Self {
         let env = &input.envelope;
@@ -91,12 +131,37 @@ impl<T> TaskContext<T> {
         record.trace_id = Some(env.trace_id.clone().unwrap_or_else(|| env.id.clone()));
         Self {
             data,
+            state: S::default(),
+            keep_stored_state: false,
             record,
             revision: None,
             delegated: 0,
             envelope: env.clone(),
             runtime: input.runtime.clone(),
         }
+    }
+
+    /// The state as stored with the task: a JSON object.
+    fn state_object(&self) -> Result<StateMap> {
+        match serde_json::to_value(&self.state).map_err(|e| Error::serialize("task state", e))? {
+            Value::Object(map) => Ok(map),
+            other => Err(Error::InvalidArgument(format!(
+                "the state of task `{}` ({}) must serialize to a JSON object (a struct or a map), not `{other}`",
+                self.record.task_id,
+                std::any::type_name::<S>()
+            ))),
+        }
+    }
+
+    /// The state to write with the next update: the typed state as an object, or `None` for
+    /// a context that keeps the stored state (one made only to fail the task).
+    fn state_to_store(&mut self) -> Result<Option<StateMap>> {
+        if self.keep_stored_state {
+            return Ok(None);
+        }
+        let state = self.state_object()?;
+        self.record.state.clone_from(&state);
+        Ok(Some(state))
     }
 
     fn store(&self) -> &dyn crate::spi::state::StateStore {
@@ -121,7 +186,8 @@ impl<T> TaskContext<T> {
     ///
     /// async fn which(mut task: TaskContext) -> soorma::Result<()> {
     ///     let id = task.task_id().to_owned();
-    ///     task.complete(id).await.map(drop)
+    ///     task.complete(id).await?;
+    ///     Ok(())
     /// }
     ///
     /// # let platform = Platform::embedded();
@@ -144,7 +210,8 @@ impl<T> TaskContext<T> {
     /// async fn describe(mut task: TaskContext) -> soorma::Result<()> {
     ///     let rec = task.record();
     ///     let summary = format!("{} handles {}", rec.agent, rec.event_type);
-    ///     task.complete(summary).await.map(drop)
+    ///     task.complete(summary).await?;
+    ///     Ok(())
     /// }
     ///
     /// # let platform = Platform::embedded();
@@ -167,7 +234,8 @@ impl<T> TaskContext<T> {
     ///
     /// async fn report(mut task: TaskContext) -> soorma::Result<()> {
     ///     let status = task.status();
-    ///     task.complete(status).await.map(drop)
+    ///     task.complete(status).await?;
+    ///     Ok(())
     /// }
     ///
     /// # let platform = Platform::embedded();
@@ -190,7 +258,8 @@ impl<T> TaskContext<T> {
     /// async fn keys(mut task: TaskContext) -> soorma::Result<()> {
     ///     task.set_state("step", "fetch")?;
     ///     let keys: Vec<String> = task.state().keys().cloned().collect();
-    ///     task.complete(keys).await.map(drop)
+    ///     task.complete(keys).await?;
+    ///     Ok(())
     /// }
     ///
     /// # let platform = Platform::embedded();
@@ -200,64 +269,35 @@ impl<T> TaskContext<T> {
     /// assert_eq!(k, ["step"]);
     /// # worker.shutdown().await?; Ok(()) }
     /// ```
-    pub fn state(&self) -> &Map<String, Value> {
-        &self.record.state
+    pub fn state(&self) -> &S {
+        &self.state
     }
 
-    /// Reads a typed value from the task state.
-    ///
-    /// Returns `Ok(None)` when the key is absent and an error when it does not decode.
+    /// The state, to change (saved by the next `save`, delegation or completion).
     ///
     /// ```
     /// # #[tokio::main(flavor = "current_thread")] async fn main() -> soorma::Result<()> {
     /// use soorma::prelude::*;
     ///
-    /// async fn count(mut task: TaskContext<Vec<String>>) -> soorma::Result<()> {
-    ///     task.set_state("items", task.data.len())?;
-    ///     let items: Option<usize> = task.state_value("items")?;
-    ///     let missing: Option<usize> = task.state_value("nope")?;
-    ///     task.complete((items, missing)).await.map(drop)
+    /// #[derive(Default, serde::Serialize, serde::Deserialize)]
+    /// struct Progress { pages: u32 }
+    ///
+    /// async fn crawl(mut task: TaskContext<String, Progress>) -> soorma::Result<()> {
+    ///     task.state_mut().pages += 3;
+    ///     let pages = task.state().pages;
+    ///     task.complete(pages).await?;
+    ///     Ok(())
     /// }
     ///
     /// # let platform = Platform::embedded();
-    /// # let worker = Worker::new("counter").use_registered_handlers(false)
-    /// #     .handler(Handler::on_task("count.requested", count)).start(&platform).await?;
-    /// let got: (Option<usize>, Option<usize>) =
-    ///     platform.client("docs").invoke("count.requested", ["a", "b"], "count.completed").await?;
-    /// assert_eq!(got, (Some(2), None));
+    /// # let worker = Worker::new("crawler").use_registered_handlers(false)
+    /// #     .handler(Handler::on_task("crawl.requested", crawl)).start(&platform).await?;
+    /// let pages: u32 = platform.client("docs").invoke("crawl.requested", "rust", "crawl.completed").await?;
+    /// assert_eq!(pages, 3);
     /// # worker.shutdown().await?; Ok(()) }
     /// ```
-    pub fn state_value<V: DeserializeOwned>(&self, key: &str) -> Result<Option<V>> {
-        self.record
-            .state
-            .get(key)
-            .map(|v| decode_payload(&format!("task state `{key}`"), v))
-            .transpose()
-    }
-
-    /// Sets a state value (persisted by the next `save`, `delegate` or completion).
-    ///
-    /// ```
-    /// # #[tokio::main(flavor = "current_thread")] async fn main() -> soorma::Result<()> {
-    /// use soorma::prelude::*;
-    ///
-    /// async fn start(mut task: TaskContext<String>) -> soorma::Result<()> {
-    ///     task.set_state("query", task.data.clone())?;
-    ///     task.set_state("attempts", 1)?;
-    ///     task.complete(task.state().clone()).await.map(drop)
-    /// }
-    ///
-    /// # let platform = Platform::embedded();
-    /// # let worker = Worker::new("starter").use_registered_handlers(false)
-    /// #     .handler(Handler::on_task("start.requested", start)).start(&platform).await?;
-    /// let state: serde_json::Value = platform.client("docs").invoke("start.requested", "rust", "start.completed").await?;
-    /// assert_eq!(state, serde_json::json!({"query": "rust", "attempts": 1}));
-    /// # worker.shutdown().await?; Ok(()) }
-    /// ```
-    pub fn set_state(&mut self, key: impl Into<String>, value: impl Serialize) -> Result<()> {
-        let value = serde_json::to_value(value).map_err(|e| Error::serialize("task state", e))?;
-        self.record.state.insert(key.into(), value);
-        Ok(())
+    pub fn state_mut(&mut self) -> &mut S {
+        &mut self.state
     }
 
     /// The delegation group `group_id` (counts and which sub-tasks finished).
@@ -265,21 +305,28 @@ impl<T> TaskContext<T> {
     /// ```
     /// # #[tokio::main(flavor = "current_thread")] async fn main() -> soorma::Result<()> {
     /// # use soorma::prelude::*;
-    /// async fn fan_out(mut task: TaskContext) -> soorma::Result<()> {
+    /// async fn fan_out(mut task: TaskContext) -> soorma::Result<bool> {
     ///     let group = task.delegate_parallel([
     ///         Delegation::new("sentiment.analyze", &task.data, "sentiment.completed"),
     ///         Delegation::new("entity.extract", &task.data, "entity.completed"),
     ///     ]).await?;
     ///     let size = task.group(&group).map(|g| g.size);
-    ///     task.complete(size).await.map(drop)
+    ///     task.complete(size).await
     /// }
+    /// # async fn analyze(_: Invocation) -> Result<(), ToolError> { Ok(()) }
+    /// # async fn collect(_: ResultContext) {}
     ///
     /// # let platform = Platform::embedded();
+    /// # let tools = Tool::new("analyzers").use_registered_handlers(false)
+    /// #     .handler(Handler::on_invoke("sentiment.analyze", analyze))
+    /// #     .handler(Handler::on_invoke("entity.extract", analyze)).start(&platform).await?;
     /// # let worker = Worker::new("fan").use_registered_handlers(false)
-    /// #     .handler(Handler::on_task("fan.requested", fan_out)).start(&platform).await?;
+    /// #     .handler(Handler::on_task("fan.requested", fan_out))
+    /// #     .handler(Handler::on_result("sentiment.completed", collect))
+    /// #     .handler(Handler::on_result("entity.completed", collect)).start(&platform).await?;
     /// let size: Option<u32> = platform.client("docs").invoke("fan.requested", "hi", "fan.completed").await?;
     /// assert_eq!(size, Some(2));
-    /// # worker.shutdown().await?; Ok(()) }
+    /// # worker.shutdown().await?; tools.shutdown().await?; Ok(()) }
     /// ```
     pub fn group(&self, group_id: &str) -> Option<&SubTaskGroup> {
         self.record.groups.get(group_id)
@@ -299,12 +346,30 @@ impl<T> TaskContext<T> {
                 state::load::<SubTaskInfo>(&*store, "sub-task", &key)
                     .await?
                     .map(|v| v.value)
-                    .ok_or_else(|| Error::State(format!("sub-task `{key}` is missing")))
+                    .ok_or_else(|| {
+                        Error::from(crate::error::EngineError::new(
+                            crate::error::EngineErrorKind::Inconsistent,
+                            format!("sub-task `{key}` is missing"),
+                        ))
+                    })
             }
         })
         .await?;
         out.sort_by_key(|s| s.seq);
         Ok(out)
+    }
+
+    /// The sub-tasks still without a result, in delegation order.
+    pub(crate) async fn pending_sub_tasks(&self) -> Result<Vec<SubTaskInfo>> {
+        let open: Vec<&SubTaskGroup> = self
+            .record
+            .groups
+            .values()
+            .filter(|g| !g.is_complete())
+            .collect();
+        let mut members = self.load_members(&open).await?;
+        members.retain(|m| !m.is_finished());
+        Ok(members)
     }
 
     /// Every sub-task of the task (with results where they arrived), in delegation order.
@@ -313,19 +378,26 @@ impl<T> TaskContext<T> {
     /// # #[tokio::main(flavor = "current_thread")] async fn main() -> soorma::Result<()> {
     /// use soorma::prelude::*;
     ///
-    /// async fn research(mut task: TaskContext) -> soorma::Result<()> {
-    ///     task.delegate("search.requested", "rust", "search.completed").await?;
-    ///     task.delegate("translate.requested", "rust", "translate.completed").await?;
+    /// async fn research(mut task: TaskContext) -> soorma::Result<bool> {
+    ///     task.delegate_with(Delegation::new("search.requested", &"rust", "search.completed")).await?;
+    ///     task.delegate_with(Delegation::new("translate.requested", &"rust", "translate.completed")).await?;
     ///     let events: Vec<String> = task.sub_tasks().await?.into_iter().map(|s| s.event_type).collect();
-    ///     task.complete(events).await.map(drop)
+    ///     task.complete(events).await
     /// }
+    /// # async fn serve(_: Invocation) -> Result<(), ToolError> { Ok(()) }
+    /// # async fn collect(_: ResultContext) {}
     ///
     /// # let platform = Platform::embedded();
+    /// # let tools = Tool::new("tools").use_registered_handlers(false)
+    /// #     .handler(Handler::on_invoke("search.requested", serve))
+    /// #     .handler(Handler::on_invoke("translate.requested", serve)).start(&platform).await?;
     /// # let worker = Worker::new("research").use_registered_handlers(false)
-    /// #     .handler(Handler::on_task("research.requested", research)).start(&platform).await?;
+    /// #     .handler(Handler::on_task("research.requested", research))
+    /// #     .handler(Handler::on_result("search.completed", collect))
+    /// #     .handler(Handler::on_result("translate.completed", collect)).start(&platform).await?;
     /// let e: Vec<String> = platform.client("docs").invoke("research.requested", (), "research.completed").await?;
     /// assert_eq!(e, ["search.requested", "translate.requested"]);
-    /// # worker.shutdown().await?; Ok(()) }
+    /// # worker.shutdown().await?; tools.shutdown().await?; Ok(()) }
     /// ```
     pub async fn sub_tasks(&self) -> Result<Vec<SubTaskInfo>> {
         let groups: Vec<&SubTaskGroup> = self.record.groups.values().collect();
@@ -381,7 +453,8 @@ impl<T> TaskContext<T> {
     /// async fn step(mut task: TaskContext) -> soorma::Result<()> {
     ///     task.set_state("step", "fetched")?;
     ///     task.save().await?; // stored before the slow part
-    ///     task.complete(()).await.map(drop)
+    ///     task.complete(()).await?;
+    ///     Ok(())
     /// }
     ///
     /// let platform = Platform::embedded();
@@ -394,8 +467,13 @@ impl<T> TaskContext<T> {
     /// # worker.shutdown().await?; Ok(()) }
     /// ```
     pub async fn save(&mut self) -> Result<()> {
-        let state = self.record.state.clone();
-        self.persist(move |rec| rec.state.clone_from(&state)).await
+        let state = self.state_to_store()?;
+        self.persist(move |rec| {
+            if let Some(state) = &state {
+                rec.state.clone_from(state);
+            }
+        })
+        .await
     }
 
     /// Applies `mutate` locally and to the stored record (created on first save).
@@ -440,40 +518,100 @@ impl<T> TaskContext<T> {
         }
     }
 
-    /// Delegates one sub-task (sequential chaining); returns its id. The task is saved first.
+    /// Delegates one typed request (sequential chaining); its reply comes to the worker's
+    /// `#[on_fan_in(R)]` handler. The task is saved first; checked like
+    /// [`fan_out`](Self::fan_out). For a request named at run time, use
+    /// [`delegate_with`](Self::delegate_with) and a [`Delegation`].
     ///
     /// ```
     /// # #[tokio::main(flavor = "current_thread")] async fn main() -> soorma::Result<()> {
-    /// # use soorma::prelude::*;
-    /// async fn research(mut task: TaskContext<String>) -> soorma::Result<()> {
-    ///     let topic = task.data.clone();
-    ///     task.delegate("search.requested", topic, "search.completed").await?;
-    ///     Ok(())
+    /// use serde::{Deserialize, Serialize};
+    /// use soorma::prelude::*;
+    ///
+    /// #[derive(Serialize, Deserialize, schemars::JsonSchema)]
+    /// struct Search { q: String }
+    /// impl Request for Search { const EVENT: &'static str = "search.requested"; type Reply = Vec<String>; }
+    ///
+    /// #[derive(Serialize, Deserialize, schemars::JsonSchema)]
+    /// struct Research { topic: String }
+    /// impl Request for Research { const EVENT: &'static str = "research.requested"; type Reply = String; }
+    ///
+    /// async fn search(req: Invocation<Search>) -> Result<Vec<String>, ToolError> {
+    ///     Ok(vec![format!("all about {}", req.data.q)])
     /// }
     ///
-    /// let mut t = soorma::testing::TestPlatform::new();
-    /// # t.start(Worker::new("researcher").use_registered_handlers(false)
-    /// #     .handler(Handler::on_task("research.requested", research))).await?;
-    /// t.client().bus().request("research.requested", "rust", "research.completed").await?;
-    /// let search = t.expect_event("search.requested", std::time::Duration::from_secs(1)).await?;
-    /// assert_eq!(search.data, "rust");
-    /// assert_eq!(search.response_event.as_deref(), Some("search.completed"));
-    /// # t.shutdown().await }
+    /// async fn research(mut task: TaskContext<Research>) -> soorma::Result<Delegated> {
+    ///     let q = task.data.topic.clone();
+    ///     task.delegate(Search { q }).await
+    /// }
+    ///
+    /// async fn searched(_task: TaskContext<Research>, hits: Vec<String>) -> soorma::Result<String> {
+    ///     Ok(hits.join("; "))
+    /// }
+    ///
+    /// let platform = Platform::embedded();
+    /// let running = Agents::new()
+    ///     .tool("search", vec![Handler::invoke(search)])
+    ///     .worker("researcher", vec![Handler::task(research), Handler::fan_in::<Search>().handle(searched)])
+    ///     .start(&platform)
+    ///     .await?;
+    /// let report = platform.client("docs").call(Research { topic: "rust".into() }).await?;
+    /// assert_eq!(report, "all about rust");
+    /// # running.shutdown().await?; Ok(()) }
     /// ```
-    pub async fn delegate(
-        &mut self,
-        event_type: impl Into<String>,
-        data: impl Serialize,
-        response_event: impl Into<String>,
-    ) -> Result<String> {
-        let d = Delegation {
-            event_type: event_type.into(),
-            data: serde_json::to_value(data).map_err(|e| e.to_string()),
-            response_event: response_event.into(),
-            validate: true,
-            topic: Topic::ActionRequests,
-        };
-        self.delegate_with(d).await
+    pub async fn delegate<R: Request>(&mut self, request: R) -> Result<Delegated> {
+        self.fan_out(request).await
+    }
+
+    /// Gives the task a deadline: unless it completed or failed before, it fails `after` from
+    /// now with an error saying what it was still waiting for (which sub-tasks, of which
+    /// events), and its caller gets that error reply instead of waiting for its own timeout.
+    /// The deadline is durable (a restarted worker still enforces it); setting it again moves it.
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")] async fn main() -> soorma::Result<()> {
+    /// use std::time::Duration;
+    /// use soorma::prelude::*;
+    ///
+    /// async fn research(mut task: TaskContext<String>) -> soorma::Result<String> {
+    ///     task.fail_after(Duration::from_millis(200)).await?;
+    ///     // Nobody serves this yet, so the reply never comes.
+    ///     let search = Delegation::new("slow.search", &task.data, "slow.searched").skip_consumer_check();
+    ///     task.delegate_with(search).await
+    /// }
+    /// # async fn searched(_: ResultContext) {}
+    ///
+    /// let platform = Platform::embedded();
+    /// # let worker = Worker::new("researcher").use_registered_handlers(false)
+    /// #     .handler(Handler::on_task("research.requested", research))
+    /// #     .handler(Handler::on_result("slow.searched", searched)).start(&platform).await?;
+    /// let err = platform.client("docs").invoke::<String>("research.requested", "rust", "research.completed").await.unwrap_err();
+    /// assert!(err.to_string().contains("still waiting for `slow.search`"), "{err}");
+    /// # worker.shutdown().await?; Ok(()) }
+    /// ```
+    pub async fn fail_after(&mut self, after: std::time::Duration) -> Result<()> {
+        let deadline = rfc3339_after(after);
+        let state = self.state_to_store()?;
+        let at = deadline.clone();
+        self.persist(move |rec| {
+            rec.deadline_at = Some(at.clone());
+            if let Some(state) = &state {
+                rec.state.clone_from(state);
+            }
+        })
+        .await?;
+        let data = serde_json::json!({
+            "task_id": self.record.task_id,
+            "deadline_at": deadline,
+            "after_seconds": after.as_secs_f64(),
+        });
+        let mut env = self
+            .bus()
+            .envelope(Topic::ActionResults, TASK_DEADLINE.into(), data);
+        env.id = deadline_timer_id(&self.record.task_id);
+        env.correlation_id = Some(self.record.task_id.clone());
+        env.tenant_id.clone_from(&self.record.tenant_id);
+        timers::schedule(&self.runtime.platform, env, after).await
     }
 
     /// Asks a person, as a sub-task: publishes `notification.human_input` on
@@ -488,7 +626,8 @@ impl<T> TaskContext<T> {
     /// # use soorma::prelude::*;
     /// async fn publish(mut task: TaskContext<String>) -> soorma::Result<()> {
     ///     let within = Some(std::time::Duration::from_secs(3600));
-    ///     task.request_human_input("Publish this post?", "post.reviewed", within).await.map(drop)
+    ///     task.request_human_input("Publish this post?", "post.reviewed", within).await?;
+    ///     Ok(())
     /// }
     /// # let _ = publish;
     /// ```
@@ -511,8 +650,13 @@ impl<T> TaskContext<T> {
             })),
             response_event: response_event.clone(),
             validate: false,
+            check_consumer: false,
             topic: Topic::NotificationEvents,
         };
+        if timeout.is_some() {
+            let timed_out = Delegation::new(HUMAN_INPUT, &(), TASK_TIMEOUT_EVENT);
+            self.check_reply_handlers(&[timed_out], None)?;
+        }
         let sub_task = self.delegate_with(ask).await?;
         if let Some(after) = timeout {
             let reply = ActionReply::failure(
@@ -541,12 +685,13 @@ impl<T> TaskContext<T> {
     /// # use soorma::prelude::*;
     /// async fn forward(mut task: TaskContext<serde_json::Value>) -> soorma::Result<()> {
     ///     let legacy = Delegation::new("legacy.requested", &task.data, "legacy.done").skip_validation();
-    ///     task.delegate_with(legacy).await.map(drop)
+    ///     task.delegate_with(legacy).await?;
+    ///     Ok(())
     /// }
     /// # let _ = forward;
     /// ```
     pub async fn delegate_with(&mut self, delegation: Delegation) -> Result<String> {
-        let group_id = self.delegate_group(vec![delegation]).await?;
+        let group_id = self.delegate_group(vec![delegation], None).await?;
         Ok(sub_task_id(&group_id, 0))
     }
 
@@ -557,16 +702,20 @@ impl<T> TaskContext<T> {
     /// # #[tokio::main(flavor = "current_thread")] async fn main() -> soorma::Result<()> {
     /// # use soorma::prelude::*;
     /// # use std::time::Duration;
-    /// async fn analyze(mut task: TaskContext<String>) -> soorma::Result<()> {
+    /// async fn analyze(mut task: TaskContext<String>) -> soorma::Result<String> {
+    ///     // This test plays the analyzers: nobody consumes the requests.
     ///     task.delegate_parallel([
-    ///         Delegation::new("sentiment.analyze", &task.data, "sentiment.completed"),
-    ///         Delegation::new("entity.extract", &task.data, "entity.completed"),
-    ///     ]).await.map(drop)
+    ///         Delegation::new("sentiment.analyze", &task.data, "sentiment.completed").skip_consumer_check(),
+    ///         Delegation::new("entity.extract", &task.data, "entity.completed").skip_consumer_check(),
+    ///     ]).await
     /// }
+    /// # async fn collect(_: ResultContext) {}
     ///
     /// let mut t = soorma::testing::TestPlatform::new();
     /// # t.start(Worker::new("analyzer").use_registered_handlers(false)
-    /// #     .handler(Handler::on_task("analyze.requested", analyze))).await?;
+    /// #     .handler(Handler::on_task("analyze.requested", analyze))
+    /// #     .handler(Handler::on_result("sentiment.completed", collect))
+    /// #     .handler(Handler::on_result("entity.completed", collect))).await?;
     /// t.client().bus().request("analyze.requested", "soorma is great", "analyze.completed").await?;
     /// t.expect_event("sentiment.analyze", Duration::from_secs(1)).await?;
     /// t.expect_event("entity.extract", Duration::from_secs(1)).await?;
@@ -582,12 +731,115 @@ impl<T> TaskContext<T> {
                 "delegate_parallel needs at least one delegation".into(),
             ));
         }
-        self.delegate_group(delegations).await
+        self.delegate_group(delegations, None).await
     }
 
-    async fn delegate_group(&mut self, delegations: Vec<Delegation>) -> Result<String> {
+    /// Fans typed requests out — one request, or a tuple of up to 8 — and returns the
+    /// delegation; the replies, all of them, come to the worker's `#[on_fan_in]` handler for
+    /// exactly these request types (in this order), which runs once when the last one is in.
+    ///
+    /// Checked before anything is saved or published: the worker must have that fan-in
+    /// handler, and a registered agent must consume each request
+    /// ([`Error::NoConsumer`]); each payload is checked against its consumer's schema.
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")] async fn main() -> soorma::Result<()> {
+    /// use serde::{Deserialize, Serialize};
+    /// use soorma::prelude::*;
+    ///
+    /// #[derive(Serialize, Deserialize, schemars::JsonSchema)]
+    /// struct Count { text: String }
+    /// impl Request for Count { const EVENT: &'static str = "count.requested"; type Reply = usize; }
+    ///
+    /// #[derive(Serialize, Deserialize, schemars::JsonSchema)]
+    /// struct Shout { text: String }
+    /// impl Request for Shout { const EVENT: &'static str = "shout.requested"; type Reply = String; }
+    ///
+    /// #[derive(Serialize, Deserialize, schemars::JsonSchema)]
+    /// struct Analyze { text: String }
+    /// impl Request for Analyze { const EVENT: &'static str = "analyze.requested"; type Reply = String; }
+    ///
+    /// async fn count(req: Invocation<Count>) -> Result<usize, ToolError> { Ok(req.data.text.len()) }
+    /// async fn shout(req: Invocation<Shout>) -> Result<String, ToolError> { Ok(req.data.text.to_uppercase()) }
+    ///
+    /// async fn analyze(mut task: TaskContext<Analyze>) -> soorma::Result<Delegated> {
+    ///     let text = task.data.text.clone();
+    ///     task.fan_out((Count { text: text.clone() }, Shout { text })).await
+    /// }
+    ///
+    /// async fn collect(_task: TaskContext<Analyze>, (n, loud): (usize, String)) -> soorma::Result<String> {
+    ///     Ok(format!("{loud} ({n})")) // completes the task
+    /// }
+    ///
+    /// let platform = Platform::embedded();
+    /// # let tools = Tool::new("text").use_registered_handlers(false)
+    /// #     .handler(Handler::invoke(count)).handler(Handler::invoke(shout)).start(&platform).await?;
+    /// let worker = Worker::new("analyzer").use_registered_handlers(false)
+    ///     .handler(Handler::task(analyze))
+    ///     .handler(Handler::fan_in::<(Count, Shout)>().handle(collect))
+    ///     .start(&platform).await?;
+    /// let out = platform.client("docs").call(Analyze { text: "hi".into() }).await?;
+    /// assert_eq!(out, "HI (2)");
+    /// # worker.shutdown().await?; tools.shutdown().await?; Ok(()) }
+    /// ```
+    pub async fn fan_out<Q: RequestSet>(&mut self, requests: Q) -> Result<Delegated> {
+        let delegations = requests
+            .into_requests()?
+            .into_iter()
+            .map(|r| Delegation {
+                event_type: r.event.to_owned(),
+                data: Ok(r.data),
+                response_event: r.reply_event.into_owned(),
+                validate: true,
+                check_consumer: true,
+                topic: Topic::ActionRequests,
+            })
+            .collect();
+        let group_id = self.delegate_group(delegations, Some(Q::key())).await?;
+        Ok(Delegated { group_id })
+    }
+
+    /// Fails with [`Error::Misconfigured`] when no handler of this worker waits for the
+    /// replies of a delegation: an `#[on_fan_in]` handler for the fan-out `fan_in`, else an
+    /// `#[on_result]` handler for each reply event.
+    fn check_reply_handlers(&self, delegations: &[Delegation], fan_in: Option<&str>) -> Result<()> {
+        let wiring = self.runtime.wiring.get::<WorkerWiring>();
+        let problem = match fan_in {
+            Some(key) if !wiring.is_some_and(|w| w.fan_ins.contains(key)) => Some(format!(
+                "it fans out `{}` but has no `#[on_fan_in]` handler for these requests (in this order); add one taking the task and their replies",
+                key.replace(',', "`, `")
+            )),
+            Some(_) => None,
+            None => delegations
+                .iter()
+                .find(|d| !wiring.is_some_and(|w| w.handles_result(&d.response_event)))
+                .map(|d| {
+                    format!(
+                        "it delegates `{}` but no handler of the worker waits for the reply `{}`; add `#[on_result(\"{}\")]`",
+                        d.event_type, d.response_event, d.response_event
+                    )
+                }),
+        };
+        match problem {
+            None => Ok(()),
+            Some(problem) => {
+                tracing::error!(agent = %self.runtime.name, %problem, "delegation refused");
+                Err(Error::Misconfigured {
+                    agent: self.runtime.name.to_string(),
+                    problems: vec![problem],
+                })
+            }
+        }
+    }
+
+    async fn delegate_group(
+        &mut self,
+        delegations: Vec<Delegation>,
+        fan_in: Option<String>,
+    ) -> Result<String> {
         let size = u32::try_from(delegations.len())
             .map_err(|_| Error::InvalidArgument("too many delegations in one group".into()))?;
+        self.check_reply_handlers(&delegations, fan_in.as_deref())?;
         let mut planned = Vec::with_capacity(delegations.len());
         for d in delegations {
             if d.event_type.trim().is_empty() || d.response_event.trim().is_empty() {
@@ -598,14 +850,21 @@ impl<T> TaskContext<T> {
             let data = d
                 .data
                 .map_err(|e| Error::InvalidArgument(format!("delegation data: {e}")))?;
-            planned.push((d.event_type, d.response_event, data, (d.validate, d.topic)));
+            planned.push((
+                d.event_type,
+                d.response_event,
+                data,
+                (d.validate, d.check_consumer, d.topic),
+            ));
         }
         let group_id = self.next_group_id();
-        // The requests, each correlated by its sub-task id; checked against their consumers'
-        // schemas before anything is saved, so a rejected delegation leaves no trace.
+        // The requests, each correlated by its sub-task id; checked against their consumers
+        // (one must exist) and their schemas before anything is saved, so a rejected
+        // delegation leaves no trace.
         let bus = self.bus();
         let mut envelopes = Vec::with_capacity(planned.len());
-        for (i, (event_type, response_event, data, (validate, topic))) in planned.iter().enumerate()
+        for (i, (event_type, response_event, data, (validate, check_consumer, topic))) in
+            planned.iter().enumerate()
         {
             let id = sub_task_id(&group_id, i as u32);
             let mut env = bus.envelope(*topic, event_type.clone(), data.clone());
@@ -615,6 +874,9 @@ impl<T> TaskContext<T> {
             env.id.clone_from(&id);
             env.correlation_id = Some(id);
             env.response_event = Some(response_event.clone());
+            if *check_consumer {
+                bus.check_consumer(&env).await?;
+            }
             if *validate {
                 bus.check_request(&env).await?;
             }
@@ -651,14 +913,19 @@ impl<T> TaskContext<T> {
         })
         .await?;
         // 2. The group in the parent task, with the task's state.
-        let group = SubTaskGroup::new(&group_id, base_seq, size);
-        let state = self.record.state.clone();
+        let mut group = SubTaskGroup::new(&group_id, base_seq, size);
+        if let Some(key) = fan_in {
+            group = group.with_fan_in(key);
+        }
+        let state = self.state_to_store()?;
         self.persist(move |rec| {
             if !rec.groups.contains_key(&group.group_id) {
                 rec.groups.insert(group.group_id.clone(), group.clone());
                 rec.next_seq = rec.next_seq.max(group.first_seq + group.size);
             }
-            rec.state.clone_from(&state);
+            if let Some(state) = &state {
+                rec.state.clone_from(state);
+            }
             if !rec.status.is_terminal() {
                 rec.status = TaskStatus::Waiting;
             }
@@ -710,8 +977,8 @@ impl<T> TaskContext<T> {
         }
         self.bus()
             .publish(Topic::SystemEvents, TASK_PROGRESS, progress)
-            .await
-            .map(drop)
+            .await?;
+        Ok(())
     }
 
     /// Completes the task and replies `{request_id, success: true, result}` on the caller's
@@ -766,9 +1033,11 @@ impl<T> TaskContext<T> {
 
     async fn finish(&mut self, outcome: std::result::Result<Value, String>) -> Result<bool> {
         let now = now_rfc3339();
-        let state = self.record.state.clone();
+        let state = self.state_to_store()?;
         let apply = |rec: &mut TaskRecord| {
-            rec.state.clone_from(&state);
+            if let Some(state) = &state {
+                rec.state.clone_from(state);
+            }
             match &outcome {
                 Ok(v) => {
                     rec.status = TaskStatus::Completed;
@@ -817,6 +1086,13 @@ impl<T> TaskContext<T> {
                 won
             }
         };
+        if won && self.record.deadline_at.is_some() {
+            let timer = deadline_timer_id(&self.record.task_id);
+            let tenant = self.tenant_owned();
+            if let Err(e) = timers::cancel(&self.runtime.platform, &tenant, &timer).await {
+                tracing::debug!(error = %e, task_id = %self.record.task_id, "could not cancel the task's deadline");
+            }
+        }
         if won || !self.record.reply_sent {
             // Also when another handler ended the task but its reply is not known to have gone
             // out (that process may have died in between): the reply keeps its id, so the bus
@@ -868,6 +1144,24 @@ impl<T> TaskContext<T> {
 }
 
 impl TaskContext<Value> {
+    /// The stored task `task_id` of `tenant`, as the context of the handler of `input`.
+    pub(crate) async fn load(input: &HandlerInput, tenant: &str, task_id: &str) -> Result<Self> {
+        let stored = state::load::<TaskRecord>(
+            &**input.runtime.platform.state(),
+            "task",
+            &task_key(tenant, task_id),
+        )
+        .await?
+        .ok_or_else(|| Error::TaskNotFound(task_id.to_owned()))?;
+        Ok(Self::restored(
+            stored.value,
+            stored.revision,
+            input.envelope.clone(),
+            input.runtime.clone(),
+        ))
+    }
+
+    /// A stored task, as the context of a handler of `envelope`.
     pub(crate) fn restored(
         record: TaskRecord,
         revision: Revision,
@@ -876,6 +1170,8 @@ impl TaskContext<Value> {
     ) -> Self {
         Self {
             data: record.data.clone(),
+            state: record.state.clone(),
+            keep_stored_state: false,
             record,
             revision: Some(revision),
             delegated: 0,
@@ -891,7 +1187,8 @@ impl TaskContext<Value> {
     /// use soorma::prelude::*;
     /// # async fn research(mut task: TaskContext<String>) -> soorma::Result<()> {
     /// #     let topic = task.data.clone();
-    /// #     task.delegate("search.requested", topic, "search.completed").await.map(drop)
+    /// #     task.delegate_with(Delegation::new("search.requested", &topic, "search.completed")).await?;
+    /// #     Ok(())
     /// # }
     /// # async fn search(req: Invocation<String>) -> Result<usize, ToolError> { Ok(req.data.len() * 10) }
     ///
@@ -899,7 +1196,8 @@ impl TaskContext<Value> {
     ///     let task = result.record_in_parent().await?;
     ///     let mut task = task.into_typed::<String>()?; // the original request: the topic
     ///     let summary = format!("{} hits for {}", result.data.unwrap_or(0), task.data);
-    ///     task.complete(summary).await.map(drop)
+    ///     task.complete(summary).await?;
+    ///     Ok(())
     /// }
     ///
     /// # let platform = Platform::embedded();
@@ -916,6 +1214,8 @@ impl TaskContext<Value> {
         let data = decode_payload(&self.record.event_type, &self.record.data)?;
         Ok(TaskContext {
             data,
+            state: self.state,
+            keep_stored_state: self.keep_stored_state,
             record: self.record,
             revision: self.revision,
             delegated: self.delegated,
@@ -923,4 +1223,124 @@ impl TaskContext<Value> {
             runtime: self.runtime,
         })
     }
+}
+
+impl<T> TaskContext<T, StateMap> {
+    /// The same task with its state decoded as `S` (an error names the field that does not
+    /// decode).
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")] async fn main() -> soorma::Result<()> {
+    /// use soorma::prelude::*;
+    /// # async fn search(req: Invocation<String>) -> Result<String, ToolError> { Ok(format!("results for {}", req.data)) }
+    ///
+    /// #[derive(Default, serde::Serialize, serde::Deserialize)]
+    /// struct Notes { topic: String }
+    ///
+    /// async fn research(mut task: TaskContext<String, Notes>) -> soorma::Result<()> {
+    ///     task.state_mut().topic = task.data.clone();
+    ///     let topic = task.data.clone();
+    ///     task.delegate_with(Delegation::new("search.requested", &topic, "search.completed")).await?;
+    ///     Ok(())
+    /// }
+    ///
+    /// async fn collect(result: ResultContext<String>) -> soorma::Result<()> {
+    ///     let task = result.record_in_parent().await?;
+    ///     let mut task = task.with_state::<Notes>()?;
+    ///     let report = format!("{}: {}", task.state().topic, result.data.unwrap_or_default());
+    ///     task.complete(report).await?;
+    ///     Ok(())
+    /// }
+    ///
+    /// # let platform = Platform::embedded();
+    /// # let tool = Tool::new("search").use_registered_handlers(false)
+    /// #     .handler(Handler::on_invoke("search.requested", search)).start(&platform).await?;
+    /// # let worker = Worker::new("researcher").use_registered_handlers(false)
+    /// #     .handler(Handler::on_task("research.requested", research))
+    /// #     .handler(Handler::on_result("search.completed", collect)).start(&platform).await?;
+    /// let r: String = platform.client("docs").invoke("research.requested", "rust", "research.completed").await?;
+    /// assert_eq!(r, "rust: results for rust");
+    /// # tool.shutdown().await?; worker.shutdown().await?; Ok(()) }
+    /// ```
+    pub fn with_state<S: TaskState>(self) -> Result<TaskContext<T, S>> {
+        let state = decode_payload(
+            &format!("the state of task `{}`", self.record.task_id),
+            &Value::Object(self.state),
+        )?;
+        Ok(TaskContext {
+            data: self.data,
+            state,
+            keep_stored_state: self.keep_stored_state,
+            record: self.record,
+            revision: self.revision,
+            delegated: self.delegated,
+            envelope: self.envelope,
+            runtime: self.runtime,
+        })
+    }
+}
+
+/// The string-keyed state of tasks without a typed state.
+impl<T> TaskContext<T, StateMap> {
+    /// Reads a typed value from the task state.
+    ///
+    /// Returns `Ok(None)` when the key is absent and an error when it does not decode.
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")] async fn main() -> soorma::Result<()> {
+    /// use soorma::prelude::*;
+    ///
+    /// async fn count(mut task: TaskContext<Vec<String>>) -> soorma::Result<()> {
+    ///     task.set_state("items", task.data.len())?;
+    ///     let items: Option<usize> = task.state_value("items")?;
+    ///     let missing: Option<usize> = task.state_value("nope")?;
+    ///     task.complete((items, missing)).await?;
+    ///     Ok(())
+    /// }
+    ///
+    /// # let platform = Platform::embedded();
+    /// # let worker = Worker::new("counter").use_registered_handlers(false)
+    /// #     .handler(Handler::on_task("count.requested", count)).start(&platform).await?;
+    /// let got: (Option<usize>, Option<usize>) =
+    ///     platform.client("docs").invoke("count.requested", ["a", "b"], "count.completed").await?;
+    /// assert_eq!(got, (Some(2), None));
+    /// # worker.shutdown().await?; Ok(()) }
+    /// ```
+    pub fn state_value<V: DeserializeOwned>(&self, key: &str) -> Result<Option<V>> {
+        self.state
+            .get(key)
+            .map(|v| decode_payload(&format!("task state `{key}`"), v))
+            .transpose()
+    }
+
+    /// Sets a state value (persisted by the next `save`, `delegate` or completion).
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")] async fn main() -> soorma::Result<()> {
+    /// use soorma::prelude::*;
+    ///
+    /// async fn start(mut task: TaskContext<String>) -> soorma::Result<()> {
+    ///     task.set_state("query", task.data.clone())?;
+    ///     task.set_state("attempts", 1)?;
+    ///     task.complete(task.state().clone()).await?;
+    ///     Ok(())
+    /// }
+    ///
+    /// # let platform = Platform::embedded();
+    /// # let worker = Worker::new("starter").use_registered_handlers(false)
+    /// #     .handler(Handler::on_task("start.requested", start)).start(&platform).await?;
+    /// let state: serde_json::Value = platform.client("docs").invoke("start.requested", "rust", "start.completed").await?;
+    /// assert_eq!(state, serde_json::json!({"query": "rust", "attempts": 1}));
+    /// # worker.shutdown().await?; Ok(()) }
+    /// ```
+    pub fn set_state(&mut self, key: impl Into<String>, value: impl Serialize) -> Result<()> {
+        let value = serde_json::to_value(value).map_err(|e| Error::serialize("task state", e))?;
+        self.state.insert(key.into(), value);
+        Ok(())
+    }
+}
+
+/// The id of a task's deadline timer (and of the event it fires).
+pub(super) fn deadline_timer_id(task_id: &str) -> String {
+    format!("{task_id}-deadline")
 }

@@ -22,19 +22,19 @@
 //! # #[tokio::main(flavor = "current_thread")] async fn main() -> soorma::Result<()> {
 //! use soorma::prelude::*;
 //! use soorma::llm::ScriptedLlm;
-//! use soorma::planner::llm::LlmPlanner;
+//! use soorma::planner::llm::{LlmPlanner, NextAction};
 //!
 //! /// Adds two numbers.
 //! async fn add(req: Invocation<(i64, i64)>) -> Result<i64, ToolError> {
 //!     Ok(req.data.0 + req.data.1)
 //! }
 //!
-//! async fn goal(goal: GoalContext, llm: State<LlmPlanner>) -> soorma::Result<()> {
-//!     llm.start_reasoning(&goal).await.map(drop) // asks for the first action
+//! async fn goal(goal: GoalContext, llm: State<LlmPlanner>) -> soorma::Result<PlanContext> {
+//!     llm.start_reasoning(&goal).await // asks for the first action
 //! }
 //!
-//! async fn next(mut plan: PlanContext, llm: State<LlmPlanner>) -> soorma::Result<()> {
-//!     llm.step(&mut plan).await.map(drop) // records the reply, asks for the next action
+//! async fn next(mut plan: PlanContext, llm: State<LlmPlanner>) -> soorma::Result<Option<NextAction>> {
+//!     llm.step(&mut plan).await // records the reply, asks for the next action
 //! }
 //!
 //! // The model: first add, then answer with the sum it got back.
@@ -742,8 +742,8 @@ async fn apply_checked(
 /// use soorma::planner::llm::{LlmPlanner, PlanningOptions};
 ///
 /// /// A planner whose model writes a plan for each goal, run as a state machine.
-/// async fn goal(goal: GoalContext, llm: State<LlmPlanner>) -> soorma::Result<()> {
-///     llm.start_plan(&goal).await.map(drop)
+/// async fn goal(goal: GoalContext, llm: State<LlmPlanner>) -> soorma::Result<PlanContext> {
+///     llm.start_plan(&goal).await
 /// }
 ///
 /// let llm = LlmPlanner::new(ScriptedLlm::new(Vec::<String>::new()))
@@ -861,10 +861,10 @@ impl LlmPlanner {
     /// applies the model's first action ([`step`](Self::step)).
     ///
     /// ```
-    /// # use soorma::planner::GoalContext;
+    /// # use soorma::planner::{GoalContext, PlanContext};
     /// # use soorma::planner::llm::LlmPlanner;
-    /// async fn on_goal(goal: GoalContext, llm: LlmPlanner) -> soorma::Result<()> {
-    ///     llm.start_reasoning(&goal).await.map(drop)
+    /// async fn on_goal(goal: GoalContext, llm: LlmPlanner) -> soorma::Result<PlanContext> {
+    ///     llm.start_reasoning(&goal).await
     /// }
     /// ```
     pub async fn start_reasoning<T>(&self, goal: &GoalContext<T>) -> Result<PlanContext> {

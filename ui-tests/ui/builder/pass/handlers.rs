@@ -16,7 +16,7 @@ async fn gross(req: Invocation<f64>, rates: State<Rates>) -> soorma::Result<f64>
 
 async fn research(mut task: TaskContext<String>) -> soorma::Result<()> {
     let topic = task.data.clone();
-    task.delegate("search.requested", &topic, "search.completed")
+    task.delegate_with(Delegation::new("search.requested", &topic, "search.completed"))
         .await?;
     Ok(())
 }

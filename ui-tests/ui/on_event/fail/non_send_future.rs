@@ -1,8 +1,8 @@
 use soorma::prelude::*;
 use std::rc::Rc;
 
-// Handlers run on a multi-threaded runtime: their futures must be `Send`; the error's note
-// says so (rustc does not name the `Rc` through the trait bound).
+// Handlers run on a multi-threaded runtime: their futures must be `Send`. The error is on the
+// handler's signature and names the value held across the `.await` (the `Rc`).
 #[on_event("business-facts", "order.placed")]
 async fn on_order(event: Event) {
     let shared = Rc::new(event.data.clone());

@@ -17,7 +17,7 @@ async fn research(goal: GoalContext<Research>, plan: State<Arc<Plan>>) -> soorma
     Ok(())
 }
 
-/// Untyped goals work too; any `Display` error type is fine.
+/// Untyped goals work too; any error that converts into `Box<dyn Error + Send + Sync>` is fine.
 #[on_goal(event = "quick.goal", agent = "research-planner")]
 async fn quick(goal: GoalContext) -> Result<(), ToolError> {
     let _ = goal.plan_id();

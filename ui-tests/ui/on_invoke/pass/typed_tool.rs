@@ -22,7 +22,7 @@ async fn greet(req: Invocation<String>) -> Result<String, ToolError> {
 }
 
 // Raw JSON in and out (`Invocation` defaults to `Invocation<serde_json::Value>`), context
-// accessors, and an arbitrary `Display` error type.
+// accessors, and any error that converts into `Box<dyn Error + Send + Sync>` (here `String`).
 #[on_invoke("echo.requested")]
 async fn echo(req: Invocation) -> Result<serde_json::Value, String> {
     let _: Option<&str> = req.response_event();

@@ -30,7 +30,7 @@ async fn sum_counts(result: ResultContext<u64>, _bus: BusClient) {
     }
 }
 
-/// Looks at the parent task without recording; any `Display` error type works.
+/// Looks at the parent task without recording; any error that converts into `Box<dyn Error + Send + Sync>` works.
 #[on_result("peek.completed")]
 async fn peek(result: ResultContext<String>) -> Result<(), ToolError> {
     let parent = result.parent().await?;

@@ -10,7 +10,7 @@ async fn research(mut task: TaskContext<String>) -> soorma::Result<()> {
     task.save().await?;
 
     let _sub_task_id: String = task
-        .delegate("search.requested", &topic, "search.completed")
+        .delegate_with(Delegation::new("search.requested", &topic, "search.completed"))
         .await?;
 
     let text = serde_json::json!({ "text": topic });
@@ -41,7 +41,7 @@ struct Limits {
     max_sub_tasks: usize,
 }
 
-/// Fans out to at most `max_sub_tasks` workers; any `Display` error type works.
+/// Fans out to at most `max_sub_tasks` workers; any error that converts into `Box<dyn Error + Send + Sync>` works.
 #[on_task("fanout.requested")]
 async fn fanout(mut task: TaskContext<Vec<String>>, limits: State<Limits>) -> Result<(), ToolError> {
     let delegations: Vec<Delegation> = task

@@ -1,0 +1,620 @@
+//! Planners (`on_goal` / `on_transition`): state machines with conditions and templates, pause
+//! and resume, asking a person, sessions and plan listings, sub-plans, and the tracker.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use serde_json::{Value, json};
+use soorma::AgentBuilder;
+use soorma::prelude::*;
+use soorma::testing::TestPlatform;
+use soorma_tests::agents::{approval_agents, research_planner, research_tools};
+
+scenario!(planner_runs_its_state_machine_with_conditions_and_templates);
+async fn planner_runs_its_state_machine_with_conditions_and_templates(
+    mut t: TestPlatform,
+    wait: Duration,
+) {
+    t.start(research_tools()).await.unwrap();
+    t.start(research_planner(false)).await.unwrap();
+    let client = t.client().with_timeout(wait);
+    let report: Value = client
+        .invoke("research.goal", json!({"topic": "rust"}), "research.done")
+        .await
+        .unwrap();
+    assert_eq!(
+        report,
+        json!({"summary": "2 sources about rust", "found": 2, "note": "found 2 sources"})
+    );
+    // The analysis got the search's items through the template (an array, not a string).
+    let analyze = t.expect_event("analyze.requested", wait).await.unwrap();
+    assert_eq!(analyze.data["items"], json!(["rust book", "rust blog"]));
+    // The other branch: a condition sends the plan to a failed terminal state.
+    let err = client
+        .invoke::<Value>(
+            "research.goal",
+            json!({"topic": "nothing"}),
+            "research.done",
+        )
+        .await
+        .unwrap_err();
+    assert!(
+        err.to_string().contains("nothing found for nothing"),
+        "{err}"
+    );
+    // An action that fails with no transition for it fails the plan with its error.
+    let err = client
+        .invoke::<Value>("research.goal", json!({"topic": "broken"}), "research.done")
+        .await
+        .unwrap_err();
+    assert!(
+        err.to_string().contains("the search index is down"),
+        "{err}"
+    );
+    // Lifecycle events on system-events, and the persisted plan.
+    let completed = t.expect_event("plan.completed", wait).await.unwrap();
+    assert_eq!(completed.topic, Topic::SystemEvents);
+    let plan_id = completed.data["plan_id"].as_str().unwrap().to_owned();
+    let changes: Vec<_> = t
+        .events_of_type("plan.state_changed")
+        .into_iter()
+        .filter(|e| e.data["plan_id"] == plan_id.as_str())
+        .map(|e| e.data["to"].as_str().unwrap().to_owned())
+        .collect();
+    assert_eq!(changes, ["start", "analyzing", "done"]);
+    assert_eq!(t.events_of_type("plan.failed").len(), 2);
+    let key = soorma::state::StateKey::new(soorma::planner::PLANS_BUCKET, "default", &plan_id);
+    let stored = t.platform().state().get(&key).await.unwrap().unwrap();
+    let record: soorma::common::PlanRecord = serde_json::from_slice(&stored.value).unwrap();
+    assert_eq!(record.status, soorma::common::PlanStatus::Completed);
+    assert_eq!(record.current_state, "done");
+    assert!(record.reply_sent);
+    assert_eq!(record.history.len(), 3);
+    t.shutdown().await.unwrap();
+}
+
+scenario!(planner_pauses_and_resumes_with_input);
+async fn planner_pauses_and_resumes_with_input(mut t: TestPlatform, wait: Duration) {
+    t.start(research_tools()).await.unwrap();
+    t.start(research_planner(true)).await.unwrap();
+    let client = t.client().with_timeout(wait * 2);
+    let goal = tokio::spawn({
+        let client = client.clone();
+        async move {
+            client
+                .invoke::<Value>("research.goal", json!({"topic": "tea"}), "research.done")
+                .await
+        }
+    });
+    let paused = t.expect_event("plan.paused", wait).await.unwrap();
+    let plan_id = paused.data["plan_id"].as_str().unwrap().to_owned();
+    assert_eq!(paused.data["reason"], "waiting for approval");
+    // A stray event while paused is kept, not lost, and moves nothing.
+    client
+        .bus()
+        .publish(Topic::ActionResults, "unrelated.noise", json!({}))
+        .correlation_id(plan_id.as_str())
+        .await
+        .unwrap();
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    assert!(!goal.is_finished());
+    // The approval resumes it.
+    client
+        .bus()
+        .publish(Topic::ActionResults, "approval.given", json!({"by": "ada"}))
+        .correlation_id(plan_id.as_str())
+        .await
+        .unwrap();
+    let report = goal.await.unwrap().unwrap();
+    assert_eq!(report["summary"], "2 sources about tea");
+    t.expect_event("plan.resumed", wait).await.unwrap();
+    let key = soorma::state::StateKey::new(soorma::planner::PLANS_BUCKET, "default", &plan_id);
+    let stored = t.platform().state().get(&key).await.unwrap().unwrap();
+    let record: soorma::common::PlanRecord = serde_json::from_slice(&stored.value).unwrap();
+    assert_eq!(record.results["user_input"], json!({"by": "ada"}));
+    assert!(record.deferred.is_empty());
+    t.shutdown().await.unwrap();
+}
+
+scenario!(planner_asks_a_person_and_handles_the_answer_and_the_timeout);
+async fn planner_asks_a_person_and_handles_the_answer_and_the_timeout(
+    mut t: TestPlatform,
+    wait: Duration,
+) {
+    for agent in approval_agents() {
+        t.start(agent).await.unwrap();
+    }
+    let client = t.client().with_timeout(wait * 2);
+    // Answered: the question goes out on notification-events; the answer resumes the plan.
+    let pending = tokio::spawn({
+        let client = client.clone();
+        async move {
+            client
+                .invoke::<Value>(
+                    "post.goal",
+                    json!({"topic": "kv stores", "timeout_ms": 20_000}),
+                    "post.done",
+                )
+                .await
+        }
+    });
+    let question = t
+        .expect_event("notification.human_input", wait)
+        .await
+        .unwrap();
+    assert_eq!(question.topic, Topic::NotificationEvents);
+    assert_eq!(question.data["question"], "Publish this draft?");
+    assert_eq!(question.data["response_event"], "approval.answered");
+    assert_eq!(question.data["timeout_seconds"], 20.0);
+    assert_eq!(
+        question.response_event.as_deref(),
+        Some("approval.answered")
+    );
+    let plan_id = question.correlation_id.clone().unwrap();
+    client
+        .bus()
+        .publish(
+            Topic::ActionResults,
+            "approval.answered",
+            json!({"approved": true, "by": "grace"}),
+        )
+        .correlation_id(plan_id.as_str())
+        .await
+        .unwrap();
+    let post = pending.await.unwrap().unwrap();
+    assert_eq!(
+        post,
+        json!({"text": "A post about kv stores", "approved_by": "grace"})
+    );
+    // Answered in time: its timer is gone.
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    let timers = t
+        .platform()
+        .state()
+        .keys(soorma::planner::TIMERS_BUCKET, "default")
+        .await
+        .unwrap();
+    assert!(timers.is_empty(), "{timers:?}");
+
+    // Not answered: the timeout moves the plan to `expired`, which fails it.
+    let err = client
+        .invoke::<Value>(
+            "post.goal",
+            json!({"topic": "queues", "timeout_ms": 300}),
+            "post.done",
+        )
+        .await
+        .unwrap_err();
+    assert!(
+        err.to_string()
+            .contains("nobody approved \"Publish this draft?\" in time"),
+        "{err}"
+    );
+    let timeout = t.expect_event("plan.timeout", wait).await.unwrap();
+    assert_eq!(timeout.topic, Topic::ActionResults);
+    // A late answer changes nothing.
+    client
+        .bus()
+        .publish(
+            Topic::ActionResults,
+            "approval.answered",
+            json!({"approved": true, "by": "late"}),
+        )
+        .correlation_id(timeout.correlation_id.clone().unwrap())
+        .await
+        .unwrap();
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    assert_eq!(t.events_of_type("post.done").len(), 2);
+    t.shutdown().await.unwrap();
+}
+
+scenario!(sessions_group_plans_and_plans_are_listed_by_session_and_status);
+async fn sessions_group_plans_and_plans_are_listed_by_session_and_status(
+    mut t: TestPlatform,
+    wait: Duration,
+) {
+    use soorma::common::{PlanStatus, SessionRecord};
+    use soorma::planner::PlanFilter;
+    t.start(research_tools()).await.unwrap();
+    t.start(research_planner(false)).await.unwrap();
+    let sessions = t.platform().sessions();
+    let created = sessions
+        .create(
+            SessionRecord::new("reading-list")
+                .with_user_id("ada")
+                .with_name("Reading list"),
+        )
+        .await
+        .unwrap();
+    assert_eq!(created.tenant_id.as_deref(), Some("default"));
+    let ada = t
+        .client()
+        .with_user("ada")
+        .with_session("reading-list")
+        .with_timeout(wait);
+    let report: Value = ada
+        .invoke("research.goal", json!({"topic": "rust"}), "research.done")
+        .await
+        .unwrap();
+    assert_eq!(report["found"], 2);
+    ada.invoke::<Value>(
+        "research.goal",
+        json!({"topic": "nothing"}),
+        "research.done",
+    )
+    .await
+    .unwrap_err();
+    // A goal in a session nobody created starts the session.
+    let bob = t
+        .client()
+        .with_user("bob")
+        .with_session("chat-7")
+        .with_timeout(wait);
+    bob.invoke::<Value>("research.goal", json!({"topic": "tea"}), "research.done")
+        .await
+        .unwrap();
+
+    let listed: Vec<_> = sessions
+        .list()
+        .await
+        .unwrap()
+        .into_iter()
+        .map(|s| s.session_id)
+        .collect();
+    assert_eq!(listed, ["reading-list", "chat-7"]);
+    let of_bob = sessions.list_for_user("bob").await.unwrap();
+    assert_eq!(of_bob.len(), 1);
+    assert_eq!(of_bob[0].session_id, "chat-7");
+    assert_eq!(of_bob[0].plan_ids.len(), 1);
+    let reading = sessions.get("reading-list").await.unwrap().unwrap();
+    assert_eq!(reading.name.as_deref(), Some("Reading list"));
+    assert_eq!(reading.plan_ids.len(), 2);
+
+    let plans = t.platform().plans();
+    let in_session = plans.by_session("reading-list").await.unwrap();
+    assert_eq!(
+        in_session.iter().map(|p| &p.plan_id).collect::<Vec<_>>(),
+        reading.plan_ids.iter().collect::<Vec<_>>(),
+        "listed oldest first, in the order they started"
+    );
+    assert!(in_session.iter().all(|p| {
+        p.session_id.as_deref() == Some("reading-list")
+            && p.user_id.as_deref() == Some("ada")
+            && p.planner.as_deref() == Some("research-planner")
+    }));
+    assert_eq!(in_session[0].status, PlanStatus::Completed);
+    assert_eq!(in_session[1].status, PlanStatus::Failed);
+    let completed = plans.by_status(PlanStatus::Completed).await.unwrap();
+    let topics: Vec<_> = completed
+        .iter()
+        .map(|p| p.goal_data["topic"].as_str().unwrap())
+        .collect();
+    assert_eq!(topics, ["rust", "tea"]);
+    assert_eq!(plans.by_status(PlanStatus::Failed).await.unwrap().len(), 1);
+    assert!(
+        plans
+            .by_status(PlanStatus::Running)
+            .await
+            .unwrap()
+            .is_empty()
+    );
+    let failed_in_session = plans
+        .list(
+            &PlanFilter::new()
+                .session("reading-list")
+                .status(PlanStatus::Failed),
+        )
+        .await
+        .unwrap();
+    assert_eq!(failed_in_session.len(), 1);
+    assert_eq!(
+        failed_in_session[0].error.as_deref(),
+        Some("nothing found for nothing")
+    );
+    let by_user = plans.list(&PlanFilter::new().user("bob")).await.unwrap();
+    assert_eq!(by_user.len(), 1);
+    let one = plans.get(&by_user[0].plan_id).await.unwrap().unwrap();
+    assert_eq!(one.session_id.as_deref(), Some("chat-7"));
+    // Tenants see only their own sessions and plans.
+    assert!(sessions.for_tenant("acme").list().await.unwrap().is_empty());
+    assert!(
+        plans
+            .for_tenant("acme")
+            .list(&PlanFilter::new())
+            .await
+            .unwrap()
+            .is_empty()
+    );
+    t.shutdown().await.unwrap();
+}
+
+/// Plan ids the report planner's transition handler was called for.
+#[derive(Clone, Default)]
+struct Handled(Arc<std::sync::Mutex<Vec<String>>>);
+
+async fn report_goal(goal: GoalContext, plan: State<Arc<Plan>>) -> soorma::Result<()> {
+    goal.start(&plan).await?;
+    Ok(())
+}
+
+async fn report_transition(mut plan: PlanContext, handled: State<Handled>) -> soorma::Result<()> {
+    handled.0.0.lock().unwrap().push(plan.plan_id().to_owned());
+    plan.execute_next().await
+}
+
+/// A planner whose plan hands the research to the research planner (a sub-plan: its action is
+/// `research.goal`) and reports on its reply.
+fn report_planner(handled: Handled) -> AgentBuilder {
+    use soorma::common::{PlanDefinition, StateAction, StateConfig, StateTransition};
+    let plan = Plan::new(
+        PlanDefinition::new("report", "research in a sub-plan, then report")
+            .with_state(
+                StateConfig::new("start", "have the topic researched")
+                    .with_action(
+                        StateAction::new("research.goal", "research.done")
+                            .with_data(json!({"topic": "{{goal.topic}}"})),
+                    )
+                    .with_transition(
+                        StateTransition::new("research.done", "done")
+                            .with_condition("data.success"),
+                    ),
+            )
+            .with_state(
+                StateConfig::new("done", "report")
+                    .terminal()
+                    .with_result(json!({"report": "Report: {{results.start.summary}}"})),
+            ),
+    )
+    .expect("a valid plan");
+    Planner::new("report-planner")
+        .use_registered_handlers(false)
+        .with_state(Arc::new(plan))
+        .with_state(handled)
+        .handler(Handler::on_goal("report.goal", report_goal))
+        .handler(Handler::on_transition(report_transition))
+}
+
+scenario!(a_sub_plan_reports_its_completion_into_the_parent_plan);
+async fn a_sub_plan_reports_its_completion_into_the_parent_plan(
+    mut t: TestPlatform,
+    wait: Duration,
+) {
+    use soorma::common::PlanStatus;
+    use soorma::planner::{TaskState, Tracker};
+    let tracker = Tracker::start(t.platform()).await.unwrap();
+    let handled = Handled::default();
+    t.start(research_tools()).await.unwrap();
+    t.start(research_planner(false)).await.unwrap();
+    t.start(report_planner(handled.clone())).await.unwrap();
+    let client = t.client().with_session("trip").with_timeout(wait);
+    let reply = client
+        .request("report.goal", json!({"topic": "rust"}), "report.done")
+        .await
+        .unwrap();
+    let parent_id = reply.reply.request_id.clone();
+    let report: Value = reply.into_result().unwrap();
+    assert_eq!(report, json!({"report": "Report: 2 sources about rust"}));
+
+    // The records: the child names its parent, each plan its planner; both are in the session.
+    let plans = t.platform().plans();
+    let parent = plans.get(&parent_id).await.unwrap().unwrap();
+    assert_eq!(parent.planner.as_deref(), Some("report-planner"));
+    assert!(parent.parent_plan_id.is_none());
+    let children = plans.sub_plans(&parent_id).await.unwrap();
+    assert_eq!(children.len(), 1);
+    let child = &children[0];
+    assert_eq!(
+        child.plan_id,
+        format!("{parent_id}-a1"),
+        "the goal event's id"
+    );
+    assert_eq!(child.parent_plan_id.as_deref(), Some(parent_id.as_str()));
+    assert_eq!(child.planner.as_deref(), Some("research-planner"));
+    assert_eq!(child.status, PlanStatus::Completed);
+    assert_eq!(child.session_id.as_deref(), Some("trip"));
+    // The child's reply moved the parent by its transition and became its state's result.
+    let steps: Vec<_> = parent
+        .history
+        .iter()
+        .map(|s| (s.state.as_str(), s.on_event.as_deref()))
+        .collect();
+    assert_eq!(steps, [("start", None), ("done", Some("research.done"))]);
+    assert_eq!(parent.results["start"]["summary"], "2 sources about rust");
+    let session = t.platform().sessions().get("trip").await.unwrap().unwrap();
+    assert_eq!(session.plan_ids, [parent_id.clone(), child.plan_id.clone()]);
+    // Each planner advances only its own plans: the report planner never handled the child's
+    // events (its search and analysis replies).
+    let seen = handled.0.lock().unwrap().clone();
+    assert!(!seen.is_empty());
+    assert!(seen.iter().all(|p| *p == parent_id), "{seen:?}");
+
+    // The tracker links them: the sub-plan is a task of the parent, and its sub-plan.
+    let view = tracker
+        .wait_for(&parent_id, wait, |p| {
+            p.is_finished() && p.tasks.iter().all(|t| t.state.is_finished())
+        })
+        .await
+        .unwrap();
+    assert_eq!(view.sub_plans, std::slice::from_ref(&child.plan_id));
+    let task = view.task(&child.plan_id).unwrap();
+    assert_eq!(task.event_type.as_deref(), Some("research.goal"));
+    assert_eq!(task.agent.as_deref(), Some("research-planner"));
+    assert_eq!(task.state, TaskState::Completed);
+    let child_view = tracker
+        .wait_until_finished(&child.plan_id, wait)
+        .await
+        .unwrap();
+    assert_eq!(
+        child_view.parent_plan_id.as_deref(),
+        Some(parent_id.as_str())
+    );
+    assert_eq!(child_view.session_id.as_deref(), Some("trip"));
+
+    // A failed sub-plan fails the parent with its error (no transition takes a failure).
+    let err = client
+        .invoke::<Value>("report.goal", json!({"topic": "nothing"}), "report.done")
+        .await
+        .unwrap_err();
+    assert!(
+        err.to_string().contains("nothing found for nothing"),
+        "{err}"
+    );
+    assert_eq!(
+        plans.by_status(PlanStatus::Failed).await.unwrap().len(),
+        2,
+        "the sub-plan and its parent"
+    );
+    t.shutdown().await.unwrap();
+}
+
+/// Summarises what was found, reporting progress on the way.
+async fn summarize(mut task: TaskContext<Value>) -> soorma::Result<()> {
+    let items = task.data["items"].as_array().cloned().unwrap_or_default();
+    task.progress(0.5, format!("reading {} sources", items.len()))
+        .await?;
+    task.complete(json!({"summary": format!("{} sources read", items.len())}))
+        .await?;
+    Ok(())
+}
+
+async fn digest_goal(goal: GoalContext, plan: State<Arc<Plan>>) -> soorma::Result<()> {
+    goal.start(&plan).await?;
+    Ok(())
+}
+
+/// search (a tool) → summarize (a worker that reports progress) → done.
+fn digest_planner() -> AgentBuilder {
+    use soorma::common::{PlanDefinition, StateAction, StateConfig, StateTransition};
+    let plan = Plan::new(
+        PlanDefinition::new("digest", "search, then summarize")
+            .with_state(
+                StateConfig::new("start", "search")
+                    .with_action(
+                        StateAction::new("search.requested", "search.completed")
+                            .with_data(json!({"q": "{{goal.topic}}"})),
+                    )
+                    .with_transition(StateTransition::new("search.completed", "summarizing")),
+            )
+            .with_state(
+                StateConfig::new("summarizing", "summarize")
+                    .with_action(
+                        StateAction::new("summarize.requested", "summarize.completed")
+                            .with_data(json!({"items": "{{results.start.items}}"})),
+                    )
+                    .with_transition(StateTransition::new("summarize.completed", "done")),
+            )
+            .with_state(
+                StateConfig::new("done", "")
+                    .terminal()
+                    .with_result(json!("{{results.summarizing.summary}}")),
+            ),
+    )
+    .expect("a valid plan");
+    Planner::new("digest-planner")
+        .use_registered_handlers(false)
+        .with_state(Arc::new(plan))
+        .handler(Handler::on_goal("digest.goal", digest_goal))
+}
+
+scenario!(tracker_answers_where_a_plan_is_what_happened_and_which_tasks_ran);
+async fn tracker_answers_where_a_plan_is_what_happened_and_which_tasks_ran(
+    mut t: TestPlatform,
+    wait: Duration,
+) {
+    use soorma::common::PlanStatus;
+    use soorma::planner::{TaskState, Tracker, ViewSource};
+    let tracker = Tracker::start(t.platform()).await.unwrap();
+    t.start(research_tools()).await.unwrap();
+    t.start(
+        Worker::new("summarizer")
+            .use_registered_handlers(false)
+            .handler(Handler::on_task("summarize.requested", summarize)),
+    )
+    .await
+    .unwrap();
+    t.start(digest_planner()).await.unwrap();
+    let reply = t
+        .client()
+        .with_timeout(wait)
+        .request("digest.goal", json!({"topic": "tea"}), "digest.done")
+        .await
+        .unwrap();
+    let plan_id = reply.reply.request_id.clone();
+    assert_eq!(reply.into_result::<String>().unwrap(), "2 sources read");
+    // The worker's progress carries the plan's id (its task came from the plan's action).
+    let progress = t.expect_event("task.progress", wait).await.unwrap();
+    assert_eq!(progress.data["plan_id"], plan_id.as_str());
+
+    let plan = tracker
+        .wait_for(&plan_id, wait, |p| {
+            p.is_finished() && p.tasks.len() == 2 && p.tasks.iter().all(|t| t.state.is_finished())
+        })
+        .await
+        .unwrap();
+    // Where is it?
+    assert_eq!(plan.source, ViewSource::Events);
+    assert_eq!(plan.status, PlanStatus::Completed);
+    assert_eq!(plan.current_state.as_deref(), Some("done"));
+    assert_eq!(plan.plan_type.as_deref(), Some("digest"));
+    assert_eq!(plan.result, Some(json!("2 sources read")));
+    assert!(plan.updated_at.is_some() && plan.started_at <= plan.updated_at);
+    // What happened?
+    let happened: Vec<_> = plan
+        .events
+        .iter()
+        .map(|e| (e.event_type.as_str(), e.state.as_deref()))
+        .collect();
+    assert_eq!(
+        happened,
+        [
+            ("plan.started", Some("start")),
+            ("plan.state_changed", Some("start")),
+            ("plan.state_changed", Some("summarizing")),
+            ("plan.state_changed", Some("done")),
+            ("plan.completed", Some("done")),
+        ]
+    );
+    assert!(plan.events.iter().all(|e| e.at.is_some()));
+    assert!(plan.events.windows(2).all(|w| w[0].at <= w[1].at));
+    // Which tasks ran?
+    let search = &plan.tasks[0];
+    assert_eq!(search.task_id, format!("{plan_id}-a1"));
+    assert_eq!(search.event_type.as_deref(), Some("search.requested"));
+    assert_eq!(search.agent.as_deref(), Some("research-tools"));
+    assert_eq!(search.state, TaskState::Completed);
+    let summary = &plan.tasks[1];
+    assert_eq!(summary.task_id, format!("{plan_id}-a2"));
+    assert_eq!(summary.event_type.as_deref(), Some("summarize.requested"));
+    assert_eq!(summary.agent.as_deref(), Some("summarizer"));
+    assert_eq!(summary.state, TaskState::Completed);
+    assert_eq!(summary.message.as_deref(), Some("reading 2 sources"));
+    assert_eq!(summary.progress, Some(1.0));
+    assert_eq!(tracker.plan(&plan_id).await.unwrap(), Some(plan.clone()));
+    assert_eq!(tracker.watched_plans().len(), 1);
+
+    // A tracker started later answers from the stored plan record.
+    let late = Tracker::start(t.platform()).await.unwrap();
+    assert!(late.watched(&plan_id).is_none());
+    let stored = late.plan(&plan_id).await.unwrap().unwrap();
+    assert_eq!(stored.source, ViewSource::Stored);
+    assert_eq!(stored.status, PlanStatus::Completed);
+    assert_eq!(stored.current_state.as_deref(), Some("done"));
+    let states: Vec<_> = stored
+        .events
+        .iter()
+        .filter(|e| e.event_type == "plan.state_changed")
+        .map(|e| e.state.as_deref().unwrap())
+        .collect();
+    assert_eq!(states, ["start", "summarizing", "done"]);
+    assert_eq!(stored.events.last().unwrap().event_type, "plan.completed");
+    assert!(stored.tasks.is_empty());
+    assert!(late.plan("no-such-plan").await.unwrap().is_none());
+    // The tracker of another tenant sees nothing of it.
+    let other = Tracker::builder(t.platform())
+        .tenant("acme")
+        .start()
+        .await
+        .unwrap();
+    assert!(other.plan(&plan_id).await.unwrap().is_none());
+    t.shutdown().await.unwrap();
+}

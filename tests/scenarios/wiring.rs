@@ -1,0 +1,324 @@
+//! Wiring: typed requests end to end (a call, a fan-out and its fan-in), and the wiring
+//! mistakes that used to cost a silent 30 s timeout, now caught at once and named: a misspelt
+//! delegated event, calling an agent that is not running, a delegation whose reply nobody
+//! handles, a task waiting past its deadline, a misspelt agent name in a group.
+
+use std::sync::atomic::Ordering;
+use std::time::{Duration, Instant};
+
+use schemars::JsonSchema;
+use serde::{Deserialize, Serialize};
+use soorma::prelude::*;
+use soorma::testing::TestPlatform;
+use soorma::{AgentBuilder, Agents};
+
+use crate::support::Counter;
+
+/// How long a mistake may take to surface: well under the client's 30 s default.
+const FAST: Duration = Duration::from_secs(5);
+
+#[derive(Debug, Serialize, Deserialize, JsonSchema)]
+struct Double(i64);
+
+impl Request for Double {
+    const EVENT: &'static str = "double.requested";
+    type Reply = i64;
+}
+
+#[derive(Debug, Serialize, Deserialize, JsonSchema)]
+struct Negate(i64);
+
+impl Request for Negate {
+    const EVENT: &'static str = "negate.requested";
+    type Reply = i64;
+}
+
+/// A request whose event is misspelt: `dobule` for `double`.
+#[derive(Debug, Serialize, Deserialize, JsonSchema)]
+struct Misspelt(i64);
+
+impl Request for Misspelt {
+    const EVENT: &'static str = "dobule.requested";
+    type Reply = i64;
+}
+
+/// The worker's request: sums what the tools make of `n`.
+#[derive(Debug, Serialize, Deserialize, JsonSchema)]
+struct Combine {
+    n: i64,
+}
+
+#[derive(Debug, Serialize, Deserialize, JsonSchema, PartialEq)]
+struct Combined {
+    doubled: i64,
+    negated: Option<i64>,
+    note: String,
+}
+
+impl Request for Combine {
+    const EVENT: &'static str = "combine.requested";
+    type Reply = Combined;
+}
+
+/// The worker's typed state.
+#[derive(Debug, Default, Serialize, Deserialize)]
+struct Notes {
+    asked_at: String,
+}
+
+async fn double(req: Invocation<Double>) -> Result<i64, ToolError> {
+    Ok(req.data.0 * 2)
+}
+
+async fn negate(req: Invocation<Negate>) -> Result<i64, ToolError> {
+    if req.data.0 == 13 {
+        return Err(ToolError::new("13 is unlucky"));
+    }
+    Ok(-req.data.0)
+}
+
+fn arithmetic() -> AgentBuilder {
+    Tool::new("arithmetic")
+        .use_registered_handlers(false)
+        .handler(Handler::invoke(double))
+        .handler(Handler::invoke(negate))
+}
+
+async fn combine(mut task: TaskContext<Combine, Notes>) -> soorma::Result<Delegated> {
+    task.state_mut().asked_at = "combine".into();
+    let n = task.data.n;
+    task.fan_out((Double(n), Negate(n))).await
+}
+
+async fn combined(
+    task: TaskContext<Combine, Notes>,
+    (doubled, negated): (i64, Result<i64, SubTaskFailed>),
+    State(calls): State<Counter>,
+) -> soorma::Result<Combined> {
+    calls.0.fetch_add(1, Ordering::SeqCst);
+    Ok(Combined {
+        doubled,
+        negated: negated.ok(),
+        note: task.state().asked_at.clone(),
+    })
+}
+
+fn combiner(calls: Counter) -> AgentBuilder {
+    Worker::new("combiner")
+        .use_registered_handlers(false)
+        .with_state(calls)
+        .handler(Handler::task(combine))
+        .handler(Handler::fan_in::<(Double, Negate)>().handle(combined))
+}
+
+scenario!(a_typed_call_gets_the_typed_reply);
+async fn a_typed_call_gets_the_typed_reply(mut t: TestPlatform, wait: Duration) {
+    t.start(arithmetic()).await.unwrap();
+    let client = t.client().with_timeout(wait);
+    assert_eq!(client.call(Double(21)).await.unwrap(), 42);
+    let err = client.call(Negate(13)).await.unwrap_err();
+    assert!(err.to_string().contains("13 is unlucky"), "{err}");
+    t.shutdown().await.unwrap();
+}
+
+scenario!(a_typed_fan_in_runs_once_with_every_reply_and_the_tasks_typed_state);
+async fn a_typed_fan_in_runs_once_with_every_reply_and_the_tasks_typed_state(
+    mut t: TestPlatform,
+    wait: Duration,
+) {
+    let calls = Counter::default();
+    t.start(arithmetic()).await.unwrap();
+    t.start(combiner(calls.clone())).await.unwrap();
+    let client = t.client().with_timeout(wait);
+    let out = client.call(Combine { n: 5 }).await.unwrap();
+    assert_eq!(
+        out,
+        Combined {
+            doubled: 10,
+            negated: Some(-5),
+            note: "combine".into()
+        }
+    );
+    // A failed sub-task reaches the fan-in as `Err` where it takes `Result<T, SubTaskFailed>`.
+    let out = client.call(Combine { n: 13 }).await.unwrap();
+    assert_eq!((out.doubled, out.negated), (26, None));
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    assert_eq!(calls.0.load(Ordering::SeqCst), 2, "one fan-in per task");
+    t.shutdown().await.unwrap();
+}
+
+async fn misdelegate(mut task: TaskContext<Combine>) -> soorma::Result<Delegated> {
+    let n = task.data.n;
+    task.delegate(Misspelt(n)).await
+}
+
+scenario!(a_misspelt_delegated_event_fails_the_task_at_once_naming_the_event);
+async fn a_misspelt_delegated_event_fails_the_task_at_once_naming_the_event(
+    mut t: TestPlatform,
+    _wait: Duration,
+) {
+    t.start(arithmetic()).await.unwrap();
+    t.start(
+        Worker::new("misdelegator")
+            .use_registered_handlers(false)
+            .handler(Handler::task(misdelegate))
+            .handler(Handler::fan_in::<Misspelt>().handle(
+                |_t: TaskContext<Combine>, n: i64| async move {
+                    Ok::<_, ToolError>(Combined {
+                        doubled: n,
+                        negated: None,
+                        note: String::new(),
+                    })
+                },
+            )),
+    )
+    .await
+    .unwrap();
+    let started = Instant::now();
+    let err = t
+        .client()
+        .call(Combine { n: 1 })
+        .timeout(FAST * 2)
+        .await
+        .unwrap_err();
+    assert!(
+        err.to_string()
+            .contains("no agent consumes `dobule.requested`"),
+        "{err}"
+    );
+    assert!(started.elapsed() < FAST, "took {:?}", started.elapsed());
+    t.shutdown().await.unwrap();
+}
+
+scenario!(calling_an_agent_that_is_not_running_fails_at_once);
+async fn calling_an_agent_that_is_not_running_fails_at_once(t: TestPlatform, _wait: Duration) {
+    let started = Instant::now();
+    let err = t.client().call(Double(1)).await.unwrap_err();
+    assert!(
+        matches!(&err, Error::NoConsumer { event } if event == "double.requested"),
+        "{err}"
+    );
+    assert!(started.elapsed() < FAST, "took {:?}", started.elapsed());
+    t.shutdown().await.unwrap();
+}
+
+async fn delegate_unhandled(mut task: TaskContext<Combine>) -> soorma::Result<String> {
+    let n = task.data.n;
+    task.delegate_with(Delegation::new(
+        "double.requested",
+        &n,
+        "double.done.somewhere",
+    ))
+    .await
+}
+
+scenario!(a_delegation_whose_reply_no_handler_takes_fails_the_task_naming_the_reply);
+async fn a_delegation_whose_reply_no_handler_takes_fails_the_task_naming_the_reply(
+    mut t: TestPlatform,
+    _wait: Duration,
+) {
+    t.start(arithmetic()).await.unwrap();
+    t.start(
+        Worker::new("forgetful")
+            .use_registered_handlers(false)
+            .handler(Handler::task(delegate_unhandled)),
+    )
+    .await
+    .unwrap();
+    let started = Instant::now();
+    let err = t
+        .client()
+        .call(Combine { n: 1 })
+        .timeout(FAST * 2)
+        .await
+        .unwrap_err();
+    let message = err.to_string();
+    assert!(message.contains("double.done.somewhere"), "{message}");
+    assert!(message.contains("forgetful"), "{message}");
+    assert!(started.elapsed() < FAST, "took {:?}", started.elapsed());
+    t.shutdown().await.unwrap();
+}
+
+async fn wait_long(mut task: TaskContext<Combine>) -> soorma::Result<String> {
+    task.fail_after(Duration::from_millis(300)).await?;
+    task.delegate_with(
+        Delegation::new("nobody.requested", &task.data.n, "nobody.completed").skip_consumer_check(),
+    )
+    .await
+}
+
+async fn nobody_replied(result: ResultContext<i64>) -> soorma::Result<()> {
+    let mut task = result.record_in_parent().await?;
+    task.complete(result.data.unwrap_or_default()).await?;
+    Ok(())
+}
+
+scenario!(a_task_past_its_deadline_fails_naming_the_sub_task_it_waits_for);
+async fn a_task_past_its_deadline_fails_naming_the_sub_task_it_waits_for(
+    mut t: TestPlatform,
+    wait: Duration,
+) {
+    t.start(
+        Worker::new("patient")
+            .use_registered_handlers(false)
+            .handler(Handler::task(wait_long))
+            .handler(Handler::on_result("nobody.completed", nobody_replied)),
+    )
+    .await
+    .unwrap();
+    let err = t
+        .client()
+        .call(Combine { n: 1 })
+        .timeout(wait)
+        .await
+        .unwrap_err();
+    let message = err.to_string();
+    assert!(message.contains("deadline"), "{message}");
+    assert!(message.contains("`nobody.requested`"), "{message}");
+    t.shutdown().await.unwrap();
+}
+
+scenario!(a_group_names_every_wiring_mistake_before_anything_starts);
+async fn a_group_names_every_wiring_mistake_before_anything_starts(
+    t: TestPlatform,
+    _wait: Duration,
+) {
+    let platform = t.platform().clone();
+    // A misspelt agent to start.
+    let err = Agents::new()
+        .tool("arithmetic", vec![Handler::invoke(double)])
+        .start_only(&platform, &["arithmetc"])
+        .await
+        .unwrap_err();
+    let Error::Misconfigured { problems, .. } = &err else {
+        panic!("expected Misconfigured, got {err}");
+    };
+    assert!(
+        problems[0].contains("no agent `arithmetc`") && problems[0].contains("`arithmetic`?"),
+        "{problems:?}"
+    );
+    // A task handler listed for a tool, and two agents of one name: both reported.
+    let err = Agents::new()
+        .tool("arithmetic", vec![Handler::task(combine)])
+        .tool("arithmetic", vec![Handler::invoke(double)])
+        .start(&platform)
+        .await
+        .unwrap_err();
+    let Error::Misconfigured { problems, .. } = &err else {
+        panic!("expected Misconfigured, got {err}");
+    };
+    assert_eq!(problems.len(), 2, "{problems:?}");
+    assert!(
+        problems.iter().any(|p| p.contains("belongs in a worker")),
+        "{problems:?}"
+    );
+    assert!(
+        problems
+            .iter()
+            .any(|p| p.contains("two agents are named `arithmetic`")),
+        "{problems:?}"
+    );
+    // Nothing started.
+    assert!(platform.discovery().all().await.unwrap().is_empty());
+    t.shutdown().await.unwrap();
+}

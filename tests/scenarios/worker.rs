@@ -1,0 +1,313 @@
+//! Workers (`on_task` / `on_result`): delegation, fan-out and fan-in (exactly once, under
+//! duplicates and concurrency), failures, and asking a person.
+
+use std::time::Duration;
+
+use serde_json::{Value, json};
+use soorma::prelude::*;
+use soorma::testing::TestPlatform;
+use soorma::{AgentBuilder, TaskStatus};
+use soorma_tests::agents::{batcher, fan_in, publisher, result_for, upper_tool};
+
+use crate::support::{reply_of, wait_until};
+
+scenario!(fan_out_with_repeated_event_type_keeps_sub_tasks_distinct_and_in_order);
+async fn fan_out_with_repeated_event_type_keeps_sub_tasks_distinct_and_in_order(
+    mut t: TestPlatform,
+    wait: Duration,
+) {
+    t.start(batcher()).await.unwrap();
+    t.start(upper_tool()).await.unwrap();
+    let out: Vec<String> = t
+        .client()
+        .invoke(
+            "batch.requested",
+            json!({"items": ["a", "b", "a", "c"]}),
+            "batch.completed",
+        )
+        .await
+        .unwrap();
+    assert_eq!(out, ["A", "B", "A", "C"]);
+    let progress = t.expect_event("task.progress", wait).await.unwrap();
+    assert_eq!(progress.topic, Topic::SystemEvents);
+    assert_eq!(progress.data["agent"], "batcher");
+    assert_eq!(progress.data["progress"], 0.5);
+    // The sub-task requests carried distinct correlation ids.
+    let reqs = t.events_of_type("upper.requested");
+    let mut ids: Vec<_> = reqs
+        .iter()
+        .map(|r| r.correlation_id.clone().unwrap())
+        .collect();
+    ids.sort();
+    ids.dedup();
+    assert_eq!(ids.len(), 4);
+    t.shutdown().await.unwrap();
+}
+
+scenario!(a_failed_sub_task_is_recorded_as_failed_in_the_group);
+async fn a_failed_sub_task_is_recorded_as_failed_in_the_group(
+    mut t: TestPlatform,
+    _wait: Duration,
+) {
+    t.start(batcher()).await.unwrap();
+    t.start(upper_tool()).await.unwrap();
+    let out: Vec<Value> = t
+        .client()
+        .invoke(
+            "batch.requested",
+            json!({"items": ["ok", "fail"]}),
+            "batch.completed",
+        )
+        .await
+        .unwrap();
+    assert_eq!(out, [json!("OK"), Value::Null]);
+    t.shutdown().await.unwrap();
+}
+
+/// A worker chaining two delegations.
+fn chainer() -> AgentBuilder {
+    Worker::new("chainer")
+        .use_registered_handlers(false)
+        .handler(Handler::on_task("chain.requested", chain))
+        .handler(Handler::on_result("chain.upper.done", chain_upper))
+        .handler(Handler::on_result("chain.reverse.done", chain_reverse))
+}
+
+/// Chains two delegations sequentially: upper, then reverse, then completes.
+async fn chain(mut task: TaskContext<String>) -> soorma::Result<()> {
+    let input = task.data.clone();
+    task.set_state("step", "upper")?;
+    task.delegate_with(Delegation::new(
+        "upper.requested",
+        &input,
+        "chain.upper.done",
+    ))
+    .await?;
+    Ok(())
+}
+
+async fn chain_upper(result: ResultContext<String>) -> soorma::Result<()> {
+    let mut task = result.record_in_parent().await?;
+    assert_eq!(
+        task.state_value::<String>("step")?.as_deref(),
+        Some("upper")
+    );
+    let upper = result.data.clone().unwrap_or_default();
+    task.set_state("step", "reverse")?;
+    task.delegate_with(Delegation::new(
+        "reverse.requested",
+        &upper,
+        "chain.reverse.done",
+    ))
+    .await?;
+    Ok(())
+}
+
+async fn chain_reverse(result: ResultContext<String>) -> soorma::Result<()> {
+    let mut task = result.record_in_parent().await?;
+    assert_eq!(task.sub_tasks().await?.len(), 2);
+    task.complete(json!({"final": result.data, "step": task.state_value::<String>("step")?}))
+        .await?;
+    Ok(())
+}
+
+/// A tool reversing text.
+fn reverser() -> AgentBuilder {
+    Tool::new("reverser")
+        .use_registered_handlers(false)
+        .handler(Handler::on_invoke("reverse.requested", reverse))
+}
+
+async fn reverse(req: Invocation<String>) -> Result<String, ToolError> {
+    Ok(req.data.chars().rev().collect())
+}
+
+scenario!(sequential_delegation_chains_through_saved_task_state);
+async fn sequential_delegation_chains_through_saved_task_state(
+    mut t: TestPlatform,
+    _wait: Duration,
+) {
+    for a in [chainer(), upper_tool(), reverser()] {
+        t.start(a).await.unwrap();
+    }
+    let out: Value = t
+        .client()
+        .invoke("chain.requested", "abc", "chain.completed")
+        .await
+        .unwrap();
+    assert_eq!(out, json!({"final": "CBA", "step": "reverse"}));
+    t.shutdown().await.unwrap();
+}
+
+/// A worker whose task handler fails or panics.
+fn exploder() -> AgentBuilder {
+    Worker::new("exploder")
+        .use_registered_handlers(false)
+        .handler(Handler::on_task("explode.requested", explode))
+}
+
+async fn explode(task: TaskContext<u32>) -> soorma::Result<()> {
+    if task.data == 0 {
+        panic!("task handler exploded");
+    }
+    Err(Error::Handler(format!("cannot do {}", task.data)))
+}
+
+scenario!(task_handler_errors_and_panics_fail_the_task_with_an_error_reply);
+async fn task_handler_errors_and_panics_fail_the_task_with_an_error_reply(
+    mut t: TestPlatform,
+    _wait: Duration,
+) {
+    t.start(exploder()).await.unwrap();
+    let client = t.client();
+    let e1 = client
+        .invoke::<Value>("explode.requested", 7, "explode.done")
+        .await
+        .unwrap_err();
+    assert!(e1.to_string().contains("cannot do 7"), "{e1}");
+    let e2 = client
+        .invoke::<Value>("explode.requested", 0, "explode.done")
+        .await
+        .unwrap_err();
+    assert!(e2.to_string().contains("task handler exploded"), "{e2}");
+    // The failed task is recorded.
+    let reqs = t.events_of_type("explode.requested");
+    let state = t.platform().state();
+    let key = soorma::state::StateKey::new(soorma::TASKS_BUCKET, "default", reqs[0].id.clone());
+    let stored = state.get(&key).await.unwrap().unwrap();
+    let record: soorma::TaskRecord = serde_json::from_slice(&stored.value).unwrap();
+    assert_eq!(record.status, TaskStatus::Failed);
+    t.shutdown().await.unwrap();
+}
+
+const FAN: usize = 1_000;
+
+scenario!(concurrent_fan_in_of_1000_results_completes_exactly_once_with_all_results);
+async fn concurrent_fan_in_of_1000_results_completes_exactly_once_with_all_results(
+    mut t: TestPlatform,
+    wait: Duration,
+) {
+    t.start(fan_in()).await.unwrap();
+    let client = t.client();
+    client
+        .bus()
+        .request("big.requested", FAN as u32, "big.completed")
+        .await
+        .unwrap();
+    wait_until(wait, || t.events_of_type("ghost.requested").len() == FAN).await;
+    let requests = t.events_of_type("ghost.requested");
+
+    // Every result delivered twice, all at once, from many tasks.
+    let bus = client.bus();
+    let mut sends = Vec::new();
+    for copy in 0..2 {
+        for req in &requests {
+            let value: i64 = serde_json::from_value(req.data.clone()).unwrap();
+            let mut env = result_for(req, value, None);
+            if copy == 1 {
+                env.id = format!("{}-dup", env.id);
+            }
+            let bus = bus.clone();
+            sends.push(tokio::spawn(async move { bus.publish_envelope(env).await }));
+        }
+    }
+    for s in sends {
+        s.await.unwrap().unwrap();
+    }
+    let done = t.expect_event("big.completed", wait * 4).await.unwrap();
+    // Give stragglers (duplicates) time to be handled, then check nothing else completed.
+    tokio::time::sleep(wait / 10).await;
+    assert_eq!(
+        t.events_of_type("big.completed").len(),
+        1,
+        "exactly one completion"
+    );
+    let reply = reply_of(&done);
+    let mut values: Vec<i64> = serde_json::from_value(reply.result.unwrap()).unwrap();
+    assert_eq!(values.len(), FAN);
+    assert_eq!(
+        values,
+        (0..FAN as i64).collect::<Vec<_>>(),
+        "results in delegation order"
+    );
+    values.dedup();
+    assert_eq!(values.len(), FAN);
+
+    // A late duplicate with a different value changes nothing.
+    bus.publish_envelope(result_for(&requests[0], 999_999, None))
+        .await
+        .unwrap();
+    tokio::time::sleep(wait / 20).await;
+    assert_eq!(t.events_of_type("big.completed").len(), 1);
+    let task_id = t.events_of_type("big.requested")[0].id.clone();
+    let key = soorma::state::StateKey::new(soorma::TASKS_BUCKET, "default", task_id);
+    let stored = t.platform().state().get(&key).await.unwrap().unwrap();
+    let record: soorma::TaskRecord = serde_json::from_slice(&stored.value).unwrap();
+    assert_eq!(record.status, TaskStatus::Completed);
+    assert_eq!(record.groups.len(), 1);
+    assert!(
+        record
+            .groups
+            .values()
+            .all(|g| g.size == FAN as u32 && g.finished == FAN as u32)
+    );
+    let sub_key = soorma::state::StateKey::new(
+        soorma::SUBTASKS_BUCKET,
+        "default",
+        requests[0].correlation_id.clone().unwrap(),
+    );
+    let first = t.platform().state().get(&sub_key).await.unwrap().unwrap();
+    let first: soorma::SubTaskInfo = serde_json::from_slice(&first.value).unwrap();
+    assert_eq!(
+        first.result,
+        Some(requests[0].data.clone()),
+        "the late duplicate did not overwrite the result"
+    );
+    t.shutdown().await.unwrap();
+}
+
+scenario!(worker_asks_a_person_and_handles_the_answer_and_the_timeout);
+async fn worker_asks_a_person_and_handles_the_answer_and_the_timeout(
+    mut t: TestPlatform,
+    wait: Duration,
+) {
+    t.start(publisher()).await.unwrap();
+    let client = t.client().with_timeout(wait * 2);
+    let pending = tokio::spawn({
+        let client = client.clone();
+        async move {
+            client
+                .invoke::<Value>("post.requested", json!({"timeout_ms": 20_000}), "post.done")
+                .await
+        }
+    });
+    let question = t
+        .expect_event("notification.human_input", wait)
+        .await
+        .unwrap();
+    assert_eq!(question.topic, Topic::NotificationEvents);
+    assert_eq!(question.data["question"], "Publish this post?");
+    assert_eq!(question.data["response_event"], "post.reviewed");
+    let sub_task = question.correlation_id.clone().unwrap();
+    client
+        .bus()
+        .publish(Topic::ActionResults, "post.reviewed", json!({"ok": true}))
+        .correlation_id(sub_task.as_str())
+        .await
+        .unwrap();
+    assert_eq!(pending.await.unwrap().unwrap(), json!({"published": true}));
+
+    let err = client
+        .invoke::<Value>("post.requested", json!({"timeout_ms": 300}), "post.done")
+        .await
+        .unwrap_err();
+    assert!(
+        err.to_string()
+            .contains("no answer to \"Publish this post?\" within 0.3 s"),
+        "{err}"
+    );
+    t.expect_event(soorma::TASK_TIMEOUT_EVENT, wait)
+        .await
+        .unwrap();
+    t.shutdown().await.unwrap();
+}

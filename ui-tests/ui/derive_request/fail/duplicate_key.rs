@@ -1,0 +1,12 @@
+use serde::{Deserialize, Serialize};
+use schemars::JsonSchema;
+use soorma::Request;
+
+#[derive(Request, Serialize, Deserialize, JsonSchema)]
+#[request(event = "shout.requested", reply = String)]
+#[request(event = "yell.requested")]
+struct Shout {
+    text: String,
+}
+
+fn main() {}

@@ -1,0 +1,10 @@
+use serde::{Deserialize, Serialize};
+use schemars::JsonSchema;
+use soorma::Request;
+
+#[derive(Request, Serialize, Deserialize, JsonSchema)]
+struct Shout {
+    text: String,
+}
+
+fn main() {}
