@@ -13,25 +13,24 @@
 //! let platform = soorma::Platform::embedded();
 //! let tool = calculator::calculator().start(&platform).await?;
 //! let worker = calculator::batch_calculator().start(&platform).await?;
-//! let all: Vec<Calculated> = platform
+//! let all = platform
 //!     .client("docs")
-//!     .invoke("batch.requested", serde_json::json!({"expressions": ["1 + 1", "2 * 3"]}), "done")
+//!     .call(calculator::Batch { expressions: vec!["1 + 1".into(), "2 * 3".into(), "1 / 0".into()] })
 //!     .await?;
-//! assert_eq!(all[1].result, 6.0);
+//! assert_eq!(all[1].as_ref().map(|c| c.result), Some(6.0));
+//! assert!(all[2].is_none()); // division by zero
 //! worker.shutdown().await?;
 //! tool.shutdown().await
 //! # }
 //! ```
-use schemars::JsonSchema;
-use serde::{Deserialize, Serialize};
-use serde_json::Value;
+use soorma::AgentBuilder;
 use soorma::prelude::*;
-use soorma::{AgentBuilder, Delegation};
 
 use crate::calc;
 
 /// A calculation request.
-#[derive(Debug, Serialize, Deserialize, JsonSchema)]
+#[derive(Debug, Serialize, Deserialize, JsonSchema, Request)]
+#[request(event = "calculate.requested", reply = Calculated)]
 pub struct Calculate {
     /// An arithmetic expression: numbers, `+ - * /`, parentheses.
     pub expression: String,
@@ -46,8 +45,10 @@ pub struct Calculated {
     pub result: f64,
 }
 
-/// A batch of expressions.
-#[derive(Debug, Serialize, Deserialize, JsonSchema)]
+/// A batch of expressions; the reply has one entry per expression, in order: its result, or
+/// `null` when it could not be evaluated.
+#[derive(Debug, Serialize, Deserialize, JsonSchema, Request)]
+#[request(event = "batch.requested", reply = Vec<Option<Calculated>>)]
 pub struct Batch {
     /// The expressions to evaluate.
     pub expressions: Vec<String>,
@@ -55,7 +56,7 @@ pub struct Batch {
 
 /// Evaluates an arithmetic expression.
 async fn calculate(req: Invocation<Calculate>) -> Result<Calculated, ToolError> {
-    let result = calc::eval(&req.data.expression).map_err(|e| ToolError::new(e.to_string()))?;
+    let result = calc::eval(&req.data.expression)?;
     Ok(Calculated {
         expression: req.data.expression,
         result,
@@ -63,41 +64,26 @@ async fn calculate(req: Invocation<Calculate>) -> Result<Calculated, ToolError> 
 }
 
 /// Evaluates a batch of expressions in parallel with the calculator.
-async fn batch(mut task: TaskContext<Batch>) -> soorma::Result<()> {
+async fn batch(mut task: TaskContext<Batch>) -> soorma::Result<Delegated> {
     // Reported before the fan-out, so that it goes out before any result (and the reply).
     task.progress(0.1, "fanning out to the calculator").await?;
-    let delegations: Vec<Delegation> = task
+    let requests: Vec<Calculate> = task
         .data
         .expressions
         .iter()
-        .map(|e| {
-            Delegation::new(
-                "calculate.requested",
-                &Calculate {
-                    expression: e.clone(),
-                },
-                "batch.part.done",
-            )
+        .map(|e| Calculate {
+            expression: e.clone(),
         })
         .collect();
-    task.delegate_parallel(delegations).await?;
-    Ok(())
+    task.fan_out(requests).await
 }
 
-/// Collects the calculator's results; completes with all of them, in order.
-async fn batch_part(result: ResultContext<Calculated>) -> soorma::Result<()> {
-    let mut task = result.record_in_parent().await?;
-    match task.group_results(result.group_id()).await? {
-        Some(all) => {
-            let results: Vec<Value> = all
-                .into_iter()
-                .map(|r| r.result.unwrap_or_default())
-                .collect();
-            task.complete(results).await?;
-            Ok(())
-        }
-        None => task.progress(0.5, "results arriving").await,
-    }
+/// Completes the batch with every result, in order (`None` where the calculator failed).
+async fn batch_done(
+    _task: TaskContext<Batch>,
+    replies: Vec<Result<Calculated, SubTaskFailed>>,
+) -> soorma::Result<Vec<Option<Calculated>>> {
+    Ok(replies.into_iter().map(Result::ok).collect())
 }
 
 /// The `calculator` tool: `calculate.requested` with a [`Calculate`], replies [`Calculated`]
@@ -106,23 +92,20 @@ pub fn calculator() -> AgentBuilder {
     Tool::new("calculator")
         .version("1.0.0")
         .description("A calculator for arithmetic expressions.")
-        .handler(
-            Handler::on_invoke("calculate.requested", calculate)
-                .with_description("Evaluates an arithmetic expression."),
-        )
+        .handler(Handler::invoke(calculate).with_description("Evaluates an arithmetic expression."))
 }
 
 /// The `batch-calculator` worker: `batch.requested` with a [`Batch`], completes with every
-/// [`Calculated`] in order; reports progress 0.1 before fanning out and 0.5 while results
-/// arrive.
+/// [`Calculated`] in order (`null` for an expression that failed); reports progress 0.1
+/// before fanning out.
 pub fn batch_calculator() -> AgentBuilder {
     Worker::new("batch-calculator")
         .version("1.0.0")
         .description("Evaluates many expressions at once.")
         .handler(
-            Handler::on_task("batch.requested", batch).with_description(
+            Handler::task(batch).with_description(
                 "Evaluates a batch of expressions in parallel with the calculator.",
             ),
         )
-        .handler(Handler::on_result("batch.part.done", batch_part))
+        .handler(Handler::fan_in::<Vec<Calculate>>().handle(batch_done))
 }

@@ -182,6 +182,34 @@ fn request_type(krate: &TokenStream, ty: &Type) -> TokenStream {
     quote!(#open #ty #close)
 }
 
+/// A member of a fan-in's request set: a request type, or a batch of one (`Vec<R>`), whose
+/// element is the request type.
+fn set_member(krate: &TokenStream, ty: &Type) -> TokenStream {
+    match batch_element(ty) {
+        Some(element) => {
+            let inner = request_type(krate, element);
+            quote!(::std::vec::Vec<#inner>)
+        }
+        None => request_type(krate, ty),
+    }
+}
+
+/// `R` when `ty` is `Vec<R>` (a batch of requests).
+pub(crate) fn batch_element(ty: &Type) -> Option<&Type> {
+    let Type::Path(path) = ty else { return None };
+    let last = path.path.segments.last()?;
+    if last.ident != "Vec" {
+        return None;
+    }
+    let syn::PathArguments::AngleBracketed(args) = &last.arguments else {
+        return None;
+    };
+    match args.args.iter().collect::<Vec<_>>().as_slice() {
+        [syn::GenericArgument::Type(element)] => Some(element),
+        _ => None,
+    }
+}
+
 /// A type argument the compiler infers.
 fn infer(span: Span) -> TokenStream {
     quote_spanned!(span=> _)
@@ -272,7 +300,7 @@ fn handler_expr(handler: &HandlerModel, fn_ident: &Ident) -> TokenStream {
         ),
         HandlerKind::FanIn => {
             let requests: Vec<TokenStream> =
-                requests.iter().map(|r| request_type(&krate, r)).collect();
+                requests.iter().map(|r| set_member(&krate, r)).collect();
             let set = match requests.as_slice() {
                 [one] => one.clone(),
                 many => quote!((#(#many),*)),

@@ -506,6 +506,19 @@ fn parse_args(
                     .to_owned(),
             ));
         }
+        if requests.len() > 1
+            && let Some(batch) = requests
+                .iter()
+                .find(|r| crate::generate::batch_element(r).is_some())
+        {
+            ok = false;
+            errors.push(syn::Error::new_spanned(
+                batch,
+                "a batch (`Vec<R>`) is fanned in alone: `#[on_fan_in(Vec<Calculate>)]` takes \
+                 the `Vec` of its replies; a fan-out of several types is a tuple of single \
+                 requests, e.g. `#[on_fan_in(Search, Summarize)]`",
+            ));
+        }
         if let Some(extra) = requests.get(MAX_FAN_IN) {
             ok = false;
             errors.push(syn::Error::new_spanned(

@@ -322,3 +322,55 @@ async fn a_group_names_every_wiring_mistake_before_anything_starts(
     assert!(platform.discovery().all().await.unwrap().is_empty());
     t.shutdown().await.unwrap();
 }
+
+/// Doubles every number, as a batch fanned out to the tool.
+#[derive(Debug, Serialize, Deserialize, JsonSchema)]
+struct DoubleAll(Vec<i64>);
+
+impl Request for DoubleAll {
+    const EVENT: &'static str = "double_all.requested";
+    type Reply = Vec<i64>;
+}
+
+async fn double_all(mut task: TaskContext<DoubleAll>) -> soorma::Result<Delegated> {
+    let batch: Vec<Double> = task.data.0.iter().map(|n| Double(*n)).collect();
+    task.fan_out(batch).await
+}
+
+async fn doubled_all(
+    _task: TaskContext<DoubleAll>,
+    doubled: Vec<i64>,
+    State(calls): State<Counter>,
+) -> soorma::Result<Vec<i64>> {
+    calls.0.fetch_add(1, Ordering::SeqCst);
+    Ok(doubled)
+}
+
+scenario!(a_batch_fan_out_of_any_size_comes_back_as_one_vec_in_order);
+async fn a_batch_fan_out_of_any_size_comes_back_as_one_vec_in_order(
+    mut t: TestPlatform,
+    wait: Duration,
+) {
+    let calls = Counter::default();
+    t.start(arithmetic()).await.unwrap();
+    t.start(
+        Worker::new("batcher")
+            .use_registered_handlers(false)
+            .with_state(calls.clone())
+            .handler(Handler::task(double_all))
+            .handler(Handler::fan_in::<Vec<Double>>().handle(doubled_all)),
+    )
+    .await
+    .unwrap();
+    let client = t.client().with_timeout(wait);
+    let numbers: Vec<i64> = (1..=25).collect();
+    let out = client.call(DoubleAll(numbers.clone())).await.unwrap();
+    assert_eq!(out, numbers.iter().map(|n| n * 2).collect::<Vec<_>>());
+    assert_eq!(client.call(DoubleAll(vec![7])).await.unwrap(), [14]);
+    // An empty batch has no reply to wait for: the task fails at once, saying so.
+    let err = client.call(DoubleAll(Vec::new())).await.unwrap_err();
+    assert!(err.to_string().contains("an empty batch"), "{err}");
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    assert_eq!(calls.0.load(Ordering::SeqCst), 2, "one fan-in per task");
+    t.shutdown().await.unwrap();
+}

@@ -103,8 +103,9 @@ impl OutgoingRequest {
     }
 }
 
-/// Requests sent together — one request, or a tuple of up to 8 — whose replies come back as
-/// one value: `R::Reply`, or the tuple of the replies, in order.
+/// Requests sent together — one request, a tuple of up to 8, or a `Vec` of one request type
+/// (a batch of any size) — whose replies come back as one value: `R::Reply`, the tuple of the
+/// replies, or the `Vec` of them, in order.
 ///
 /// ```
 /// # use serde::{Deserialize, Serialize};
@@ -120,6 +121,7 @@ impl OutgoingRequest {
 ///
 /// assert_eq!(<(Search, Translate)>::events(), ["search.requested", "translate.requested"]);
 /// assert_eq!(<Search as RequestSet>::events(), ["search.requested"]);
+/// assert_eq!(<Vec<Search>>::key(), "[search.requested]");
 /// ```
 pub trait RequestSet: Send + 'static {
     /// The replies: `R::Reply`, or a tuple of the replies.
@@ -163,6 +165,35 @@ impl<R: Request> RequestSet for R {
 
     fn into_requests(self) -> Result<Vec<OutgoingRequest>> {
         Ok(vec![OutgoingRequest::of(&self)?])
+    }
+}
+
+/// A batch of requests of one type, any number but at least one; the replies come back as a
+/// `Vec`, in the order of the requests.
+impl<R: Request> RequestSet for Vec<R> {
+    type Replies = Vec<R::Reply>;
+
+    fn events() -> Vec<&'static str> {
+        vec![R::EVENT]
+    }
+
+    fn reply_events() -> Vec<Cow<'static, str>> {
+        vec![R::reply_event()]
+    }
+
+    fn into_requests(self) -> Result<Vec<OutgoingRequest>> {
+        if self.is_empty() {
+            return Err(Error::InvalidArgument(format!(
+                "an empty batch of `{}` requests: there would be no reply to wait for",
+                R::EVENT
+            )));
+        }
+        self.iter().map(OutgoingRequest::of).collect()
+    }
+
+    /// `[<event>]`: a batch is told apart from a single request of the same type.
+    fn key() -> String {
+        format!("[{}]", R::EVENT)
     }
 }
 

@@ -123,7 +123,7 @@ impl<V: DeserializeOwned + Send + 'static> FromReply<V> for std::result::Result<
 /// [`FromReply`] value; for a tuple of requests, a tuple of them, in order.
 #[diagnostic::on_unimplemented(
     message = "a fan-in handler of `{Q}` cannot take `{Self}` for its replies",
-    note = "take the replies in the order of the requests: one request's reply type, or a tuple of reply types (each may be `Result<T, SubTaskFailed>`)"
+    note = "take the replies in the order of the requests: one request's reply type, a tuple of reply types, or for a batch (`Vec<R>`) a `Vec` of them (each may be `Result<T, SubTaskFailed>`)"
 )]
 pub trait FromReplies<Q: RequestSet>: Sized + Send + 'static {
     /// The value for the group's members (in delegation order).
@@ -143,6 +143,13 @@ fn member(members: &[SubTaskInfo], i: usize) -> Result<&SubTaskInfo> {
 impl<R: Request, P: FromReply<R::Reply>> FromReplies<R> for P {
     fn from_replies(members: &[SubTaskInfo]) -> Result<Self> {
         P::from_reply(member(members, 0)?)
+    }
+}
+
+/// The replies of a batch (`Vec<R>`), in the order of its requests.
+impl<R: Request, P: FromReply<R::Reply>> FromReplies<Vec<R>> for Vec<P> {
+    fn from_replies(members: &[SubTaskInfo]) -> Result<Self> {
+        members.iter().map(P::from_reply).collect()
     }
 }
 
