@@ -21,6 +21,7 @@ use super::Platform;
 use crate::error::Result;
 use crate::spi::bus::EventBus;
 use crate::spi::state::{self, StateKey, StateStore};
+use crate::util::BoxFuture;
 
 /// The state bucket holding pending timers (`<tenant>.<timer id>`).
 pub const TIMERS_BUCKET: &str = "timers";
@@ -80,9 +81,10 @@ pub(crate) async fn cancel(platform: &Platform, tenant: &str, id: &str) -> Resul
 }
 
 /// Makes sure the platform's timer service runs and has recovered the stored timers of every
-/// tenant (idempotent; an agent's start hook).
-pub(crate) async fn ensure_running(platform: &Platform) {
-    platform.timers().ensure_running().await;
+/// tenant, those of agent instances that stopped included (idempotent): the start hook of the
+/// layers whose handlers schedule timers (workers, planners).
+pub(crate) fn ensure_running(platform: &Platform) -> BoxFuture<'_, ()> {
+    Box::pin(platform.timers().ensure_running())
 }
 
 /// The timers a service knows, in due order; one entry per timer.
@@ -335,7 +337,6 @@ mod tests {
     use crate::engine::EngineParts;
     use crate::engine::embedded::{EmbeddedBus, MemoryRegistry, MemoryStore};
     use crate::spi::bus::{Subscription, SubscriptionSpec};
-    use crate::util::BoxFuture;
 
     /// A bus recording every publish (the embedded bus would hide a doubled one: it drops a
     /// republished id).

@@ -535,7 +535,7 @@ impl AgentBuilder {
             }
         }
         for hook in hooks {
-            hook(platform, self.tenant.as_deref()).await;
+            hook(platform).await;
         }
         tracing::info!(agent = %self.name, agent_id = %agent_id, handlers = handlers.len(), "agent started");
         Ok(AgentHandle {

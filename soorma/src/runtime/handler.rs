@@ -115,8 +115,8 @@ pub(crate) type FailurePolicy =
     for<'a> fn(&'a HandlerInput, String) -> BoxFuture<'a, SdkResult<bool>>;
 
 /// What a layer needs done once when an agent with its handlers starts (on the agent's
-/// platform and tenant); idempotent.
-pub(crate) type StartHook = for<'a> fn(&'a Platform, Option<&'a str>) -> BoxFuture<'a, ()>;
+/// platform); idempotent.
+pub(crate) type StartHook = for<'a> fn(&'a Platform) -> BoxFuture<'a, ()>;
 
 /// A layer's assembly of an agent's handlers when the agent starts (and for its definition):
 /// it may add or replace handlers (a planner's default transition, a worker's fan-in routers)

@@ -20,7 +20,7 @@ pub use sessions::{PlanFilter, Plans, SESSIONS_BUCKET, Sessions};
 pub use tracker::{PlanEvent, PlanView, TaskState, TaskView, Tracker, TrackerBuilder, ViewSource};
 
 use crate::error::Result;
-use crate::platform::Platform;
+use crate::platform::timers;
 use crate::protocol::request::Request;
 use crate::runtime::agent::AgentBuilder;
 use crate::runtime::extract::{Extensions, HandlerInput};
@@ -88,7 +88,7 @@ impl Handler {
         );
         h.advertised = Advertised::Capability;
         h.on_failure = Some(fail_goal);
-        h.on_start = Some(ensure_timers);
+        h.on_start = Some(timers::ensure_running);
         h.assemble = Some(ensure_transition);
         h
     }
@@ -175,7 +175,7 @@ impl Handler {
         );
         h.advertised = Advertised::Hidden;
         h.on_failure = Some(fail_transition);
-        h.on_start = Some(ensure_timers);
+        h.on_start = Some(timers::ensure_running);
         h
     }
 }
@@ -200,10 +200,4 @@ fn fail_goal(input: &HandlerInput, error: String) -> BoxFuture<'_, Result<bool>>
 /// A transition handler's failure fails the plan.
 fn fail_transition(input: &HandlerInput, error: String) -> BoxFuture<'_, Result<bool>> {
     Box::pin(fail_plan(input, error, false))
-}
-
-/// Human-input timers (of every tenant, those of planner instances that stopped included) fire
-/// from here on: the platform's timer service runs (idempotent).
-fn ensure_timers<'a>(platform: &'a Platform, _tenant: Option<&'a str>) -> BoxFuture<'a, ()> {
-    Box::pin(crate::platform::timers::ensure_running(platform))
 }

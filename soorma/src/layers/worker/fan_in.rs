@@ -15,10 +15,11 @@ use serde::de::DeserializeOwned;
 use serde_json::Value;
 use soorma_common::{SubTaskInfo, SubTaskStatus, Topic};
 
+use super::WorkerWiring;
 use super::result::ResultContext;
 use super::task::{Delegated, TaskContext, TaskState};
-use super::{WorkerWiring, ensure_timers};
 use crate::error::{Error, Result};
+use crate::platform::timers;
 use crate::protocol::decode_payload;
 use crate::protocol::request::{Request, RequestSet};
 use crate::runtime::extract::HandlerInput;
@@ -370,7 +371,7 @@ impl<Q: RequestSet> FanInHandler<Q> {
         );
         h.advertised = Advertised::Hidden;
         h.assemble = Some(super::assemble_worker);
-        h.on_start = Some(ensure_timers);
+        h.on_start = Some(timers::ensure_running);
         h.layer = Some(Arc::new(spec));
         h
     }
@@ -454,7 +455,7 @@ fn router(event: String, specs: Arc<Vec<Arc<FanInSpec>>>) -> Handler {
         call,
     );
     h.description = Some("A reply a typed fan-in waits for.".into());
-    h.on_start = Some(ensure_timers);
+    h.on_start = Some(timers::ensure_running);
     h.requests = requests;
     h
 }

@@ -19,7 +19,7 @@ pub use result::ResultContext;
 pub use task::{Delegated, StateMap, TaskContext, TaskState};
 
 use crate::error::{Error, Result};
-use crate::platform::Platform;
+use crate::platform::timers;
 use crate::protocol::request::Request;
 use crate::runtime::agent::AgentBuilder;
 use crate::runtime::extract::{Extensions, HandlerInput};
@@ -165,7 +165,7 @@ impl Handler {
         );
         h.advertised = Advertised::Capability;
         h.on_failure = Some(fail_task);
-        h.on_start = Some(ensure_timers);
+        h.on_start = Some(timers::ensure_running);
         h.assemble = Some(assemble_worker);
         h
     }
@@ -242,7 +242,7 @@ impl Handler {
             H::checks(),
             call,
         );
-        h.on_start = Some(ensure_timers);
+        h.on_start = Some(timers::ensure_running);
         h.assemble = Some(assemble_worker);
         h
     }
@@ -311,7 +311,7 @@ fn deadline_handler() -> Handler {
         call,
     );
     h.advertised = Advertised::Hidden;
-    h.on_start = Some(ensure_timers);
+    h.on_start = Some(timers::ensure_running);
     h
 }
 
@@ -357,13 +357,4 @@ async fn enforce_deadline(input: HandlerInput) -> crate::runtime::handler::Handl
     tracing::warn!(task_id = %task_id, %reason, "task deadline passed");
     task.fail(reason).await.map_err(retryable)?;
     Ok(None)
-}
-
-/// Human-input timers (of every tenant, those of worker instances that stopped included) fire
-/// from here on: the platform's timer service runs (idempotent).
-pub(crate) fn ensure_timers<'a>(
-    platform: &'a Platform,
-    _tenant: Option<&'a str>,
-) -> BoxFuture<'a, ()> {
-    Box::pin(crate::platform::timers::ensure_running(platform))
 }
