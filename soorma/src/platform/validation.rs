@@ -31,6 +31,7 @@ pub(crate) struct RequestValidator {
 
 #[derive(Default)]
 struct Cache {
+    /// When the registry read of `snapshot` started.
     fetched: Option<Instant>,
     snapshot: Arc<Snapshot>,
     #[cfg(feature = "schema-validation")]
@@ -81,8 +82,6 @@ impl RequestValidator {
         }
     }
 
-    /// The current snapshot of registered payload schemas (a stale one if the registry cannot
-    /// be read; nothing is enforced before the first successful read).
     /// Whether a registered agent consumes `event` (an action request) for `tenant`. A miss
     /// reads the registry again before answering, so an agent that registered a moment ago
     /// is found.
@@ -93,20 +92,29 @@ impl RequestValidator {
         self.snapshot(true).await.consumes(event, tenant)
     }
 
-    /// The registry snapshot, read again when older than the refresh interval (or `force`d).
+    /// The registry snapshot (a stale one if the registry cannot be read; nothing is enforced
+    /// before the first successful read), read again when older than the refresh interval. A
+    /// `force`d snapshot is one read after this call began: callers missing at once share one
+    /// registry read.
     async fn snapshot(&self, force: bool) -> Arc<Snapshot> {
+        let asked = Instant::now();
         if !force && let Some(fresh) = self.fresh() {
             return fresh;
         }
         let _reading = self.reading.lock().await;
-        if !force && let Some(fresh) = self.fresh() {
+        if force {
+            if let Some(read) = self.read_since(asked) {
+                return read;
+            }
+        } else if let Some(fresh) = self.fresh() {
             return fresh;
         }
+        let started = Instant::now();
         match self.registry.agents().await {
             Ok(agents) => {
                 let snapshot = Arc::new(Snapshot::of(agents));
                 let mut cache = self.lock();
-                cache.fetched = Some(Instant::now());
+                cache.fetched = Some(started);
                 cache.snapshot = snapshot.clone();
                 snapshot
             }
@@ -115,6 +123,15 @@ impl RequestValidator {
                 self.lock().snapshot.clone()
             }
         }
+    }
+
+    /// The snapshot, if its registry read started at or after `asked`.
+    fn read_since(&self, asked: Instant) -> Option<Arc<Snapshot>> {
+        let cache = self.lock();
+        cache
+            .fetched
+            .filter(|started| *started >= asked)
+            .map(|_| cache.snapshot.clone())
     }
 
     fn fresh(&self) -> Option<Arc<Snapshot>> {
@@ -231,4 +248,57 @@ fn payload_schemas(mut agents: Vec<AgentDefinition>) -> HashMap<String, Value> {
         }
     }
     schemas
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::atomic::{AtomicUsize, Ordering};
+
+    use super::*;
+    use crate::util::BoxFuture;
+
+    /// A registry of no agents whose reads take a while and are counted.
+    #[derive(Default)]
+    struct SlowRegistry {
+        reads: AtomicUsize,
+    }
+
+    impl Registry for SlowRegistry {
+        fn register(&self, _agent: AgentDefinition) -> BoxFuture<'_, Result<()>> {
+            Box::pin(async { Ok(()) })
+        }
+
+        fn deregister<'a>(&'a self, _agent_id: &'a str) -> BoxFuture<'a, Result<()>> {
+            Box::pin(async { Ok(()) })
+        }
+
+        fn agents(&self) -> BoxFuture<'_, Result<Vec<AgentDefinition>>> {
+            Box::pin(async {
+                self.reads.fetch_add(1, Ordering::SeqCst);
+                tokio::time::sleep(Duration::from_millis(20)).await;
+                Ok(Vec::new())
+            })
+        }
+    }
+
+    #[tokio::test]
+    async fn callers_missing_at_once_share_one_registry_read() {
+        let registry = Arc::new(SlowRegistry::default());
+        let validator = Arc::new(RequestValidator::new(registry.clone()));
+        let mut misses = tokio::task::JoinSet::new();
+        for _ in 0..10 {
+            let validator = validator.clone();
+            misses
+                .spawn(async move { validator.has_consumer("nobody.requested", "default").await });
+        }
+        while let Some(found) = misses.join_next().await {
+            assert!(!found.unwrap());
+        }
+        // One read for the snapshot, one more (after the misses began) for all ten misses.
+        assert_eq!(registry.reads.load(Ordering::SeqCst), 2);
+
+        // A miss after that reads again: an agent may have registered since.
+        assert!(!validator.has_consumer("nobody.requested", "default").await);
+        assert_eq!(registry.reads.load(Ordering::SeqCst), 3);
+    }
 }
