@@ -2,38 +2,19 @@
 
 use std::any::Any;
 use std::future::Future;
-use std::hash::{BuildHasher, Hasher};
 use std::panic::{AssertUnwindSafe, catch_unwind};
 use std::pin::Pin;
-use std::sync::OnceLock;
-use std::sync::atomic::{AtomicU64, Ordering};
 use std::task::{Context, Poll};
 use std::time::{SystemTime, UNIX_EPOCH};
 
 /// A boxed, sendable future.
 pub type BoxFuture<'a, T> = Pin<Box<dyn Future<Output = T> + Send + 'a>>;
 
-fn process_seed() -> u64 {
-    static SEED: OnceLock<u64> = OnceLock::new();
-    *SEED.get_or_init(|| {
-        let mut h = std::collections::hash_map::RandomState::new().build_hasher();
-        let nanos = SystemTime::now()
-            .duration_since(UNIX_EPOCH)
-            .map(|d| d.as_nanos())
-            .unwrap_or_default();
-        h.write_u128(nanos);
-        h.write_u32(std::process::id());
-        h.finish()
-    })
-}
-
-/// A new unique id: 32 lowercase hex digits (a per-process random prefix and a counter).
+/// A new unique, unguessable id: 128 bits, 122 of them random from the OS RNG (a UUID v4),
+/// as 32 lowercase hex digits. Ids name tasks, events and de-duplication keys that other
+/// tenants must not predict, so they carry no process seed and no counter.
 pub(crate) fn new_id() -> String {
-    static COUNTER: AtomicU64 = AtomicU64::new(0);
-    let n = COUNTER.fetch_add(1, Ordering::Relaxed);
-    // Mix the counter so consecutive ids do not share long prefixes in logs.
-    let mixed = n.wrapping_mul(0x9E37_79B9_7F4A_7C15).rotate_left(17) ^ n;
-    format!("{:016x}{:016x}", process_seed(), mixed)
+    uuid::Uuid::new_v4().simple().to_string()
 }
 
 /// The current time as RFC 3339 UTC with milliseconds (`2026-11-21T10:00:00.123Z`).
@@ -190,6 +171,22 @@ mod tests {
             ids.iter()
                 .all(|i| i.len() == 32 && i.chars().all(|c| c.is_ascii_hexdigit()))
         );
+    }
+
+    #[test]
+    fn ids_share_no_predictable_part() {
+        // A seed-plus-counter id repeats its first half within a process; a random one does not,
+        // and no 8-digit window of one id predicts the same window of the next.
+        let ids: Vec<String> = (0..1_000).map(|_| new_id()).collect();
+        for window in [0..8, 8..16, 16..24, 24..32] {
+            let distinct: std::collections::HashSet<&str> =
+                ids.iter().map(|i| &i[window.clone()]).collect();
+            assert!(
+                distinct.len() > 990,
+                "window {window:?} repeats: {}",
+                distinct.len()
+            );
+        }
     }
 
     #[test]
