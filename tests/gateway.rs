@@ -7,10 +7,12 @@ use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 use serde_json::{Value, json};
 use soorma::gateway::{Gateway, GatewayAuth, GatewayHandle};
+use soorma::http::HttpConfig;
 use soorma::prelude::*;
 use soorma::{AgentHandle, Platform};
 use soorma_examples::calculator::{batch_calculator, calculator};
 use soorma_tests::nats_server::NatsServer;
+use soorma_tests::raw_http;
 
 #[derive(Debug, Serialize, Deserialize, JsonSchema)]
 struct Add {
@@ -531,4 +533,199 @@ async fn api_key_auth_is_declared_and_enforced() {
         "{ok}"
     );
     s.shutdown().await;
+}
+
+// The HTTP layer (`soorma::http`): raw HTTP over TCP, for what a client library will not send.
+
+fn card_request(host: &str) -> Vec<u8> {
+    format!("GET /.well-known/agent-card.json HTTP/1.1\r\nHost: {host}\r\n\r\n").into_bytes()
+}
+
+fn post_request(host: &str, content_type: &str, body: &str) -> Vec<u8> {
+    format!(
+        "POST /agents/calculator HTTP/1.1\r\nHost: {host}\r\nContent-Type: {content_type}\r\n\
+         Content-Length: {}\r\n\r\n{body}",
+        body.len()
+    )
+    .into_bytes()
+}
+
+/// A gateway for `calculator` (not started: these probes never reach an agent) behind `http`.
+async fn bare_gateway(http: HttpConfig) -> GatewayHandle {
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    Gateway::new(&Platform::embedded())
+        .agent("calculator")
+        .http(http)
+        .spawn(listener)
+        .await
+        .unwrap()
+}
+
+const WAIT: Duration = Duration::from_secs(5);
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn foreign_hosts_and_non_json_posts_are_refused() {
+    let s = Setup::start(&Platform::embedded(), None).await;
+    let addr = s.gateway.local_addr();
+    let port = addr.port();
+
+    // DNS rebinding: a page on evil.example resolving to 127.0.0.1 sends its own Host.
+    let mut c = raw_http::connect(addr).await;
+    let r = raw_http::exchange(&mut c, &card_request(&format!("evil.example:{port}")), WAIT)
+        .await
+        .unwrap();
+    assert_eq!(r.status, 403, "{r:?}");
+    for host in [format!("localhost:{port}"), format!("127.0.0.1:{port}")] {
+        let mut c = raw_http::connect(addr).await;
+        let r = raw_http::exchange(&mut c, &card_request(&host), WAIT)
+            .await
+            .unwrap();
+        assert_eq!(r.status, 200, "{host}: {r:?}");
+    }
+
+    // A cross-site form or "simple" request cannot be JSON: anything else is 415.
+    let send = json!({"jsonrpc": "2.0", "id": 1, "method": "SendMessage", "params": {"message": {
+        "messageId": "m", "role": "ROLE_USER", "parts": [{"data": {"expression": "2+2"}}]}}})
+    .to_string();
+    let host = format!("127.0.0.1:{port}");
+    for content_type in ["text/plain", "application/x-www-form-urlencoded"] {
+        let mut c = raw_http::connect(addr).await;
+        let r = raw_http::exchange(&mut c, &post_request(&host, content_type, &send), WAIT)
+            .await
+            .unwrap();
+        assert_eq!(r.status, 415, "{content_type}: {r:?}");
+        assert!(r.body.contains("application/json"), "{r:?}");
+    }
+    let mut c = raw_http::connect(addr).await;
+    let r = raw_http::exchange(
+        &mut c,
+        &post_request(&host, "application/json; charset=utf-8", &send),
+        WAIT,
+    )
+    .await
+    .unwrap();
+    assert_eq!(r.status, 200, "{r:?}");
+    assert!(r.body.contains("TASK_STATE_COMPLETED"), "{r:?}");
+    s.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_allowlist_replaces_the_loopback_hosts() {
+    let gateway = bare_gateway(HttpConfig::default().allowed_host("agents.example.com")).await;
+    let addr = gateway.local_addr();
+    let mut c = raw_http::connect(addr).await;
+    let r = raw_http::exchange(&mut c, &card_request("127.0.0.1"), WAIT)
+        .await
+        .unwrap();
+    assert_eq!(r.status, 403, "{r:?}");
+    let mut c = raw_http::connect(addr).await;
+    let r = raw_http::exchange(&mut c, &card_request("Agents.Example.com:443"), WAIT)
+        .await
+        .unwrap();
+    assert_ne!(r.status, 403, "{r:?}");
+    gateway.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_trickling_client_is_cut_by_the_header_timeout() {
+    let gateway =
+        bare_gateway(HttpConfig::default().header_timeout(Duration::from_millis(300))).await;
+    let mut c = raw_http::connect(gateway.local_addr()).await;
+    let started = std::time::Instant::now();
+    let cut = raw_http::trickle(
+        &mut c,
+        &card_request("127.0.0.1"),
+        Duration::from_millis(100),
+    )
+    .await;
+    assert!(cut, "the server waited for every byte");
+    assert!(
+        started.elapsed() < Duration::from_secs(2),
+        "{:?}",
+        started.elapsed()
+    );
+    gateway.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn idle_connections_are_closed_and_make_room_for_new_clients() {
+    let gateway = bare_gateway(
+        HttpConfig::default()
+            .header_timeout(Duration::from_millis(400))
+            .max_connections(2),
+    )
+    .await;
+    let addr = gateway.local_addr();
+    // One socket that never sends, one kept alive after a request: both fill the limit.
+    let mut silent = raw_http::connect(addr).await;
+    let mut kept = raw_http::connect(addr).await;
+    let r = raw_http::exchange(&mut kept, &card_request("127.0.0.1"), WAIT)
+        .await
+        .unwrap();
+    assert!(!r.headers.contains("connection: close"), "{r:?}");
+    // A third client waits in the backlog until an idle one is closed, then is served.
+    let started = std::time::Instant::now();
+    let mut third = raw_http::connect(addr).await;
+    let r = raw_http::exchange(&mut third, &card_request("127.0.0.1"), WAIT)
+        .await
+        .expect("the third client is served once idle connections are closed");
+    assert!(r.status > 0, "{r:?}");
+    assert!(
+        started.elapsed() < Duration::from_secs(3),
+        "{:?}",
+        started.elapsed()
+    );
+    assert!(raw_http::closed_within(&mut silent, WAIT).await);
+    assert!(raw_http::closed_within(&mut kept, WAIT).await);
+    gateway.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn oversized_and_slow_bodies_are_refused_and_the_connection_closed() {
+    let gateway = bare_gateway(
+        HttpConfig::default()
+            .max_body_bytes(1024)
+            .body_timeout(Duration::from_millis(300)),
+    )
+    .await;
+    let addr = gateway.local_addr();
+    let big = format!("{{\"pad\":\"{}\"}}", "x".repeat(4096));
+
+    // Declared too large: 413 at once, and the connection is closed (the body is not read).
+    let mut c = raw_http::connect(addr).await;
+    let r = raw_http::exchange(
+        &mut c,
+        &post_request("127.0.0.1", "application/json", &big),
+        WAIT,
+    )
+    .await
+    .unwrap();
+    assert_eq!(r.status, 413, "{r:?}");
+    assert!(r.headers.contains("connection: close"), "{r:?}");
+    assert!(r.body.contains("too large"), "{r:?}");
+    assert!(raw_http::closed_within(&mut c, WAIT).await);
+
+    // Chunked, no length declared: 413 once the limit is passed.
+    let chunked = format!(
+        "POST /agents/calculator HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n\
+         Transfer-Encoding: chunked\r\n\r\n{:x}\r\n{big}\r\n0\r\n\r\n",
+        big.len()
+    );
+    let mut c = raw_http::connect(addr).await;
+    let r = raw_http::exchange(&mut c, chunked.as_bytes(), WAIT)
+        .await
+        .unwrap();
+    assert_eq!(r.status, 413, "{r:?}");
+    assert!(raw_http::closed_within(&mut c, WAIT).await);
+
+    // A body that stops arriving: 408 after the body timeout, then closed.
+    let mut c = raw_http::connect(addr).await;
+    let head = "POST /agents/calculator HTTP/1.1\r\nHost: 127.0.0.1\r\n\
+                Content-Type: application/json\r\nContent-Length: 100\r\n\r\n{\"jsonrpc\"";
+    let r = raw_http::exchange(&mut c, head.as_bytes(), WAIT)
+        .await
+        .unwrap();
+    assert_eq!(r.status, 408, "{r:?}");
+    assert!(raw_http::closed_within(&mut c, WAIT).await);
+    gateway.shutdown().await;
 }

@@ -5,6 +5,7 @@
 pub mod agents;
 pub mod mcp_peers;
 pub mod nats_server;
+pub mod raw_http;
 pub mod restarts;
 
 /// Logs to the test output when `RUST_LOG` is set (e.g. `RUST_LOG=soorma=debug`).

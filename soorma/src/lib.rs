@@ -62,7 +62,7 @@ pub mod error;
 #[cfg(feature = "gateway")]
 pub mod gateway;
 #[cfg(any(feature = "gateway", feature = "mcp"))]
-mod http;
+pub mod http;
 mod layers;
 #[cfg(feature = "llm")]
 pub mod llm;

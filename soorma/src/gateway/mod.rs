@@ -52,7 +52,7 @@ use tokio::sync::broadcast;
 
 use crate::client::Client;
 use crate::error::{Error, Result};
-use crate::http::HttpServer;
+use crate::http::{ErrorStyle, HttpConfig, HttpServer};
 use crate::platform::Platform;
 use crate::platform::discovery::Requirements;
 use crate::util::{new_id, now_rfc3339};
@@ -176,6 +176,7 @@ pub struct Gateway {
     wait: Duration,
     task_timeout: Duration,
     provider: Option<(String, String)>,
+    http: HttpConfig,
 }
 
 impl Gateway {
@@ -194,6 +195,7 @@ impl Gateway {
             wait: Duration::from_secs(30),
             task_timeout: Duration::from_secs(3600),
             provider: None,
+            http: HttpConfig::default(),
         }
     }
 
@@ -268,6 +270,20 @@ impl Gateway {
         self
     }
 
+    /// The HTTP server's limits and checks: allowed `Host`s, timeouts, body size, connections
+    /// (default [`HttpConfig::default`]: loopback hosts only when bound to loopback).
+    ///
+    /// ```
+    /// use soorma::http::HttpConfig;
+    /// let g = soorma::gateway::Gateway::new(&soorma::Platform::embedded())
+    ///     .http(HttpConfig::default().allowed_host("agents.example.com"));
+    /// # let _ = g;
+    /// ```
+    pub fn http(mut self, config: HttpConfig) -> Self {
+        self.http = config;
+        self
+    }
+
     /// Serves on `listener` in the background; see [`GatewayHandle`].
     ///
     /// ```
@@ -301,8 +317,17 @@ impl Gateway {
             url: url.clone(),
             gateway: self,
         });
-        let progress = tokio::spawn(route_progress(state.clone()));
-        let http = HttpServer::spawn(listener, router(state), "A2A gateway", || {});
+        let http_config = state.gateway.http.clone();
+        let http = HttpServer::spawn(
+            listener,
+            router(state.clone()),
+            &http_config,
+            ErrorStyle::Plain,
+            "A2A gateway",
+            || {},
+        )
+        .map_err(|e| Error::Config(format!("gateway listener: {e}")))?;
+        let progress = tokio::spawn(route_progress(state));
         tracing::info!(%url, "A2A gateway listening");
         Ok(GatewayHandle {
             addr,

@@ -40,7 +40,7 @@ use tracing::Instrument;
 
 use crate::client::Client;
 use crate::error::{Error, Result};
-use crate::http::HttpServer;
+use crate::http::{ErrorStyle, HttpConfig, HttpServer};
 use crate::platform::Platform;
 use crate::util::new_id;
 use catalog::{Catalog, INPUT, Route, Scope};
@@ -90,7 +90,7 @@ pub struct McpServer {
     instructions: Option<String>,
     call_timeout: Duration,
     tenant: Option<String>,
-    allowed_hosts: Vec<String>,
+    http: HttpConfig,
 }
 
 impl McpServer {
@@ -109,7 +109,7 @@ impl McpServer {
             instructions: None,
             call_timeout: Duration::from_secs(120),
             tenant: None,
-            allowed_hosts: Vec::new(),
+            http: HttpConfig::default(),
         }
     }
 
@@ -185,15 +185,32 @@ impl McpServer {
         self
     }
 
-    /// Accepts HTTP requests whose `Host` is `host` (a name, or `name:port`); only loopback
-    /// hosts are accepted by default, against DNS rebinding.
+    /// Accepts HTTP requests whose `Host` is `host` (a name, or `name:port`); see
+    /// [`HttpConfig::allowed_host`]. Only loopback hosts are accepted by default on a loopback
+    /// address, against DNS rebinding.
     ///
     /// ```
     /// let s = soorma::mcp::McpServer::new(&soorma::Platform::embedded()).allowed_host("mcp.example.com");
     /// # let _ = s;
     /// ```
     pub fn allowed_host(mut self, host: impl Into<String>) -> Self {
-        self.allowed_hosts.push(host.into());
+        self.http = self.http.allowed_host(host);
+        self
+    }
+
+    /// The HTTP server's limits and checks: allowed `Host`s, timeouts, body size, connections
+    /// (default [`HttpConfig::default`]). Hosts added with [`allowed_host`](Self::allowed_host)
+    /// are kept.
+    ///
+    /// ```
+    /// use soorma::http::HttpConfig;
+    /// let s = soorma::mcp::McpServer::new(&soorma::Platform::embedded())
+    ///     .http(HttpConfig::default().max_connections(64));
+    /// # let _ = s;
+    /// ```
+    pub fn http(mut self, config: HttpConfig) -> Self {
+        let hosts = std::mem::take(&mut self.http).allowed_hosts().to_vec();
+        self.http = hosts.into_iter().fold(config, HttpConfig::allowed_host);
         self
     }
 
@@ -255,12 +272,12 @@ impl McpServer {
     }
 
     fn router_with(self, mut config: StreamableHttpServerConfig) -> axum::Router {
-        if !self.allowed_hosts.is_empty() {
+        if !self.http.allowed_hosts().is_empty() {
             let hosts = config
                 .allowed_hosts
                 .iter()
                 .cloned()
-                .chain(self.allowed_hosts.iter().cloned())
+                .chain(self.http.allowed_hosts().iter().cloned())
                 .collect::<Vec<_>>();
             config = config.with_allowed_hosts(hosts);
         }
@@ -288,11 +305,22 @@ impl McpServer {
             .local_addr()
             .map_err(|e| Error::Config(format!("MCP server listener: {e}")))?;
         let url = format!("http://{addr}/mcp");
-        let config = StreamableHttpServerConfig::default();
+        // The shared HTTP layer checks `Host` for the bind address (any host off loopback
+        // without an allowlist), so rmcp's own loopback-only check is off here.
+        let config = StreamableHttpServerConfig::default().disable_allowed_hosts();
         let sessions = config.cancellation_token.clone();
+        let http_config = self.http.clone();
         let app = self.router_with(config);
         // Stopping ends open sessions and their event streams first, so the server can stop.
-        let http = HttpServer::spawn(listener, app, "MCP server", move || sessions.cancel());
+        let http = HttpServer::spawn(
+            listener,
+            app,
+            &http_config,
+            ErrorStyle::JsonRpc,
+            "MCP server",
+            move || sessions.cancel(),
+        )
+        .map_err(|e| Error::Config(format!("MCP server listener: {e}")))?;
         tracing::info!(%url, "MCP server listening");
         Ok(McpServerHandle { addr, url, http })
     }

@@ -1,0 +1,221 @@
+//! The checks every request passes before the app sees it: `Host`, `Content-Type`, body size
+//! and read time.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use axum::body::Body;
+use axum::extract::{Request, State};
+use axum::http::{HeaderMap, HeaderValue, Method, StatusCode, header};
+use axum::middleware::Next;
+use axum::response::{IntoResponse, Response};
+use http_body_util::{BodyExt, LengthLimitError, Limited};
+use serde_json::json;
+
+/// How a server words the errors of these checks.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum ErrorStyle {
+    /// `{"error": "..."}` (the A2A gateway's HTTP errors).
+    Plain,
+    /// A JSON-RPC error response with a null id (the MCP server).
+    JsonRpc,
+}
+
+/// Which `Host` headers a server accepts.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(super) enum HostPolicy {
+    /// Any (bound off loopback, no allowlist).
+    Any,
+    /// `localhost`, `127.0.0.1`, `[::1]` with any port.
+    Loopback,
+    /// These entries (lower case; `name` any port, `name:port` that port).
+    List(Vec<String>),
+}
+
+impl HostPolicy {
+    fn allows(&self, host: Option<&str>) -> bool {
+        let Some(authority) = host.map(|h| h.trim().to_ascii_lowercase()) else {
+            return matches!(self, Self::Any);
+        };
+        let name = host_name(&authority);
+        match self {
+            Self::Any => true,
+            Self::Loopback => matches!(name, "localhost" | "127.0.0.1" | "[::1]" | "::1"),
+            Self::List(entries) => entries
+                .iter()
+                .any(|entry| *entry == authority || (host_name(entry) == entry && entry == name)),
+        }
+    }
+}
+
+/// The name of `name[:port]` (an IPv6 address keeps its brackets).
+fn host_name(authority: &str) -> &str {
+    if authority.starts_with('[') {
+        return authority
+            .find(']')
+            .map_or(authority, |end| &authority[..=end]);
+    }
+    match authority.rsplit_once(':') {
+        Some((name, port)) if !name.contains(':') && port.bytes().all(|b| b.is_ascii_digit()) => {
+            name
+        }
+        _ => authority,
+    }
+}
+
+/// The checks' settings for one server.
+#[derive(Debug)]
+pub(super) struct Guard {
+    pub(super) hosts: HostPolicy,
+    pub(super) max_body_bytes: usize,
+    pub(super) body_timeout: Duration,
+    pub(super) style: ErrorStyle,
+}
+
+impl Guard {
+    fn reject(&self, status: StatusCode, message: &str) -> Response {
+        let body = match self.style {
+            ErrorStyle::Plain => json!({"error": message}),
+            ErrorStyle::JsonRpc => json!({
+                "jsonrpc": "2.0",
+                "id": null,
+                "error": {"code": -32600, "message": message},
+            }),
+        };
+        (status, axum::Json(body)).into_response()
+    }
+
+    /// A rejection after which the connection is closed (the rest of the body is not read).
+    fn reject_and_close(&self, status: StatusCode, message: &str) -> Response {
+        let mut response = self.reject(status, message);
+        response
+            .headers_mut()
+            .insert(header::CONNECTION, HeaderValue::from_static("close"));
+        response
+    }
+}
+
+fn is_json(headers: &HeaderMap) -> bool {
+    headers
+        .get(header::CONTENT_TYPE)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.split(';').next())
+        .is_some_and(|essence| essence.trim().eq_ignore_ascii_case("application/json"))
+}
+
+/// Rejects a request with a foreign `Host`, a `POST` that is not JSON, or a body too large or
+/// too slow; otherwise hands it on with its body read.
+pub(super) async fn check(
+    State(guard): State<Arc<Guard>>,
+    request: Request,
+    next: Next,
+) -> Response {
+    let host = request
+        .headers()
+        .get(header::HOST)
+        .and_then(|v| v.to_str().ok())
+        .or_else(|| request.uri().authority().map(|a| a.as_str()));
+    if !guard.hosts.allows(host) {
+        tracing::warn!(host = ?host, "HTTP request for a host this server does not serve refused (DNS rebinding?)");
+        return guard.reject(
+            StatusCode::FORBIDDEN,
+            "Host not allowed: this server does not serve that host name",
+        );
+    }
+    if request.method() == Method::POST && !is_json(request.headers()) {
+        tracing::debug!("HTTP POST without Content-Type: application/json refused");
+        return guard.reject(
+            StatusCode::UNSUPPORTED_MEDIA_TYPE,
+            "Content-Type must be application/json",
+        );
+    }
+    let declared = request
+        .headers()
+        .get(header::CONTENT_LENGTH)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.parse::<u64>().ok());
+    let too_large = || {
+        tracing::info!(limit = guard.max_body_bytes, "HTTP request body too large");
+        guard.reject_and_close(
+            StatusCode::PAYLOAD_TOO_LARGE,
+            &format!(
+                "request body too large: at most {} bytes",
+                guard.max_body_bytes
+            ),
+        )
+    };
+    if declared.is_some_and(|n| n > guard.max_body_bytes as u64) {
+        return too_large();
+    }
+    let (parts, body) = request.into_parts();
+    let read = Limited::new(body, guard.max_body_bytes).collect();
+    let bytes = match tokio::time::timeout(guard.body_timeout, read).await {
+        Ok(Ok(collected)) => collected.to_bytes(),
+        Ok(Err(e)) if e.is::<LengthLimitError>() => return too_large(),
+        Ok(Err(e)) => {
+            tracing::debug!(error = %e, "HTTP request body could not be read");
+            return guard.reject_and_close(StatusCode::BAD_REQUEST, "request body unreadable");
+        }
+        Err(_) => {
+            tracing::info!(timeout = ?guard.body_timeout, "HTTP request body too slow");
+            return guard.reject_and_close(
+                StatusCode::REQUEST_TIMEOUT,
+                "request body not received in time",
+            );
+        }
+    };
+    next.run(Request::from_parts(parts, Body::from(bytes)))
+        .await
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn hosts() {
+        let loopback = HostPolicy::Loopback;
+        for ok in [
+            "localhost",
+            "LOCALHOST:8080",
+            "127.0.0.1:1",
+            "[::1]:80",
+            "[::1]",
+        ] {
+            assert!(loopback.allows(Some(ok)), "{ok}");
+        }
+        for no in [
+            "evil.example",
+            "evil.example:80",
+            "127.0.0.1.evil.example",
+            "[::2]:80",
+        ] {
+            assert!(!loopback.allows(Some(no)), "{no}");
+        }
+        assert!(!loopback.allows(None));
+        let list = HostPolicy::List(vec!["a.example".into(), "b.example:8443".into()]);
+        assert!(list.allows(Some("A.example:9")));
+        assert!(list.allows(Some("b.example:8443")));
+        assert!(!list.allows(Some("b.example:80")));
+        assert!(!list.allows(Some("b.example")));
+        assert!(!list.allows(Some("localhost")));
+        assert!(HostPolicy::Any.allows(Some("anything")));
+        assert!(HostPolicy::Any.allows(None));
+    }
+
+    #[test]
+    fn json_content_types() {
+        let mut headers = HeaderMap::new();
+        assert!(!is_json(&headers));
+        for (value, json) in [
+            ("application/json", true),
+            ("Application/JSON; charset=utf-8", true),
+            ("text/plain", false),
+            ("application/x-www-form-urlencoded", false),
+            ("application/jsonx", false),
+        ] {
+            headers.insert(header::CONTENT_TYPE, HeaderValue::from_static(value));
+            assert_eq!(is_json(&headers), json, "{value}");
+        }
+    }
+}

@@ -1,0 +1,260 @@
+//! The HTTP layer the A2A gateway and the MCP server share (features `gateway`, `mcp`): the
+//! connection loop (header-read and keep-alive timeouts, a connection limit, graceful stop) and
+//! the checks every request passes first ([`HttpConfig`]: allowed `Host`s, `application/json`
+//! bodies, body size and read time).
+//!
+//! ```
+//! use std::time::Duration;
+//! use soorma::http::HttpConfig;
+//!
+//! let http = HttpConfig::default()
+//!     .allowed_host("agents.example.com")
+//!     .header_timeout(Duration::from_secs(5))
+//!     .max_body_bytes(256 * 1024)
+//!     .max_connections(200);
+//! # let _ = http;
+//! ```
+
+mod guard;
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::time::Duration;
+
+use hyper_util::rt::{TokioIo, TokioTimer};
+use hyper_util::server::graceful::GracefulShutdown;
+use hyper_util::service::TowerToHyperService;
+use tokio::sync::{Semaphore, watch};
+
+pub(crate) use guard::ErrorStyle;
+use guard::{Guard, HostPolicy};
+
+/// Limits and checks of an HTTP server (the A2A gateway's, the MCP server's).
+///
+/// Defaults:
+/// - **`Host`**: when the server is bound to a loopback address, only loopback hosts
+///   (`localhost`, `127.0.0.1`, `[::1]`, any port) are accepted, so a web page cannot reach it
+///   through DNS rebinding; add the names clients use with [`allowed_host`](Self::allowed_host).
+///   Once a host is added, only the hosts added are accepted, whatever the bind address. A server
+///   bound off loopback with no allowed host accepts any `Host`.
+/// - **`Content-Type`**: a `POST` must carry `application/json` (HTTP 415 otherwise), so a web
+///   page cannot send one with a plain HTML form or a "simple" cross-site request.
+/// - **Headers**: a client has [`header_timeout`](Self::header_timeout) (10 s) to send a
+///   request's headers, counted from when the connection opens or its previous response ends;
+///   trickling clients and idle keep-alive connections are closed after it.
+/// - **Body**: at most [`max_body_bytes`](Self::max_body_bytes) (4 MiB; HTTP 413, then the
+///   connection is closed), read within [`body_timeout`](Self::body_timeout) (30 s; HTTP 408).
+/// - **Connections**: at most [`max_connections`](Self::max_connections) (512) open at once;
+///   further clients wait in the listen backlog until one closes.
+///
+/// ```
+/// use soorma::http::HttpConfig;
+/// let http = HttpConfig::default().allowed_host("mcp.example.com:8443");
+/// assert_eq!(http.allowed_hosts(), ["mcp.example.com:8443"]);
+/// ```
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct HttpConfig {
+    allowed_hosts: Vec<String>,
+    header_timeout: Duration,
+    body_timeout: Duration,
+    max_body_bytes: usize,
+    max_connections: usize,
+}
+
+impl Default for HttpConfig {
+    fn default() -> Self {
+        Self {
+            allowed_hosts: Vec::new(),
+            header_timeout: Duration::from_secs(10),
+            body_timeout: Duration::from_secs(30),
+            max_body_bytes: 4 * 1024 * 1024,
+            max_connections: 512,
+        }
+    }
+}
+
+impl HttpConfig {
+    /// Accepts requests whose `Host` is `host`: a name or address (any port), or
+    /// `name:port` (that port only); `[::1]` for IPv6. Compared without regard to case.
+    ///
+    /// ```
+    /// let http = soorma::http::HttpConfig::default().allowed_host("localhost").allowed_host("agents.internal");
+    /// assert_eq!(http.allowed_hosts().len(), 2);
+    /// ```
+    pub fn allowed_host(mut self, host: impl Into<String>) -> Self {
+        let host = host.into().trim().to_ascii_lowercase();
+        if !host.is_empty() && !self.allowed_hosts.contains(&host) {
+            self.allowed_hosts.push(host);
+        }
+        self
+    }
+
+    /// The hosts added with [`allowed_host`](Self::allowed_host).
+    ///
+    /// ```
+    /// assert!(soorma::http::HttpConfig::default().allowed_hosts().is_empty());
+    /// ```
+    pub fn allowed_hosts(&self) -> &[String] {
+        &self.allowed_hosts
+    }
+
+    /// How long a client may take to send a request's headers, counted from when the
+    /// connection opens or its previous response ends (default 10 s). Also closes keep-alive
+    /// connections idle this long.
+    ///
+    /// ```
+    /// let http = soorma::http::HttpConfig::default().header_timeout(std::time::Duration::from_secs(5));
+    /// # let _ = http;
+    /// ```
+    pub fn header_timeout(mut self, timeout: Duration) -> Self {
+        self.header_timeout = timeout.max(Duration::from_millis(1));
+        self
+    }
+
+    /// How long a client may take to send a request's body once its headers are in
+    /// (default 30 s; HTTP 408 after it).
+    ///
+    /// ```
+    /// let http = soorma::http::HttpConfig::default().body_timeout(std::time::Duration::from_secs(10));
+    /// # let _ = http;
+    /// ```
+    pub fn body_timeout(mut self, timeout: Duration) -> Self {
+        self.body_timeout = timeout;
+        self
+    }
+
+    /// The largest request body accepted, in bytes (default 4 MiB; HTTP 413 and the
+    /// connection closed above it).
+    ///
+    /// ```
+    /// let http = soorma::http::HttpConfig::default().max_body_bytes(64 * 1024);
+    /// # let _ = http;
+    /// ```
+    pub fn max_body_bytes(mut self, bytes: usize) -> Self {
+        self.max_body_bytes = bytes;
+        self
+    }
+
+    /// How many connections may be open at once (default 512, at least 1); further clients
+    /// wait in the listen backlog. Keep it below the process's file-descriptor limit.
+    ///
+    /// ```
+    /// let http = soorma::http::HttpConfig::default().max_connections(100);
+    /// # let _ = http;
+    /// ```
+    pub fn max_connections(mut self, connections: usize) -> Self {
+        self.max_connections = connections.clamp(1, Semaphore::MAX_PERMITS);
+        self
+    }
+
+    /// The `Host` policy of a server bound to `addr`.
+    fn host_policy(&self, addr: SocketAddr) -> HostPolicy {
+        if !self.allowed_hosts.is_empty() {
+            HostPolicy::List(self.allowed_hosts.clone())
+        } else if addr.ip().is_loopback() {
+            HostPolicy::Loopback
+        } else {
+            HostPolicy::Any
+        }
+    }
+}
+
+/// A server running in the background until [`stop`](Self::stop).
+#[derive(Debug)]
+pub(crate) struct HttpServer {
+    stop: watch::Sender<bool>,
+    task: tokio::task::JoinHandle<()>,
+}
+
+impl HttpServer {
+    /// Serves `app` on `listener` behind `config`'s checks (errors in `style`). When stopped,
+    /// `on_stop` runs first (to end long-lived streams), then the server stops taking
+    /// connections and waits for open requests.
+    pub(crate) fn spawn(
+        listener: tokio::net::TcpListener,
+        app: axum::Router,
+        config: &HttpConfig,
+        style: ErrorStyle,
+        what: &'static str,
+        on_stop: impl FnOnce() + Send + 'static,
+    ) -> std::io::Result<Self> {
+        let addr = listener.local_addr()?;
+        let guard = Arc::new(Guard {
+            hosts: config.host_policy(addr),
+            max_body_bytes: config.max_body_bytes,
+            body_timeout: config.body_timeout,
+            style,
+        });
+        let app = app.layer(axum::middleware::from_fn_with_state(guard, guard::check));
+        let mut http1 = hyper::server::conn::http1::Builder::new();
+        http1
+            .timer(TokioTimer::new())
+            .header_read_timeout(config.header_timeout)
+            .keep_alive(true);
+        let slots = Arc::new(Semaphore::new(config.max_connections));
+        let (stop, stopped) = watch::channel(false);
+        let task = tokio::spawn(accept_loop(
+            listener, app, http1, slots, stopped, what, on_stop,
+        ));
+        Ok(Self { stop, task })
+    }
+
+    /// Stops the server and waits until it has.
+    pub(crate) async fn stop(self) {
+        let _ = self.stop.send(true);
+        let _ = self.task.await;
+    }
+}
+
+async fn until_stopped(stopped: &mut watch::Receiver<bool>) {
+    let _ = stopped.wait_for(|s| *s).await;
+}
+
+/// Takes connections (one slot each) until stopped, then waits for the open ones to finish.
+async fn accept_loop(
+    listener: tokio::net::TcpListener,
+    app: axum::Router,
+    http1: hyper::server::conn::http1::Builder,
+    slots: Arc<Semaphore>,
+    mut stopped: watch::Receiver<bool>,
+    what: &'static str,
+    on_stop: impl FnOnce() + Send + 'static,
+) {
+    let graceful = GracefulShutdown::new();
+    loop {
+        let slot = tokio::select! {
+            slot = slots.clone().acquire_owned() => match slot {
+                Ok(slot) => slot,
+                Err(_) => break, // never closed
+            },
+            () = until_stopped(&mut stopped) => break,
+        };
+        let accepted = tokio::select! {
+            accepted = listener.accept() => accepted,
+            () = until_stopped(&mut stopped) => break,
+        };
+        let (stream, peer) = match accepted {
+            Ok(accepted) => accepted,
+            Err(e) => {
+                // Out of file descriptors and the like: back off instead of spinning.
+                tracing::warn!(error = %e, "the {what} could not accept a connection");
+                tokio::time::sleep(Duration::from_millis(100)).await;
+                continue;
+            }
+        };
+        let _ = stream.set_nodelay(true);
+        let connection =
+            http1.serve_connection(TokioIo::new(stream), TowerToHyperService::new(app.clone()));
+        let connection = graceful.watch(connection);
+        tokio::spawn(async move {
+            if let Err(e) = connection.await {
+                tracing::debug!(error = %e, %peer, "HTTP connection closed with an error");
+            }
+            drop(slot);
+        });
+    }
+    on_stop();
+    drop(listener);
+    graceful.shutdown().await;
+}
