@@ -11,12 +11,14 @@ use rmcp::service::{NotificationContext, RunningService};
 use rmcp::transport::{StreamableHttpClientTransport, TokioChildProcess};
 use rmcp::{ClientHandler, RoleClient, ServiceError, ServiceExt};
 use serde_json::{Value, json};
+use soorma::http::HttpConfig;
 use soorma::mcp::{McpServer, McpServerHandle};
 use soorma::prelude::*;
 use soorma::{AgentCapability, AgentDefinition, AgentHandle, AgentKind, EventDefinition, Platform};
 use soorma_examples::calculator::{batch_calculator, calculator};
 use soorma_tests::example_binary;
 use soorma_tests::nats_server::NatsServer;
+use soorma_tests::raw_http;
 
 async fn double(req: Invocation<i64>) -> Result<i64, ToolError> {
     Ok(req.data * 2)
@@ -339,4 +341,305 @@ async fn stdio_example_exits_when_its_client_goes() {
         .expect("the server exits when stdin closes")
         .unwrap();
     assert!(status.success(), "{status}");
+}
+
+// Hardening: raw HTTP over TCP (soorma_tests::raw_http) for what an MCP client will not send.
+
+const WAIT: Duration = Duration::from_secs(5);
+
+fn initialize_body() -> String {
+    json!({"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {
+        "protocolVersion": "2025-06-18", "capabilities": {},
+        "clientInfo": {"name": "probe", "version": "1"}}})
+    .to_string()
+}
+
+/// An `initialize` POST to `/mcp` with `extra` header lines (each ending in `\r\n`).
+fn initialize(host: &str, content_type: &str, extra: &str) -> Vec<u8> {
+    let body = initialize_body();
+    format!(
+        "POST /mcp HTTP/1.1\r\nHost: {host}\r\nContent-Type: {content_type}\r\n\
+         Accept: application/json, text/event-stream\r\n{extra}Content-Length: {}\r\n\r\n{body}",
+        body.len()
+    )
+    .into_bytes()
+}
+
+async fn spawn_server(server: McpServer, bind: &str) -> McpServerHandle {
+    let listener = tokio::net::TcpListener::bind(bind).await.unwrap();
+    server.spawn(listener).await.unwrap()
+}
+
+/// The status of one raw request to `addr`.
+async fn status_of(addr: std::net::SocketAddr, request: &[u8]) -> raw_http::RawResponse {
+    let mut c = raw_http::connect(addr).await;
+    raw_http::exchange(&mut c, request, WAIT)
+        .await
+        .expect("a response")
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn foreign_origins_hosts_and_non_json_posts_are_refused() {
+    let platform = Platform::embedded();
+    let server = spawn_server(McpServer::new(&platform), "127.0.0.1:0").await;
+    let addr = server.local_addr();
+    let host = addr.to_string();
+
+    // A web page's request (it carries an Origin): refused unless the origin is allowed.
+    let r = status_of(
+        addr,
+        &initialize(&host, "application/json", "Origin: http://evil.example\r\n"),
+    )
+    .await;
+    assert_eq!(r.status, 403, "{r:?}");
+    let r = status_of(addr, &initialize("evil.example", "application/json", "")).await;
+    assert_eq!(r.status, 403, "DNS rebinding: {r:?}");
+    let r = status_of(addr, &initialize(&host, "text/plain", "")).await;
+    assert_eq!(r.status, 415, "{r:?}");
+    assert!(r.body.contains("\"jsonrpc\""), "JSON-RPC shaped: {r:?}");
+    server.shutdown().await;
+
+    let server = spawn_server(
+        McpServer::new(&platform).allowed_origin("http://localhost:6274"),
+        "127.0.0.1:0",
+    )
+    .await;
+    let addr = server.local_addr();
+    let host = addr.to_string();
+    let r = status_of(
+        addr,
+        &initialize(
+            &host,
+            "application/json",
+            "Origin: http://localhost:6274\r\n",
+        ),
+    )
+    .await;
+    assert_eq!(r.status, 200, "{r:?}");
+    let r = status_of(
+        addr,
+        &initialize(
+            &host,
+            "application/json",
+            "Origin: http://localhost:6275\r\n",
+        ),
+    )
+    .await;
+    assert_eq!(r.status, 403, "{r:?}");
+    server.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn off_loopback_an_allowlist_decides_the_host() {
+    let platform = Platform::embedded();
+    let server = spawn_server(
+        McpServer::new(&platform).allowed_host("mcp.example.com"),
+        "0.0.0.0:0",
+    )
+    .await;
+    let addr: std::net::SocketAddr = ([127, 0, 0, 1], server.local_addr().port()).into();
+    let r = status_of(addr, &initialize("127.0.0.1", "application/json", "")).await;
+    assert_eq!(r.status, 403, "{r:?}");
+    let r = status_of(addr, &initialize("mcp.example.com", "application/json", "")).await;
+    assert_eq!(r.status, 200, "{r:?}");
+    server.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_bearer_token_is_required_when_set() {
+    let platform = Platform::embedded();
+    let s = Setup::start(&platform, McpServer::new(&platform).bearer_token("s3cret")).await;
+    let addr = s.server.local_addr();
+    let host = addr.to_string();
+    let r = status_of(addr, &initialize(&host, "application/json", "")).await;
+    assert_eq!(r.status, 401, "{r:?}");
+    assert!(r.headers.contains("www-authenticate: bearer"), "{r:?}");
+    let r = status_of(
+        addr,
+        &initialize(&host, "application/json", "Authorization: Bearer guess\r\n"),
+    )
+    .await;
+    assert_eq!(r.status, 401, "{r:?}");
+    assert!(r.headers.contains("invalid_token"), "{r:?}");
+
+    // An rmcp client sending the token works end to end.
+    let _ = rustls::crypto::ring::default_provider().install_default();
+    let config =
+        rmcp::transport::streamable_http_client::StreamableHttpClientTransportConfig::with_uri(
+            s.server.url(),
+        )
+        .auth_header("s3cret");
+    let client = ().serve(StreamableHttpClientTransport::from_config(config)).await.unwrap();
+    calculate_six_times_seven(&client).await;
+    client.cancel().await.unwrap();
+    s.shutdown().await;
+
+    // A verifier maps tokens to identities.
+    let server = spawn_server(
+        McpServer::new(&platform)
+            .token_verifier(|t: &str| (t == "t-alice").then(|| "alice".to_owned())),
+        "127.0.0.1:0",
+    )
+    .await;
+    let addr = server.local_addr();
+    let host = addr.to_string();
+    let r = status_of(
+        addr,
+        &initialize(
+            &host,
+            "application/json",
+            "Authorization: Bearer t-alice\r\n",
+        ),
+    )
+    .await;
+    assert_eq!(r.status, 200, "{r:?}");
+    let r = status_of(
+        addr,
+        &initialize(&host, "application/json", "Authorization: Bearer t-bob\r\n"),
+    )
+    .await;
+    assert_eq!(r.status, 401, "{r:?}");
+    server.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sessions_are_capped_and_idle_ones_expire() {
+    let platform = Platform::embedded();
+    let server = spawn_server(
+        McpServer::new(&platform)
+            .max_sessions(2)
+            .session_idle_timeout(Duration::from_millis(300)),
+        "127.0.0.1:0",
+    )
+    .await;
+    let _ = rustls::crypto::ring::default_provider().install_default();
+    let http = reqwest::Client::new();
+    let open = || async {
+        http.post(server.url())
+            .header("content-type", "application/json")
+            .header("accept", "application/json, text/event-stream")
+            .body(initialize_body())
+            .send()
+            .await
+            .unwrap()
+    };
+    for _ in 0..2 {
+        let r = open().await;
+        assert_eq!(r.status().as_u16(), 200);
+        assert!(r.headers().contains_key("mcp-session-id"));
+    }
+    let full = open().await;
+    assert_eq!(full.status().as_u16(), 503);
+    assert!(full.headers().contains_key("retry-after"));
+    // The two sessions go idle and end; a new one is accepted.
+    tokio::time::sleep(Duration::from_millis(900)).await;
+    assert_eq!(open().await.status().as_u16(), 200);
+    server.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn http_limits_answer_in_json_rpc_and_cut_tricklers() {
+    let platform = Platform::embedded();
+    let server = spawn_server(
+        McpServer::new(&platform).http(
+            HttpConfig::default()
+                .max_body_bytes(256)
+                .header_timeout(Duration::from_millis(300)),
+        ),
+        "127.0.0.1:0",
+    )
+    .await;
+    let addr = server.local_addr();
+    let big = format!("{{\"pad\":\"{}\"}}", "x".repeat(1024));
+    let request = format!(
+        "POST /mcp HTTP/1.1\r\nHost: {addr}\r\nContent-Type: application/json\r\n\
+         Content-Length: {}\r\n\r\n{big}",
+        big.len()
+    );
+    let mut c = raw_http::connect(addr).await;
+    let r = raw_http::exchange(&mut c, request.as_bytes(), WAIT)
+        .await
+        .unwrap();
+    assert_eq!(r.status, 413, "{r:?}");
+    assert!(r.headers.contains("connection: close"), "{r:?}");
+    let body: Value = serde_json::from_str(&r.body).unwrap();
+    assert_eq!(body["jsonrpc"], "2.0", "{body}");
+    assert!(raw_http::closed_within(&mut c, WAIT).await);
+
+    let mut c = raw_http::connect(addr).await;
+    let cut = raw_http::trickle(
+        &mut c,
+        &initialize(&addr.to_string(), "application/json", ""),
+        Duration::from_millis(100),
+    )
+    .await;
+    assert!(cut, "the server waited for every byte");
+    server.shutdown().await;
+}
+
+/// Newline-delimited JSON-RPC by hand against `serve_io`: the reply to each line sent.
+struct RawStdio {
+    write: tokio::io::WriteHalf<tokio::io::DuplexStream>,
+    read: tokio::io::Lines<tokio::io::BufReader<tokio::io::ReadHalf<tokio::io::DuplexStream>>>,
+}
+
+impl RawStdio {
+    fn start(platform: &Platform) -> Self {
+        use tokio::io::AsyncBufReadExt;
+        let (client, server) = tokio::io::duplex(64 * 1024);
+        let (read, write) = tokio::io::split(server);
+        tokio::spawn(McpServer::new(platform).serve_io(read, write));
+        let (read, write) = tokio::io::split(client);
+        Self {
+            write,
+            read: tokio::io::BufReader::new(read).lines(),
+        }
+    }
+
+    async fn send(&mut self, line: &str) {
+        use tokio::io::AsyncWriteExt;
+        self.write.write_all(line.as_bytes()).await.unwrap();
+        self.write.write_all(b"\n").await.unwrap();
+    }
+
+    async fn reply(&mut self) -> Value {
+        let line = tokio::time::timeout(WAIT, self.read.next_line())
+            .await
+            .expect("a reply in time")
+            .unwrap()
+            .expect("a line");
+        serde_json::from_str(&line).unwrap()
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn stdio_garbage_is_a_parse_error_and_wrong_arguments_invalid_params() {
+    let platform = Platform::embedded();
+    let tool = Tool::new("doubler")
+        .use_registered_handlers(false)
+        .handler(Handler::on_invoke("double.requested", double))
+        .start(&platform)
+        .await
+        .unwrap();
+    let mut io = RawStdio::start(&platform);
+    io.send("this is not json").await;
+    let reply = io.reply().await;
+    assert_eq!(reply["error"]["code"], -32700, "{reply}");
+    assert_eq!(reply["id"], Value::Null, "{reply}");
+
+    io.send(&initialize_body()).await;
+    let reply = io.reply().await;
+    assert!(reply["result"]["serverInfo"].is_object(), "{reply}");
+    io.send(r#"{"jsonrpc":"2.0","method":"notifications/initialized"}"#)
+        .await;
+    io.send(r#"{"jsonrpc":"2.0","id":2,"method":"tools/call","params":{"name":"double.requested","arguments":"21"}}"#)
+        .await;
+    let reply = io.reply().await;
+    assert_eq!(reply["error"]["code"], -32602, "{reply}");
+    assert_eq!(reply["id"], 2, "{reply}");
+    io.send(r#"{"jsonrpc":"2.0","id":3,"method":"tools/call","params":{"name":"double.requested","arguments":{"input":21}}}"#)
+        .await;
+    let reply = io.reply().await;
+    assert_eq!(reply["result"]["content"][0]["text"], "42", "{reply}");
+    tool.shutdown().await.unwrap();
 }

@@ -9,7 +9,7 @@
 //! soorma mcp tools --config mcp.json [--json]
 //! soorma mcp call <server:tool> [--args JSON] [--timeout-ms N] --config mcp.json
 //! soorma mcp bridge --config mcp.json [--name N]
-//! soorma mcp serve [--http ADDR] [--agent NAME]...
+//! soorma mcp serve [--http ADDR [--token TOKEN] [--allowed-host HOST]...] [--agent NAME]...
 //! ```
 //!
 //! `new` scaffolds an agent crate; `dev` runs a local `nats-server -js`; `agents`, `card` and
@@ -129,6 +129,14 @@ pub enum McpCommand {
         /// Only this agent (repeat for several; default: every tool and worker).
         #[arg(long = "agent", value_name = "NAME")]
         agents: Vec<String>,
+        /// With --http: require `Authorization: Bearer TOKEN` on every request (needed when
+        /// ADDR is not a loopback address).
+        #[arg(long, value_name = "TOKEN", requires = "http")]
+        token: Option<String>,
+        /// With --http: accept requests for this Host (a name or name:port; repeat for several;
+        /// default: loopback names when ADDR is loopback, any host otherwise).
+        #[arg(long = "allowed-host", value_name = "HOST", requires = "http")]
+        allowed_hosts: Vec<String>,
     },
 }
 
@@ -314,7 +322,19 @@ pub async fn run(cli: Cli) -> Result<(), CliError> {
                 .await
             }
             McpCommand::Bridge { config, name } => mcp::bridge(&config, name).await,
-            McpCommand::Serve { http, agents } => mcp::serve(http, agents).await,
+            McpCommand::Serve {
+                http,
+                agents,
+                token,
+                allowed_hosts,
+            } => {
+                let http = http.map(|addr| mcp::HttpServe {
+                    addr,
+                    token,
+                    allowed_hosts,
+                });
+                mcp::serve(http, agents).await
+            }
         },
     }
 }

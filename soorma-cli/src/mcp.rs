@@ -145,15 +145,44 @@ pub async fn bridge(config: &Path, name: Option<String>) -> Result<(), CliError>
     stopped.map_err(Into::into)
 }
 
-/// `soorma mcp serve [--http ADDR] [--agent NAME]...`: serves the shared platform's tools and
-/// workers as an MCP server, over stdio (the default; stdout is the protocol, messages go to
-/// stderr) or streamable HTTP at `http://ADDR/mcp`, until stdin closes or Ctrl-C / SIGTERM.
-pub async fn serve(http: Option<SocketAddr>, agents: Vec<String>) -> Result<(), CliError> {
+/// How `soorma mcp serve --http` serves.
+#[derive(Debug)]
+pub struct HttpServe {
+    /// The address to listen on.
+    pub addr: SocketAddr,
+    /// The bearer token clients must send (`--token`).
+    pub token: Option<String>,
+    /// The `Host`s accepted (`--allowed-host`).
+    pub allowed_hosts: Vec<String>,
+}
+
+/// `soorma mcp serve [--http ADDR [--token T] [--allowed-host H]...] [--agent NAME]...`: serves
+/// the shared platform's tools and workers as an MCP server, over stdio (the default; stdout is
+/// the protocol, messages go to stderr) or streamable HTTP at `http://ADDR/mcp`, until stdin
+/// closes or Ctrl-C / SIGTERM.
+pub async fn serve(http: Option<HttpServe>, agents: Vec<String>) -> Result<(), CliError> {
     let connected = connect("mcp serve").await?;
     let mut server = McpServer::new(&connected.platform).name("soorma");
     for agent in agents {
         server = server.agent(agent);
     }
+    let http = match http {
+        Some(http) => {
+            if let Some(token) = http.token {
+                server = server.bearer_token(token);
+            } else if !http.addr.ip().is_loopback() {
+                errln!(
+                    "warning: serving MCP on {} without --token: anyone who can reach it can call every tool",
+                    http.addr
+                );
+            }
+            for host in http.allowed_hosts {
+                server = server.allowed_host(host);
+            }
+            Some(http.addr)
+        }
+        None => None,
+    };
     match http {
         None => {
             errln!(

@@ -16,6 +16,7 @@ use serde_json::json;
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum ErrorStyle {
     /// `{"error": "..."}` (the A2A gateway's HTTP errors).
+    #[cfg_attr(not(feature = "gateway"), allow(dead_code))]
     Plain,
     /// A JSON-RPC error response with a null id (the MCP server).
     JsonRpc,

@@ -55,4 +55,4 @@ pub use rmcp;
 
 pub mod server;
 
-pub use server::{McpServer, McpServerHandle};
+pub use server::{McpIdentity, McpServer, McpServerHandle, TokenVerifier};

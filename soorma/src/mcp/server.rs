@@ -18,13 +18,17 @@
 //! ```
 
 mod catalog;
+mod gate;
 mod progress;
+mod stdio;
 
 use std::future::IntoFuture;
 use std::net::SocketAddr;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
+use rmcp::model::CustomRequest;
+use rmcp::model::CustomResult;
 use rmcp::model::{
     CallToolRequestParams, CallToolResponse, CallToolResult, ContentBlock, Implementation,
     ListToolsResult, PaginatedRequestParams, ProgressNotificationParam, ProgressToken,
@@ -44,6 +48,8 @@ use crate::http::{ErrorStyle, HttpConfig, HttpServer};
 use crate::platform::Platform;
 use crate::util::new_id;
 use catalog::{Catalog, INPUT, Route, Scope};
+use gate::{CappedSessions, Gate, StaticToken};
+pub use gate::{McpIdentity, TokenVerifier};
 use progress::{ProgressRouter, Subscription};
 
 /// How long a listed catalog answers calls before the registry is read again.
@@ -91,6 +97,20 @@ pub struct McpServer {
     call_timeout: Duration,
     tenant: Option<String>,
     http: HttpConfig,
+    allowed_origins: Vec<String>,
+    verifier: Option<Verifier>,
+    max_sessions: usize,
+    session_idle: Duration,
+}
+
+/// The bearer-token verifier of a server (not printed).
+#[derive(Clone)]
+struct Verifier(Arc<dyn TokenVerifier>);
+
+impl std::fmt::Debug for Verifier {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("<token verifier>")
+    }
 }
 
 impl McpServer {
@@ -110,6 +130,10 @@ impl McpServer {
             call_timeout: Duration::from_secs(120),
             tenant: None,
             http: HttpConfig::default(),
+            allowed_origins: Vec::new(),
+            verifier: None,
+            max_sessions: 256,
+            session_idle: Duration::from_secs(300),
         }
     }
 
@@ -214,6 +238,71 @@ impl McpServer {
         self
     }
 
+    /// Accepts HTTP requests from web pages of `origin` (`scheme://host[:port]`, `:*` for any
+    /// port, `null` for `Origin: null`). By default every request carrying an `Origin` is
+    /// refused (HTTP 403), as the MCP specification requires of servers that do not serve
+    /// browsers; requests without one (non-browser clients) are not affected.
+    ///
+    /// ```
+    /// let s = soorma::mcp::McpServer::new(&soorma::Platform::embedded())
+    ///     .allowed_origin("http://localhost:6274");
+    /// # let _ = s;
+    /// ```
+    pub fn allowed_origin(mut self, origin: impl Into<String>) -> Self {
+        self.allowed_origins.push(origin.into());
+        self
+    }
+
+    /// Requires `Authorization: Bearer <token>` on every HTTP request (HTTP 401 with
+    /// `WWW-Authenticate: Bearer` otherwise); the identity is `bearer`. Replaces a
+    /// [`token_verifier`](Self::token_verifier).
+    ///
+    /// ```
+    /// let s = soorma::mcp::McpServer::new(&soorma::Platform::embedded()).bearer_token("s3cret");
+    /// # let _ = s;
+    /// ```
+    pub fn bearer_token(self, token: impl Into<String>) -> Self {
+        self.token_verifier(StaticToken(token.into()))
+    }
+
+    /// Requires a bearer token `verifier` accepts on every HTTP request (HTTP 401 with
+    /// `WWW-Authenticate: Bearer` otherwise). The identity it returns is logged with each tool
+    /// call and put in the request's extensions as [`McpIdentity`].
+    ///
+    /// ```
+    /// let s = soorma::mcp::McpServer::new(&soorma::Platform::embedded())
+    ///     .token_verifier(|token: &str| (token == "t-alice").then(|| "alice".to_owned()));
+    /// # let _ = s;
+    /// ```
+    pub fn token_verifier(mut self, verifier: impl TokenVerifier) -> Self {
+        self.verifier = Some(Verifier(Arc::new(verifier)));
+        self
+    }
+
+    /// How many HTTP sessions the server keeps at once (default 256, at least 1); a client
+    /// opening one more gets HTTP 503 until one ends or expires.
+    ///
+    /// ```
+    /// let s = soorma::mcp::McpServer::new(&soorma::Platform::embedded()).max_sessions(32);
+    /// # let _ = s;
+    /// ```
+    pub fn max_sessions(mut self, sessions: usize) -> Self {
+        self.max_sessions = sessions.max(1);
+        self
+    }
+
+    /// How long an HTTP session may go without a request before it ends (default 5 min).
+    ///
+    /// ```
+    /// let s = soorma::mcp::McpServer::new(&soorma::Platform::embedded())
+    ///     .session_idle_timeout(std::time::Duration::from_secs(60));
+    /// # let _ = s;
+    /// ```
+    pub fn session_idle_timeout(mut self, idle: Duration) -> Self {
+        self.session_idle = idle;
+        self
+    }
+
     /// Serves one MCP client on stdin/stdout until stdin closes. Stdout carries the protocol:
     /// log to stderr.
     ///
@@ -227,7 +316,9 @@ impl McpServer {
         self.serve_io(stdin, stdout).await
     }
 
-    /// Serves one MCP client on a byte stream (newline-delimited JSON-RPC) until it closes.
+    /// Serves one MCP client on a byte stream (newline-delimited JSON-RPC) until it closes. A
+    /// line that is not JSON is answered with a -32700 parse error, JSON that is no JSON-RPC
+    /// message with -32600; lines over 16 MiB are skipped.
     ///
     /// ```
     /// # #[tokio::main(flavor = "current_thread")] async fn main() -> Result<(), Box<dyn std::error::Error>> {
@@ -250,7 +341,7 @@ impl McpServer {
     {
         let service = McpService::new(self);
         let running = service
-            .serve((reader, writer))
+            .serve(stdio::LineTransport::new(reader, writer))
             .await
             .map_err(|e| Error::Config(format!("MCP client did not initialize: {e}")))?;
         let reason = running
@@ -281,13 +372,27 @@ impl McpServer {
                 .collect::<Vec<_>>();
             config = config.with_allowed_hosts(hosts);
         }
+        config = config
+            .with_allowed_origins(self.allowed_origins.clone())
+            .enforce_origin_validation();
+        let mut sessions = LocalSessionManager::default();
+        sessions.session_config.keep_alive = Some(self.session_idle);
+        let sessions = Arc::new(sessions);
+        let gate = Arc::new(Gate {
+            verifier: self.verifier.as_ref().map(|v| v.0.clone()),
+            sessions: sessions.clone(),
+            max_sessions: self.max_sessions,
+        });
+        let capped = CappedSessions {
+            inner: sessions,
+            max: self.max_sessions,
+        };
         let service = McpService::new(self);
-        let http = StreamableHttpService::new(
-            move || Ok(service.clone()),
-            Arc::new(LocalSessionManager::default()),
-            config,
-        );
-        axum::Router::new().route_service("/mcp", http)
+        let http =
+            StreamableHttpService::new(move || Ok(service.clone()), Arc::new(capped), config);
+        axum::Router::new()
+            .route_service("/mcp", http)
+            .layer(axum::middleware::from_fn_with_state(gate, gate::check))
     }
 
     /// Serves streamable HTTP at `/mcp` on `listener` in the background; see [`McpServerHandle`].
@@ -305,6 +410,13 @@ impl McpServer {
             .local_addr()
             .map_err(|e| Error::Config(format!("MCP server listener: {e}")))?;
         let url = format!("http://{addr}/mcp");
+        if !addr.ip().is_loopback() && self.verifier.is_none() {
+            tracing::warn!(
+                %addr,
+                "the MCP server listens off loopback without a bearer token: anyone who reaches \
+                 it can call every tool (set McpServer::bearer_token or token_verifier)"
+            );
+        }
         // The shared HTTP layer checks `Host` for the bind address (any host off loopback
         // without an allowlist), so rmcp's own loopback-only check is off here.
         let config = StreamableHttpServerConfig::default().disable_allowed_hosts();
@@ -511,12 +623,57 @@ impl ServerHandler for McpService {
         request: CallToolRequestParams,
         context: RequestContext<RoleServer>,
     ) -> std::result::Result<CallToolResponse, ErrorData> {
-        let span =
-            tracing::info_span!("soorma.mcp.call", tool = %request.name, request_id = %context.id);
+        let caller = context
+            .extensions
+            .get::<axum::http::request::Parts>()
+            .and_then(|parts| parts.extensions.get::<McpIdentity>())
+            .map(|identity| identity.0.clone());
+        let span = tracing::info_span!(
+            "soorma.mcp.call",
+            tool = %request.name,
+            request_id = %context.id,
+            caller = caller.as_deref().unwrap_or("-"),
+        );
         self.call(request, context)
             .instrument(span)
             .await
             .map(Into::into)
+    }
+
+    /// A request rmcp could not read as the method it names arrives here: a known method
+    /// with parameters of the wrong shape is -32602 (invalid params), anything else -32601.
+    async fn on_custom_request(
+        &self,
+        request: CustomRequest,
+        _context: RequestContext<RoleServer>,
+    ) -> std::result::Result<CustomResult, ErrorData> {
+        let problem = match request.method.as_str() {
+            "tools/call" => request.params_as::<CallToolRequestParams>().err(),
+            "tools/list" => request.params_as::<PaginatedRequestParams>().err(),
+            "initialize"
+            | "ping"
+            | "resources/list"
+            | "resources/read"
+            | "prompts/list"
+            | "prompts/get"
+            | "completion/complete"
+            | "logging/setLevel" => Some(serde::de::Error::custom("parameters of the wrong shape")),
+            _ => None,
+        };
+        match problem {
+            Some(e) => {
+                tracing::info!(method = %request.method, error = %e, "MCP request with invalid parameters");
+                Err(ErrorData::invalid_params(
+                    format!("invalid parameters for `{}`: {e}", request.method),
+                    None,
+                ))
+            }
+            None => Err(ErrorData::new(
+                rmcp::model::ErrorCode::METHOD_NOT_FOUND,
+                format!("method `{}` not found", request.method),
+                None,
+            )),
+        }
     }
 }
 
