@@ -630,3 +630,69 @@ async fn a_served_platform_is_called_and_bridged_by_another() {
     server.shutdown().await;
     calculator.shutdown().await.unwrap();
 }
+
+// Client hardening: servers that hang, die, flood stderr.
+
+/// How many processes have exactly `args` as their command line.
+fn processes_running(args: &[&str]) -> usize {
+    let wanted: Vec<u8> = args
+        .iter()
+        .flat_map(|a| [a.as_bytes(), b"\0"].concat())
+        .collect();
+    std::fs::read_dir("/proc")
+        .unwrap()
+        .filter_map(|e| e.ok())
+        .filter(|e| {
+            e.file_name()
+                .to_string_lossy()
+                .bytes()
+                .all(|b| b.is_ascii_digit())
+        })
+        .filter_map(|e| std::fs::read(e.path().join("cmdline")).ok())
+        .filter(|cmdline| *cmdline == wanted)
+        .count()
+}
+
+#[cfg(target_os = "linux")]
+#[test]
+fn a_server_that_never_answers_the_handshake_is_killed_with_its_children() {
+    // A shell (the server) with a child of its own; neither ever speaks MCP.
+    let script = "sleep 613.25; true";
+    let count =
+        || processes_running(&["sh", "-c", script]) + processes_running(&["sleep", "613.25"]);
+    // A process that gives up and exits at once (its runtime gone, like `soorma mcp call`
+    // timing out): nothing may be left behind.
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    let running = runtime.block_on(async {
+        let mcp = coordinator(
+            McpConfig::new().server(
+                ServerConfig::stdio("mute", "sh")
+                    .args(["-c", script])
+                    .connect_timeout(Duration::from_millis(300)),
+            ),
+        );
+        let during = tokio::spawn(async move {
+            tokio::time::sleep(Duration::from_millis(200)).await;
+            count()
+        });
+        for _ in 0..3 {
+            let e = mcp.list_tools().await.unwrap_err();
+            assert!(matches!(e, McpError::Connect { .. }), "{e}");
+        }
+        during.await.unwrap()
+    });
+    drop(runtime);
+    assert!(running > 0, "the test did not see the server run");
+    let mut left = usize::MAX;
+    for _ in 0..100 {
+        left = count();
+        if left == 0 {
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    assert_eq!(left, 0, "processes of timed-out handshakes still running");
+}

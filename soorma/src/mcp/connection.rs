@@ -57,6 +57,9 @@ impl Connection {
             server: config.id.clone(),
             tools_changed: tools_changed.clone(),
         };
+        // The stdio server's process group, once started: killed at once (not by a task that
+        // may never run when the caller's runtime ends) when the handshake fails or times out.
+        let started = std::sync::OnceLock::new();
         let connect = async {
             match &config.transport {
                 ServerTransport::Stdio {
@@ -80,6 +83,9 @@ impl Connection {
                         .spawn()
                         .map_err(|e| fail(format!("cannot start `{command}`: {e}")))?;
                     let pid = process.id();
+                    if let Some(pid) = pid {
+                        let _ = started.set(pid);
+                    }
                     if let Some(stderr) = stderr {
                         tokio::spawn(drain_stderr(config.id.clone(), stderr));
                     }
@@ -117,14 +123,24 @@ impl Connection {
                 }
             }
         };
-        let (service, pid) = tokio::time::timeout(config.timeouts.connect, connect)
+        let connected = tokio::time::timeout(config.timeouts.connect, connect)
             .await
             .map_err(|_| {
                 fail(format!(
                     "no MCP handshake within {:?}",
                     config.timeouts.connect
                 ))
-            })??;
+            })
+            .and_then(|connected| connected);
+        let (service, pid) = match connected {
+            Ok(connected) => connected,
+            Err(e) => {
+                if let Some(pid) = started.get() {
+                    kill_group(&config.id, *pid);
+                }
+                return Err(e);
+            }
+        };
         let peer = service.peer_info();
         tracing::info!(
             server = %config.id,
@@ -158,6 +174,24 @@ impl Connection {
             Err(e) => tracing::warn!(server, error = %e, "closing the MCP session failed"),
         }
     }
+}
+
+/// Kills the process group `pid` leads (a stdio server and what it started).
+fn kill_group(server: &str, pid: u32) {
+    #[cfg(unix)]
+    {
+        use nix::sys::signal::{Signal, killpg};
+        use nix::unistd::Pid;
+        let Ok(pid) = i32::try_from(pid) else { return };
+        match killpg(Pid::from_raw(pid), Signal::SIGKILL) {
+            Ok(()) => tracing::debug!(server, pid, "killed the MCP server's process group"),
+            Err(e) => {
+                tracing::debug!(server, pid, error = %e, "could not kill the MCP server's process group")
+            }
+        }
+    }
+    #[cfg(not(unix))]
+    let _ = (server, pid); // the child is killed when its handle drops
 }
 
 /// Logs a stdio server's stderr line by line until it closes, so the pipe never fills up.
