@@ -696,3 +696,36 @@ fn a_server_that_never_answers_the_handshake_is_killed_with_its_children() {
     }
     assert_eq!(left, 0, "processes of timed-out handshakes still running");
 }
+
+/// The peak resident memory of this process, in kB (`VmHWM`).
+#[cfg(target_os = "linux")]
+fn peak_rss_kb() -> u64 {
+    std::fs::read_to_string("/proc/self/status")
+        .unwrap()
+        .lines()
+        .find_map(|l| l.strip_prefix("VmHWM:"))
+        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
+        .unwrap()
+}
+
+#[cfg(target_os = "linux")]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_server_flooding_stderr_without_a_newline_does_not_grow_memory() {
+    // 200 MB on stderr without a newline, then silence (it never answers the handshake).
+    let mcp = coordinator(
+        McpConfig::new().server(
+            ServerConfig::stdio("flood", "sh")
+                .args([
+                    "-c",
+                    "head -c 200000000 /dev/zero >&2; echo done >&2; sleep 30",
+                ])
+                .connect_timeout(Duration::from_secs(4)),
+        ),
+    );
+    let before = peak_rss_kb();
+    let e = mcp.list_tools().await.unwrap_err();
+    assert!(matches!(e, McpError::Connect { .. }), "{e}");
+    let grown_mb = (peak_rss_kb() - before) / 1024;
+    assert!(grown_mb < 64, "peak memory grew by {grown_mb} MB");
+    mcp.shutdown().await;
+}

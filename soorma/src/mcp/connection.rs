@@ -9,7 +9,7 @@ use rmcp::service::{NotificationContext, Peer, RoleClient, RunningService};
 use rmcp::transport::streamable_http_client::StreamableHttpClientTransportConfig;
 use rmcp::transport::{StreamableHttpClientTransport, TokioChildProcess};
 use rmcp::{ClientHandler, ServiceExt};
-use tokio::io::AsyncBufReadExt;
+use tokio::io::AsyncReadExt;
 
 use super::{McpError, ServerConfig, ServerTransport};
 
@@ -194,17 +194,103 @@ fn kill_group(server: &str, pid: u32) {
     let _ = (server, pid); // the child is killed when its handle drops
 }
 
-/// Logs a stdio server's stderr line by line until it closes, so the pipe never fills up.
-async fn drain_stderr(server: String, stderr: tokio::process::ChildStderr) {
-    let mut lines = tokio::io::BufReader::new(stderr).lines();
+/// The longest stderr line logged; the rest of a longer line is dropped (and counted).
+const STDERR_LINE: usize = 4096;
+
+/// Splits a server's stderr into lines of at most [`STDERR_LINE`] bytes, holding no more than
+/// that whatever the server writes.
+#[derive(Default)]
+struct StderrLines {
+    line: Vec<u8>,
+    /// Bytes of the current line dropped beyond the cap.
+    dropped: usize,
+}
+
+impl StderrLines {
+    /// Takes `chunk`; calls `line` for each complete line (its text and the bytes cut off it).
+    fn push(&mut self, mut chunk: &[u8], mut line: impl FnMut(&str, usize)) {
+        while !chunk.is_empty() {
+            let end = chunk.iter().position(|b| *b == b'\n');
+            let part = &chunk[..end.unwrap_or(chunk.len())];
+            let room = STDERR_LINE - self.line.len();
+            self.line.extend_from_slice(&part[..part.len().min(room)]);
+            self.dropped += part.len().saturating_sub(room);
+            match end {
+                Some(at) => {
+                    self.flush(&mut line);
+                    chunk = &chunk[at + 1..];
+                }
+                None => break,
+            }
+        }
+    }
+
+    /// Ends the current line (at a newline or the end of the stream).
+    fn flush(&mut self, line: &mut impl FnMut(&str, usize)) {
+        if !self.line.is_empty() || self.dropped > 0 {
+            let text = String::from_utf8_lossy(&self.line);
+            line(text.trim_end_matches('\r'), self.dropped);
+        }
+        self.line.clear();
+        self.dropped = 0;
+    }
+
+    /// Bytes held.
+    #[cfg(test)]
+    fn held(&self) -> usize {
+        self.line.capacity()
+    }
+}
+
+/// Logs a stdio server's stderr line by line until it closes, so the pipe never fills up; reads
+/// in fixed chunks and keeps at most [`STDERR_LINE`] bytes of a line.
+async fn drain_stderr(server: String, mut stderr: tokio::process::ChildStderr) {
+    let mut lines = StderrLines::default();
+    let mut chunk = vec![0u8; 8192];
+    let log = |text: &str, dropped: usize| {
+        if dropped > 0 {
+            tracing::debug!(server = %server, dropped, "{text} [line cut]");
+        } else {
+            tracing::debug!(server = %server, "{text}");
+        }
+    };
     loop {
-        match lines.next_line().await {
-            Ok(Some(line)) => tracing::debug!(server = %server, "{line}"),
-            Ok(None) => break,
+        match stderr.read(&mut chunk).await {
+            Ok(0) => break,
+            Ok(n) => lines.push(&chunk[..n], log),
             Err(e) => {
                 tracing::debug!(server = %server, error = %e, "cannot read the MCP server's stderr");
                 break;
             }
         }
+    }
+    lines.flush(&mut { log });
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn stderr_lines_are_bounded() {
+        let mut lines = StderrLines::default();
+        let mut seen = Vec::new();
+        lines.push(b"one\ntw", |t, d| seen.push((t.to_owned(), d)));
+        lines.push(b"o\r\n", |t, d| seen.push((t.to_owned(), d)));
+        assert_eq!(seen, [("one".to_owned(), 0), ("two".to_owned(), 0)]);
+        // 10 MB without a newline: never more than the cap held, the excess counted.
+        seen.clear();
+        for _ in 0..1280 {
+            lines.push(&[b'x'; 8192], |t, d| seen.push((t.to_owned(), d)));
+            assert!(lines.held() <= STDERR_LINE, "{}", lines.held());
+        }
+        lines.push(b"\nend\n", |t, d| seen.push((t.len().to_string(), d)));
+        assert_eq!(
+            seen,
+            [
+                (STDERR_LINE.to_string(), 1280 * 8192 - STDERR_LINE),
+                ("3".to_owned(), 0)
+            ]
+        );
     }
 }
