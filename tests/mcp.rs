@@ -729,3 +729,49 @@ async fn a_server_flooding_stderr_without_a_newline_does_not_grow_memory() {
     assert!(grown_mb < 64, "peak memory grew by {grown_mb} MB");
     mcp.shutdown().await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn dead_servers_and_oversized_replies_are_reported_in_plain_words() {
+    let mcp = coordinator(McpConfig::new().server(fault_server("faults")));
+    // A server that dies mid-call: its exit status and last words.
+    let err = mcp.call("crash", json!({})).await.unwrap_err();
+    let message = err.to_string();
+    assert!(matches!(&err, McpError::Disconnected { .. }), "{err:?}");
+    assert!(message.contains("exit status: 3"), "{message}");
+    assert!(message.contains("crashing on purpose"), "{message}");
+    // A reply over the 16 MiB limit: said so (not "did not answer" after the timeout).
+    let started = std::time::Instant::now();
+    let err = mcp.call("huge", json!({"mb": 17})).await.unwrap_err();
+    let message = err.to_string();
+    assert!(message.contains("larger than 16 MiB"), "{message}");
+    assert!(
+        started.elapsed() < Duration::from_secs(8),
+        "{:?}",
+        started.elapsed()
+    );
+    // Under the limit it arrives, and the server was reconnected to.
+    let big = mcp.call("huge", json!({"mb": 2})).await.unwrap();
+    assert_eq!(big.text.len(), 2 * 1024 * 1024);
+    for message in [&message] {
+        for rmcp_name in [
+            "ServiceError",
+            "TransportClosed",
+            "rmcp::",
+            "DynamicTransportError",
+        ] {
+            assert!(!message.contains(rmcp_name), "{message}");
+        }
+    }
+    mcp.shutdown().await;
+
+    // A server that exits at once: its status, not a handshake error.
+    let mcp = coordinator(McpConfig::new().server(
+        ServerConfig::stdio("quitter", "sh").args(["-c", "echo no config found >&2; exit 7"]),
+    ));
+    let err = mcp.list_tools().await.unwrap_err();
+    let message = err.to_string();
+    assert!(matches!(&err, McpError::Connect { .. }), "{err:?}");
+    assert!(message.contains("exit status: 7"), "{message}");
+    assert!(message.contains("no config found"), "{message}");
+    mcp.shutdown().await;
+}

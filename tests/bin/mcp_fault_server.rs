@@ -2,7 +2,8 @@
 //!
 //! Tools: `echo {text}`, `slow {ms}` (notices cancellation), `flaky {fail}` (an error result
 //! when `fail`), `crash {}` (the process exits without answering), `pid {}`, `counters {}`
-//! (calls and cancellations seen), `media {}` (an image and an embedded resource). Prompt:
+//! (calls and cancellations seen), `media {}` (an image and an embedded resource), `huge {mb}`
+//! (a text result of `mb` MiB). Prompt:
 //! `tool-descriptions`. Writes a line to stderr on start.
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -53,7 +54,9 @@ fn tools() -> Value {
          "inputSchema": object(json!({}), json!([])),
          "outputSchema": object(json!({"calls": {"type": "integer"}, "cancelled": {"type": "integer"}}), json!(["calls", "cancelled"]))},
         {"name": "media", "description": "An image and an embedded text resource.",
-         "inputSchema": object(json!({}), json!([]))}
+         "inputSchema": object(json!({}), json!([]))},
+        {"name": "huge", "description": "A text result of `mb` MiB.",
+         "inputSchema": object(json!({"mb": {"type": "integer", "minimum": 0}}), json!(["mb"]))}
     ])
 }
 
@@ -106,6 +109,10 @@ impl ServerHandler for FaultServer {
                 std::process::exit(3);
             }
             "pid" => text(std::process::id().to_string()),
+            "huge" => {
+                let mb = args["mb"].as_u64().unwrap_or(0) as usize;
+                text("x".repeat(mb * 1024 * 1024))
+            }
             "counters" => {
                 let c = json!({
                     "calls": self.counters.calls.load(Ordering::SeqCst),

@@ -1,15 +1,18 @@
 //! One live MCP session with a server: a child process over stdio (its stderr drained into the
 //! log) or a streamable HTTP session.
 
-use std::sync::Arc;
+use std::pin::Pin;
 use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+use std::task::{Context, Poll};
+use std::time::Duration;
 
 use rmcp::model::{ClientCapabilities, ClientConfig, Implementation};
 use rmcp::service::{NotificationContext, Peer, RoleClient, RunningService};
+use rmcp::transport::StreamableHttpClientTransport;
 use rmcp::transport::streamable_http_client::StreamableHttpClientTransportConfig;
-use rmcp::transport::{StreamableHttpClientTransport, TokioChildProcess};
-use rmcp::{ClientHandler, ServiceExt};
-use tokio::io::AsyncReadExt;
+use rmcp::{ClientHandler, ServiceError, ServiceExt};
+use tokio::io::{AsyncRead, AsyncReadExt, ReadBuf};
 
 use super::{McpError, ServerConfig, ServerTransport};
 
@@ -41,6 +44,8 @@ pub(crate) struct Connection {
     service: tokio::sync::Mutex<RunningService<RoleClient, SessionHandler>>,
     /// The child's process id (stdio servers).
     pub(crate) pid: Option<u32>,
+    /// The child process (stdio servers).
+    child: Option<ChildState>,
     /// Set when the server says its tool list changed.
     pub(crate) tools_changed: Arc<AtomicBool>,
 }
@@ -57,9 +62,10 @@ impl Connection {
             server: config.id.clone(),
             tools_changed: tools_changed.clone(),
         };
-        // The stdio server's process group, once started: killed at once (not by a task that
-        // may never run when the caller's runtime ends) when the handshake fails or times out.
-        let started = std::sync::OnceLock::new();
+        // The stdio server, once started: its process group is killed at once (not by a task
+        // that may never run when the caller's runtime ends) when the handshake fails or times
+        // out.
+        let started = std::sync::OnceLock::<ChildState>::new();
         let connect = async {
             match &config.transport {
                 ServerTransport::Stdio {
@@ -73,27 +79,57 @@ impl Connection {
                     if let Some(dir) = cwd {
                         cmd.current_dir(dir);
                     }
+                    cmd.stdin(std::process::Stdio::piped())
+                        .stdout(std::process::Stdio::piped())
+                        .stderr(std::process::Stdio::piped());
                     #[allow(unused_mut)]
                     let mut wrap = process_wrap::tokio::CommandWrap::from(cmd);
                     // Its own process group: stopping the server stops what it started.
                     #[cfg(unix)]
                     wrap.wrap(process_wrap::tokio::ProcessGroup::leader());
-                    let (process, stderr) = TokioChildProcess::builder(wrap)
-                        .stderr(std::process::Stdio::piped())
+                    let mut process = wrap
                         .spawn()
                         .map_err(|e| fail(format!("cannot start `{command}`: {e}")))?;
                     let pid = process.id();
-                    if let Some(pid) = pid {
-                        let _ = started.set(pid);
-                    }
+                    let (Some(stdin), Some(stdout)) =
+                        (process.stdin().take(), process.stdout().take())
+                    else {
+                        return Err(fail(format!("`{command}` has no stdin or stdout")));
+                    };
+                    let stderr = process.stderr().take();
+                    let child = ChildState {
+                        process: Arc::new(tokio::sync::Mutex::new(ChildGuard {
+                            process: Some(process),
+                            pid,
+                            exited: false,
+                        })),
+                        last_stderr: Arc::default(),
+                        oversized: Arc::default(),
+                    };
+                    let _ = started.set(child.clone());
                     if let Some(stderr) = stderr {
-                        tokio::spawn(drain_stderr(config.id.clone(), stderr));
+                        tokio::spawn(drain_stderr(
+                            config.id.clone(),
+                            stderr,
+                            child.last_stderr.clone(),
+                        ));
                     }
-                    let service = handler
-                        .serve(process)
-                        .await
-                        .map_err(|e| fail(format!("MCP handshake failed: {e}")))?;
-                    Ok::<_, McpError>((service, pid))
+                    let stdout = BoundedLines {
+                        inner: stdout,
+                        run: 0,
+                        oversized: child.oversized.clone(),
+                    };
+                    let service = match handler.serve((stdout, stdin)).await {
+                        Ok(service) => service,
+                        Err(e) => {
+                            let why = child.why_closed().await;
+                            return Err(fail(match why {
+                                Some(why) => format!("`{command}` {why} before the MCP handshake"),
+                                None => format!("MCP handshake failed: {}", plain_init(&e)),
+                            }));
+                        }
+                    };
+                    Ok::<_, McpError>((service, pid, Some(child)))
                 }
                 ServerTransport::Http { url, headers } => {
                     let mut default_headers = reqwest::header::HeaderMap::new();
@@ -115,11 +151,13 @@ impl Connection {
                         http,
                         StreamableHttpClientTransportConfig::with_uri(url.as_str()),
                     );
-                    let service = handler
-                        .serve(transport)
-                        .await
-                        .map_err(|e| fail(format!("MCP handshake with {url} failed: {e}")))?;
-                    Ok((service, None))
+                    let service = handler.serve(transport).await.map_err(|e| {
+                        fail(format!(
+                            "MCP handshake with {url} failed: {}",
+                            plain_init(&e)
+                        ))
+                    })?;
+                    Ok((service, None, None))
                 }
             }
         };
@@ -132,11 +170,11 @@ impl Connection {
                 ))
             })
             .and_then(|connected| connected);
-        let (service, pid) = match connected {
+        let (service, pid, child) = match connected {
             Ok(connected) => connected,
             Err(e) => {
-                if let Some(pid) = started.get() {
-                    kill_group(&config.id, *pid);
+                if let Some(child) = started.get() {
+                    child.process.lock().await.kill(&config.id);
                 }
                 return Err(e);
             }
@@ -152,6 +190,7 @@ impl Connection {
             peer: service.peer().clone(),
             service: tokio::sync::Mutex::new(service),
             pid,
+            child,
             tools_changed,
         })
     }
@@ -165,14 +204,184 @@ impl Connection {
     /// SIGTERM, then SIGKILL, as MCP's stdio shutdown says); an HTTP session is deleted.
     pub(crate) async fn close(&self, server: &str) {
         let mut service = self.service.lock().await;
-        match service
-            .close_with_timeout(std::time::Duration::from_secs(10))
-            .await
-        {
+        match service.close_with_timeout(Duration::from_secs(10)).await {
             Ok(Some(reason)) => tracing::debug!(server, ?reason, "MCP session closed"),
             Ok(None) => tracing::warn!(server, "the MCP session did not close within 10 s"),
             Err(e) => tracing::warn!(server, error = %e, "closing the MCP session failed"),
         }
+        if let Some(child) = &self.child {
+            child.process.lock().await.shutdown(server).await;
+        }
+    }
+
+    /// Why the session ended or a request failed, in plain words (no rmcp type names): the
+    /// process's exit status and last stderr line, an oversized message, a closed connection.
+    pub(crate) async fn describe(&self, e: &ServiceError) -> String {
+        if let Some(child) = &self.child
+            && let Some(why) = child.why_closed().await
+        {
+            return format!("the server {why}");
+        }
+        plain(e)
+    }
+}
+
+/// An rmcp service error in plain words.
+pub(crate) fn plain(e: &ServiceError) -> String {
+    match e {
+        ServiceError::McpError(e) => format!("{} (code {})", e.message, e.code.0),
+        ServiceError::TransportClosed => "the connection closed".into(),
+        ServiceError::TransportSend(e) => format!("sending failed: {}", e.error),
+        ServiceError::Timeout { timeout } => format!("no answer within {timeout:?}"),
+        ServiceError::Cancelled { reason } => match reason {
+            Some(reason) => format!("cancelled: {reason}"),
+            None => "cancelled".into(),
+        },
+        ServiceError::UnexpectedResponse => {
+            "the server answered with the wrong kind of result".into()
+        }
+        other => other.to_string(),
+    }
+}
+
+/// An rmcp handshake error in plain words.
+fn plain_init(e: &rmcp::service::ClientInitializeError) -> String {
+    use rmcp::service::ClientInitializeError as E;
+    match e {
+        E::ConnectionClosed(_) => "the server closed the connection".into(),
+        E::TransportError { error, .. } => format!("sending failed: {}", error.error),
+        E::JsonRpcError(e) => format!("{} (code {})", e.message, e.code.0),
+        other => other.to_string(),
+    }
+}
+
+/// The largest message read from a stdio server: rmcp's own cap (it drops longer lines and
+/// the call then looks unanswered; here the connection ends with this reason instead).
+pub(crate) const MAX_MESSAGE: usize = 16 * 1024 * 1024;
+
+/// A stdio server's process and what it said on the way out.
+#[derive(Clone)]
+struct ChildState {
+    process: Arc<tokio::sync::Mutex<ChildGuard>>,
+    last_stderr: Arc<Mutex<String>>,
+    oversized: Arc<AtomicBool>,
+}
+
+impl ChildState {
+    /// Why the connection ended, when the server's side says: a message over the limit, or
+    /// the process's exit (waited for up to 500 ms, as its stdout may close first).
+    async fn why_closed(&self) -> Option<String> {
+        if self.oversized.load(Ordering::Acquire) {
+            return Some(format!(
+                "sent a message larger than {} MiB (the limit); the connection was closed",
+                MAX_MESSAGE / (1024 * 1024)
+            ));
+        }
+        let status = self
+            .process
+            .lock()
+            .await
+            .exit_status(Duration::from_millis(500))
+            .await?;
+        let last = self
+            .last_stderr
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .clone();
+        Some(if last.is_empty() {
+            format!("exited ({status})")
+        } else {
+            format!("exited ({status}); its last stderr line: {last}")
+        })
+    }
+}
+
+/// The child process; its process group is killed when dropped still running.
+struct ChildGuard {
+    process: Option<Box<dyn process_wrap::tokio::ChildWrapper>>,
+    pid: Option<u32>,
+    /// Whether its exit was seen (reaped): its pid may then belong to another process.
+    exited: bool,
+}
+
+impl ChildGuard {
+    /// The exit status, waiting up to `wait` for it.
+    async fn exit_status(&mut self, wait: Duration) -> Option<std::process::ExitStatus> {
+        let process = self.process.as_mut()?;
+        match tokio::time::timeout(wait, process.wait()).await {
+            Ok(Ok(status)) => {
+                self.exited = true;
+                Some(status)
+            }
+            _ => None,
+        }
+    }
+
+    /// Kills the process group at once (not by a task that may never run when the caller's
+    /// runtime ends).
+    fn kill(&mut self, server: &str) {
+        // Not reaped yet, so the pid (the group's id) is still this process's.
+        if let Some(pid) = self.pid
+            && !self.exited
+        {
+            kill_group(server, pid);
+        }
+    }
+
+    /// MCP's stdio shutdown once stdin is closed: wait, SIGTERM, wait, SIGKILL (3 s each).
+    async fn shutdown(&mut self, server: &str) {
+        const WAIT: Duration = Duration::from_secs(3);
+        if self.exit_status(WAIT).await.is_some() {
+            return;
+        }
+        #[cfg(unix)]
+        if let Some(process) = &self.process
+            && process
+                .signal(nix::sys::signal::Signal::SIGTERM as i32)
+                .is_ok()
+            && self.exit_status(WAIT).await.is_some()
+        {
+            return;
+        }
+        self.kill(server);
+        let _ = self.exit_status(WAIT).await;
+    }
+}
+
+impl Drop for ChildGuard {
+    fn drop(&mut self) {
+        self.kill("(dropped)");
+    }
+}
+
+/// A stdio server's stdout that fails (ending the session) once a line passes
+/// [`MAX_MESSAGE`], noting why.
+struct BoundedLines<R> {
+    inner: R,
+    /// Bytes since the last newline.
+    run: usize,
+    oversized: Arc<AtomicBool>,
+}
+
+impl<R: AsyncRead + Unpin> AsyncRead for BoundedLines<R> {
+    fn poll_read(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &mut ReadBuf<'_>,
+    ) -> Poll<std::io::Result<()>> {
+        let before = buf.filled().len();
+        let this = &mut *self;
+        let polled = Pin::new(&mut this.inner).poll_read(cx, buf);
+        let new = &buf.filled()[before..];
+        this.run = match new.iter().rposition(|b| *b == b'\n') {
+            Some(at) => new.len() - at - 1,
+            None => this.run + new.len(),
+        };
+        if this.run > MAX_MESSAGE {
+            this.oversized.store(true, Ordering::Release);
+            return Poll::Ready(Err(std::io::Error::other("message over the size limit")));
+        }
+        polled
     }
 }
 
@@ -244,10 +453,21 @@ impl StderrLines {
 
 /// Logs a stdio server's stderr line by line until it closes, so the pipe never fills up; reads
 /// in fixed chunks and keeps at most [`STDERR_LINE`] bytes of a line.
-async fn drain_stderr(server: String, mut stderr: tokio::process::ChildStderr) {
+async fn drain_stderr(
+    server: String,
+    mut stderr: tokio::process::ChildStderr,
+    last: Arc<Mutex<String>>,
+) {
     let mut lines = StderrLines::default();
     let mut chunk = vec![0u8; 8192];
     let log = |text: &str, dropped: usize| {
+        if !text.trim().is_empty() {
+            let mut last = last
+                .lock()
+                .unwrap_or_else(std::sync::PoisonError::into_inner);
+            last.clear();
+            last.push_str(text.trim());
+        }
         if dropped > 0 {
             tracing::debug!(server = %server, dropped, "{text} [line cut]");
         } else {

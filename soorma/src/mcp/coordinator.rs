@@ -11,7 +11,7 @@ use serde_json::Value;
 use tracing::Instrument;
 
 use super::breaker::{Admitted, CircuitBreaker};
-use super::connection::Connection;
+use super::connection::{Connection, plain};
 use super::stats::StatsCell;
 use super::{BreakerConfig, McpConfig, McpError, McpToolOutput, ServerConfig, ToolStats};
 use crate::error::SchemaViolation;
@@ -517,7 +517,7 @@ impl McpCoordinator {
         let prompts = tokio::time::timeout(limit, connection.peer.list_all_prompts())
             .await
             .map_err(|_| late("prompts/list"))?
-            .map_err(|e| protocol(e.to_string()))?;
+            .map_err(|e| protocol(plain(&e)))?;
         if !prompts.iter().any(|p| p.name == TOOL_DESCRIPTIONS_PROMPT) {
             return Ok(None);
         }
@@ -768,12 +768,12 @@ impl McpCoordinator {
                 }
                 McpError::Disconnected {
                     server: id,
-                    message: e.to_string(),
+                    message: connection.describe(&e).await,
                 }
             }
             e => McpError::Protocol {
                 server: id,
-                message: e.to_string(),
+                message: plain(&e),
             },
         }
     }
