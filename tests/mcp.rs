@@ -775,3 +775,37 @@ async fn dead_servers_and_oversized_replies_are_reported_in_plain_words() {
     assert!(message.contains("no config found"), "{message}");
     mcp.shutdown().await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_servers_concurrent_calls_are_limited() {
+    let mcp = coordinator(McpConfig::new().server(fault_server("faults").max_concurrent_calls(2)));
+    mcp.call("echo", json!({"text": "warm up"})).await.unwrap();
+    // Four 400 ms calls, two at a time: two rounds.
+    let started = std::time::Instant::now();
+    let calls = (0..4).map(|_| mcp.call("slow", json!({"ms": 400})));
+    for result in futures_util::future::join_all(calls).await {
+        result.unwrap();
+    }
+    let took = started.elapsed();
+    assert!(
+        took >= Duration::from_millis(780),
+        "{took:?}: more than 2 at once"
+    );
+    // A call waiting for a slot longer than its timeout times out.
+    let slow = mcp.call("slow", json!({"ms": 600}));
+    let slow2 = mcp.call("slow", json!({"ms": 600}));
+    let waiting = async {
+        tokio::time::sleep(Duration::from_millis(50)).await;
+        mcp.call_with(
+            "echo",
+            json!({"text": "late"}),
+            CallOptions::default().timeout(Duration::from_millis(200)),
+        )
+        .await
+    };
+    let (a, b, late) = tokio::join!(slow, slow2, waiting);
+    a.unwrap();
+    b.unwrap();
+    assert!(matches!(late, Err(McpError::Timeout { .. })), "{late:?}");
+    mcp.shutdown().await;
+}

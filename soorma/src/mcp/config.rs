@@ -5,7 +5,7 @@
 //!   "servers": [
 //!     {"id": "everything", "stdio": {"command": "npx", "args": ["-y", "@modelcontextprotocol/server-everything"]}},
 //!     {"id": "search", "http": {"url": "http://127.0.0.1:8000/mcp", "headers": {"Authorization": "Bearer s3cret"}},
-//!      "timeouts": {"connect_ms": 5000, "call_ms": 20000}}
+//!      "timeouts": {"connect_ms": 5000, "call_ms": 20000}, "max_concurrent_calls": 8}
 //!   ],
 //!   "circuit_breaker": {"failures": 5, "window_ms": 60000, "cool_down_ms": 30000}
 //! }
@@ -75,7 +75,13 @@ pub struct ServerConfig {
     pub transport: ServerTransport,
     /// How long to wait for it.
     pub timeouts: Timeouts,
+    /// How many of its tool calls may run at once (`max_concurrent_calls`, default
+    /// [`DEFAULT_MAX_CONCURRENT_CALLS`]); further calls wait for a slot within their timeout.
+    pub max_concurrent_calls: usize,
 }
+
+/// How many tool calls one server runs at once unless configured otherwise.
+pub const DEFAULT_MAX_CONCURRENT_CALLS: usize = 16;
 
 /// How a server is reached.
 ///
@@ -313,6 +319,9 @@ impl McpConfig {
             if s.timeouts.call.is_zero() {
                 p.add(format!("{at}.timeouts.call_ms"), "must be more than 0");
             }
+            if s.max_concurrent_calls == 0 {
+                p.add(format!("{at}.max_concurrent_calls"), "must be more than 0");
+            }
             if s.id.is_empty()
                 || !s
                     .id
@@ -364,6 +373,7 @@ impl ServerConfig {
                 cwd: None,
             },
             timeouts: Timeouts::default(),
+            max_concurrent_calls: DEFAULT_MAX_CONCURRENT_CALLS,
         }
     }
 
@@ -381,6 +391,7 @@ impl ServerConfig {
                 headers: BTreeMap::new(),
             },
             timeouts: Timeouts::default(),
+            max_concurrent_calls: DEFAULT_MAX_CONCURRENT_CALLS,
         }
     }
 
@@ -469,6 +480,18 @@ impl ServerConfig {
     #[must_use]
     pub fn connect_timeout(mut self, timeout: Duration) -> Self {
         self.timeouts.connect = timeout;
+        self
+    }
+
+    /// Sets how many of the server's tool calls may run at once (at least 1); further calls
+    /// wait for a slot within their timeout.
+    ///
+    /// ```
+    /// let s = soorma::mcp::ServerConfig::stdio("x", "mcp-x").max_concurrent_calls(4);
+    /// assert_eq!(s.max_concurrent_calls, 4);
+    /// ```
+    pub fn max_concurrent_calls(mut self, calls: usize) -> Self {
+        self.max_concurrent_calls = calls.max(1);
         self
     }
 
@@ -649,7 +672,15 @@ fn server(v: &Value, at: &str, p: &mut Problems) -> ServerConfig {
         p.add(at, "must be an object with `id` and `stdio` or `http`");
         return s;
     };
-    unknown_fields(o, &["id", "stdio", "http", "timeouts"], at, p);
+    unknown_fields(
+        o,
+        &["id", "stdio", "http", "timeouts", "max_concurrent_calls"],
+        at,
+        p,
+    );
+    if let Some(n) = millis_or_count(o, "max_concurrent_calls", at, p) {
+        s.max_concurrent_calls = usize::try_from(n).unwrap_or(usize::MAX);
+    }
     match o.get("id") {
         Some(Value::String(id)) => s.id = id.clone(),
         Some(_) => p.add(format!("{at}.id"), "must be a string"),
@@ -824,7 +855,7 @@ mod tests {
     fn reads_both_forms_and_timeouts() {
         let c = McpConfig::from_json(
             r#"{"servers": [{"id": "a", "stdio": {"command": "x", "args": ["1"], "env": {"K": "V"}, "cwd": "/tmp"},
-                              "timeouts": {"connect_ms": 100, "call_ms": 200}}],
+                              "timeouts": {"connect_ms": 100, "call_ms": 200}, "max_concurrent_calls": 3}],
                 "circuit_breaker": {"failures": 2, "window_ms": 1000, "cool_down_ms": 50}}"#,
         )
         .unwrap();
@@ -837,6 +868,7 @@ mod tests {
                 .cwd("/tmp")
                 .connect_timeout(Duration::from_millis(100))
                 .call_timeout(Duration::from_millis(200))
+                .max_concurrent_calls(3)
         );
         assert_eq!(
             c.circuit_breaker,

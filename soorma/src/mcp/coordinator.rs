@@ -64,6 +64,8 @@ struct Inner {
 
 struct Server {
     config: ServerConfig,
+    /// One permit per tool call running (`max_concurrent_calls`).
+    calls: tokio::sync::Semaphore,
     connection: tokio::sync::Mutex<Option<Arc<Connection>>>,
     catalog: tokio::sync::Mutex<Option<Arc<Catalog>>>,
 }
@@ -198,6 +200,11 @@ impl McpCoordinator {
                     .servers
                     .into_iter()
                     .map(|config| Server {
+                        calls: tokio::sync::Semaphore::new(
+                            config
+                                .max_concurrent_calls
+                                .clamp(1, tokio::sync::Semaphore::MAX_PERMITS),
+                        ),
                         config,
                         connection: tokio::sync::Mutex::new(None),
                         catalog: tokio::sync::Mutex::new(None),
@@ -403,7 +410,12 @@ impl McpCoordinator {
             let started = Instant::now();
             // Dropping the request (on timeout, or when our caller goes away) sends
             // `notifications/cancelled`.
-            let outcome = tokio::time::timeout(timeout, connection.peer.call_tool(params)).await;
+            // A slot among the server's concurrent calls is waited for within the timeout.
+            let outcome = tokio::time::timeout(timeout, async {
+                let _slot = server.calls.acquire().await;
+                connection.peer.call_tool(params).await
+            })
+            .await;
             let latency = started.elapsed();
             let result = match outcome {
                 Err(_) => Err(McpError::Timeout {

@@ -41,7 +41,7 @@ pub use breaker::CircuitState;
 pub use bridge::{DEFAULT_BRIDGE_NAME, McpBridge};
 pub use config::{
     BreakerConfig, ConfigError, ConfigProblem, DEFAULT_CALL_TIMEOUT, DEFAULT_CONNECT_TIMEOUT,
-    McpConfig, ServerConfig, ServerTransport, Timeouts,
+    DEFAULT_MAX_CONCURRENT_CALLS, McpConfig, ServerConfig, ServerTransport, Timeouts,
 };
 pub use content::{McpContent, McpToolOutput};
 pub use coordinator::{
