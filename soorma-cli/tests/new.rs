@@ -304,7 +304,10 @@ fn help_names_every_accepted_value() {
         (&["mcp", "tools"], &["--config", "--json"]),
         (&["mcp", "call"], &["--args", "--timeout-ms", "--config"]),
         (&["mcp", "bridge"], &["--config", "--name"]),
-        (&["mcp", "serve"], &["--http", "--agent"]),
+        (
+            &["mcp", "serve"],
+            &["--http", "--agent", "--token", "--allowed-host"],
+        ),
     ] {
         let text = help(args);
         for option in expected {

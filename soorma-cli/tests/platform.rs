@@ -759,14 +759,31 @@ async fn mcp_bridge_and_serve_work_on_the_shared_platform() {
     let calculator = start_calculator(&platform).await;
     let port = free_port();
     let addr = format!("127.0.0.1:{port}");
-    let mut serving = Running::spawn(soorma(Some(&url), &["mcp", "serve", "--http", &addr]));
+    let mut serving = Running::spawn(soorma(
+        Some(&url),
+        &["mcp", "serve", "--http", &addr, "--token", "s3cret"],
+    ));
     let ready = wait_for(&serving.stdout, Duration::from_secs(20), |l| {
         l.starts_with("serving the agents of ")
     });
     assert!(ready.ends_with(&format!("http://{addr}/mcp")), "{ready}");
-    let mcp = soorma::mcp::McpCoordinator::new(soorma::mcp::McpConfig::new().server(
+    // --token: a client without it is refused.
+    let anonymous = soorma::mcp::McpCoordinator::new(soorma::mcp::McpConfig::new().server(
         soorma::mcp::ServerConfig::http("platform", format!("http://{addr}/mcp")),
     ))
+    .unwrap();
+    let refused = anonymous.list_tools().await.unwrap_err();
+    assert!(
+        matches!(refused, soorma::mcp::McpError::Connect { .. }),
+        "{refused}"
+    );
+    anonymous.shutdown().await;
+    let mcp = soorma::mcp::McpCoordinator::new(
+        soorma::mcp::McpConfig::new().server(
+            soorma::mcp::ServerConfig::http("platform", format!("http://{addr}/mcp"))
+                .header("Authorization", "Bearer s3cret"),
+        ),
+    )
     .unwrap();
     let names: Vec<String> = mcp
         .list_tools()
