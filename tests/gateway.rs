@@ -682,6 +682,23 @@ async fn idle_connections_are_closed_and_make_room_for_new_clients() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn oversized_and_slow_bodies_are_refused_and_the_connection_closed() {
+    // Up to the limit (over axum's own 2 MB default), a body is read.
+    let gateway = bare_gateway(HttpConfig::default().max_body_bytes(3 * 1024 * 1024)).await;
+    let padded = json!({"jsonrpc": "2.0", "id": 1, "method": "GetTask",
+                        "params": {"id": "x".repeat(2_500_000)}})
+    .to_string();
+    let mut c = raw_http::connect(gateway.local_addr()).await;
+    let r = raw_http::exchange(
+        &mut c,
+        &post_request("127.0.0.1", "application/json", &padded),
+        WAIT,
+    )
+    .await
+    .unwrap();
+    assert_eq!(r.status, 200, "{r:?}");
+    assert!(r.body.contains("-32001"), "task not found: {r:?}");
+    gateway.shutdown().await;
+
     let gateway = bare_gateway(
         HttpConfig::default()
             .max_body_bytes(1024)

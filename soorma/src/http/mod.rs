@@ -186,7 +186,10 @@ impl HttpServer {
             body_timeout: config.body_timeout,
             style,
         });
-        let app = app.layer(axum::middleware::from_fn_with_state(guard, guard::check));
+        // The guard enforces the body limit; axum's own (2 MB on `Bytes`) would contradict it.
+        let app = app
+            .layer(axum::extract::DefaultBodyLimit::disable())
+            .layer(axum::middleware::from_fn_with_state(guard, guard::check));
         let mut http1 = hyper::server::conn::http1::Builder::new();
         http1
             .timer(TokioTimer::new())
