@@ -370,6 +370,15 @@ async fn spawn_server(server: McpServer, bind: &str) -> McpServerHandle {
     server.spawn(listener).await.unwrap()
 }
 
+/// One `initialize` POST to `addr` (with its own `Host`) with `extra` header lines.
+async fn initialize_on(addr: std::net::SocketAddr, extra: &str) -> raw_http::RawResponse {
+    status_of(
+        addr,
+        &initialize(&addr.to_string(), "application/json", extra),
+    )
+    .await
+}
+
 /// The status of one raw request to `addr`.
 async fn status_of(addr: std::net::SocketAddr, request: &[u8]) -> raw_http::RawResponse {
     let mut c = raw_http::connect(addr).await;
@@ -383,18 +392,13 @@ async fn foreign_origins_hosts_and_non_json_posts_are_refused() {
     let platform = Platform::embedded();
     let server = spawn_server(McpServer::new(&platform), "127.0.0.1:0").await;
     let addr = server.local_addr();
-    let host = addr.to_string();
 
     // A web page's request (it carries an Origin): refused unless the origin is allowed.
-    let r = status_of(
-        addr,
-        &initialize(&host, "application/json", "Origin: http://evil.example\r\n"),
-    )
-    .await;
+    let r = initialize_on(addr, "Origin: http://evil.example\r\n").await;
     assert_eq!(r.status, 403, "{r:?}");
     let r = status_of(addr, &initialize("evil.example", "application/json", "")).await;
     assert_eq!(r.status, 403, "DNS rebinding: {r:?}");
-    let r = status_of(addr, &initialize(&host, "text/plain", "")).await;
+    let r = status_of(addr, &initialize(&addr.to_string(), "text/plain", "")).await;
     assert_eq!(r.status, 415, "{r:?}");
     assert!(r.body.contains("\"jsonrpc\""), "JSON-RPC shaped: {r:?}");
     server.shutdown().await;
@@ -405,26 +409,9 @@ async fn foreign_origins_hosts_and_non_json_posts_are_refused() {
     )
     .await;
     let addr = server.local_addr();
-    let host = addr.to_string();
-    let r = status_of(
-        addr,
-        &initialize(
-            &host,
-            "application/json",
-            "Origin: http://localhost:6274\r\n",
-        ),
-    )
-    .await;
+    let r = initialize_on(addr, "Origin: http://localhost:6274\r\n").await;
     assert_eq!(r.status, 200, "{r:?}");
-    let r = status_of(
-        addr,
-        &initialize(
-            &host,
-            "application/json",
-            "Origin: http://localhost:6275\r\n",
-        ),
-    )
-    .await;
+    let r = initialize_on(addr, "Origin: http://localhost:6275\r\n").await;
     assert_eq!(r.status, 403, "{r:?}");
     server.shutdown().await;
 }
@@ -450,15 +437,10 @@ async fn a_bearer_token_is_required_when_set() {
     let platform = Platform::embedded();
     let s = Setup::start(&platform, McpServer::new(&platform).bearer_token("s3cret")).await;
     let addr = s.server.local_addr();
-    let host = addr.to_string();
-    let r = status_of(addr, &initialize(&host, "application/json", "")).await;
+    let r = initialize_on(addr, "").await;
     assert_eq!(r.status, 401, "{r:?}");
     assert!(r.headers.contains("www-authenticate: bearer"), "{r:?}");
-    let r = status_of(
-        addr,
-        &initialize(&host, "application/json", "Authorization: Bearer guess\r\n"),
-    )
-    .await;
+    let r = initialize_on(addr, "Authorization: Bearer guess\r\n").await;
     assert_eq!(r.status, 401, "{r:?}");
     assert!(r.headers.contains("invalid_token"), "{r:?}");
 
@@ -482,22 +464,9 @@ async fn a_bearer_token_is_required_when_set() {
     )
     .await;
     let addr = server.local_addr();
-    let host = addr.to_string();
-    let r = status_of(
-        addr,
-        &initialize(
-            &host,
-            "application/json",
-            "Authorization: Bearer t-alice\r\n",
-        ),
-    )
-    .await;
+    let r = initialize_on(addr, "Authorization: Bearer t-alice\r\n").await;
     assert_eq!(r.status, 200, "{r:?}");
-    let r = status_of(
-        addr,
-        &initialize(&host, "application/json", "Authorization: Bearer t-bob\r\n"),
-    )
-    .await;
+    let r = initialize_on(addr, "Authorization: Bearer t-bob\r\n").await;
     assert_eq!(r.status, 401, "{r:?}");
     server.shutdown().await;
 }

@@ -42,7 +42,8 @@ pub async fn exchange(
     read_response(stream, wait).await
 }
 
-/// Reads one response (headers, then `Content-Length` bytes or up to the close) within `wait`.
+/// Reads one response within `wait`: its headers, then `Content-Length` bytes of body; a
+/// response without a length (a stream) is returned with what arrived with its headers.
 pub async fn read_response(stream: &mut TcpStream, wait: Duration) -> Option<RawResponse> {
     let deadline = Instant::now() + wait;
     let mut data = Vec::new();
@@ -54,7 +55,7 @@ pub async fn read_response(stream: &mut TcpStream, wait: Duration) -> Option<Raw
                 .lines()
                 .find_map(|l| l.strip_prefix("content-length:"))
                 .and_then(|n| n.trim().parse::<usize>().ok());
-            if length.is_some_and(|n| data.len() >= end + 4 + n) {
+            if length.is_none_or(|n| data.len() >= end + 4 + n) {
                 return Some(parse(&data, end));
             }
         }
