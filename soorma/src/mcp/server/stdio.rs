@@ -168,3 +168,65 @@ where
         self.write.lock().await.shutdown().await
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use tokio::io::AsyncBufReadExt;
+
+    /// Feeds `input` to a transport: the lines it wrote back, and how many messages it passed on.
+    async fn run(input: Vec<u8>) -> (Vec<Value>, usize) {
+        let (client, server) = tokio::io::duplex(64 * 1024);
+        let (read, write) = tokio::io::split(server);
+        let receiver = tokio::spawn(async move {
+            let mut transport = LineTransport::new(read, write);
+            let mut passed = 0;
+            while transport.receive().await.is_some() {
+                passed += 1;
+            }
+            passed
+        });
+        let (client_read, mut client_write) = tokio::io::split(client);
+        let writer = tokio::spawn(async move {
+            client_write.write_all(&input).await.unwrap();
+            client_write.shutdown().await.unwrap();
+            client_write
+        });
+        let mut replies = Vec::new();
+        let mut lines = BufReader::new(client_read).lines();
+        while let Ok(Some(line)) = lines.next_line().await {
+            replies.push(serde_json::from_str(&line).unwrap());
+        }
+        let _ = writer.await;
+        (replies, receiver.await.unwrap())
+    }
+
+    #[tokio::test]
+    async fn unreadable_lines_are_answered() {
+        let mut input = b"garbage\n{\"id\": 7, \"no\": \"method\"}\n".to_vec();
+        input.extend(std::iter::repeat_n(b'x', MAX_LINE + 10));
+        input.extend(b"\n{\"jsonrpc\": \"2.0\", \"method\": \"notifications/initialized\"}\n");
+        let (replies, passed) = run(input).await;
+        let codes: Vec<_> = replies
+            .iter()
+            .map(|r| (r["error"]["code"].clone(), r["id"].clone()))
+            .collect();
+        assert_eq!(
+            codes,
+            [
+                (json!(-32700), Value::Null),
+                (json!(-32600), json!(7)),
+                (json!(-32700), Value::Null)
+            ]
+        );
+        assert_eq!(passed, 1, "the valid notification after them is passed on");
+    }
+
+    #[tokio::test]
+    async fn an_echoing_peer_gets_a_bounded_number_of_answers() {
+        let input = b"nope\n".repeat(50);
+        let (replies, passed) = run(input).await;
+        assert_eq!(replies.len(), ERROR_REPLIES_IN_A_ROW as usize);
+        assert_eq!(passed, 0);
+    }
+}
