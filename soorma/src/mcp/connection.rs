@@ -231,7 +231,7 @@ pub(crate) fn plain(e: &ServiceError) -> String {
     match e {
         ServiceError::McpError(e) => format!("{} (code {})", e.message, e.code.0),
         ServiceError::TransportClosed => "the connection closed".into(),
-        ServiceError::TransportSend(e) => format!("sending failed: {}", e.error),
+        ServiceError::TransportSend(e) => format!("the transport failed: {}", e.error),
         ServiceError::Timeout { timeout } => format!("no answer within {timeout:?}"),
         ServiceError::Cancelled { reason } => match reason {
             Some(reason) => format!("cancelled: {reason}"),
@@ -249,7 +249,7 @@ fn plain_init(e: &rmcp::service::ClientInitializeError) -> String {
     use rmcp::service::ClientInitializeError as E;
     match e {
         E::ConnectionClosed(_) => "the server closed the connection".into(),
-        E::TransportError { error, .. } => format!("sending failed: {}", error.error),
+        E::TransportError { error, .. } => format!("the transport failed: {}", error.error),
         E::JsonRpcError(e) => format!("{} (code {})", e.message, e.code.0),
         other => other.to_string(),
     }
@@ -490,6 +490,31 @@ async fn drain_stderr(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn service_errors_are_plain_words() {
+        let transport = rmcp::transport::DynamicTransportError::from_parts(
+            "rmcp::transport::child_process::TokioChildProcess",
+            std::any::TypeId::of::<()>(),
+            Box::new(std::io::Error::other("broken pipe")),
+        );
+        let cases = [
+            (
+                ServiceError::TransportSend(transport),
+                "the transport failed: broken pipe",
+            ),
+            (ServiceError::TransportClosed, "the connection closed"),
+            (
+                ServiceError::Timeout {
+                    timeout: Duration::from_secs(2),
+                },
+                "no answer within 2s",
+            ),
+        ];
+        for (e, expected) in cases {
+            assert_eq!(plain(&e), expected);
+        }
+    }
 
     #[test]
     fn stderr_lines_are_bounded() {
