@@ -6,7 +6,7 @@ use std::time::Duration;
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 use serde_json::{Value, json};
-use soorma::gateway::{Gateway, GatewayAuth, GatewayHandle};
+use soorma::gateway::{Caller, Gateway, GatewayAuth, GatewayHandle};
 use soorma::prelude::*;
 use soorma::{AgentHandle, Platform};
 use soorma_examples::calculator::{batch_calculator, calculator};
@@ -101,6 +101,65 @@ impl Setup {
             .unwrap();
         assert_eq!(r.status().as_u16(), 200);
         r.json().await.unwrap()
+    }
+
+    /// A JSON-RPC call with extra headers (credentials); the whole response body.
+    async fn rpc_as(&self, headers: &[(&str, &str)], method: &str, params: Value) -> Value {
+        let mut request = self
+            .http
+            .post(self.url("/agents/multi"))
+            .json(&json!({"jsonrpc": "2.0", "id": 1, "method": method, "params": params}));
+        for (name, value) in headers {
+            request = request.header(*name, *value);
+        }
+        let r = request.send().await.unwrap();
+        assert_eq!(r.status().as_u16(), 200);
+        r.json().await.unwrap()
+    }
+
+    /// Starts a slow task on `multi` (returns at once) as the caller `headers` name, for
+    /// `tenant`; returns its id.
+    async fn start_slow(
+        &self,
+        headers: &[(&str, &str)],
+        tenant: Option<&str>,
+        nap_ms: u64,
+    ) -> String {
+        let mut params = json!({
+            "message": {"messageId": "m-slow", "role": "ROLE_USER",
+                        "parts": [{"data": {"nap_ms": nap_ms}}],
+                        "metadata": {"skillId": "slow.requested"}},
+            "configuration": {"returnImmediately": true}});
+        if let Some(t) = tenant {
+            params["tenant"] = json!(t);
+        }
+        let r = self.rpc_as(headers, "SendMessage", params).await;
+        assert_eq!(
+            r["result"]["task"]["status"]["state"], "TASK_STATE_WORKING",
+            "{r}"
+        );
+        r["result"]["task"]["id"].as_str().unwrap().to_owned()
+    }
+
+    /// Waits until the task is finished; returns it.
+    async fn finished(&self, headers: &[(&str, &str)], tenant: Option<&str>, id: &str) -> Value {
+        let deadline = tokio::time::Instant::now() + Duration::from_secs(20);
+        loop {
+            let mut params = json!({"id": id});
+            if let Some(t) = tenant {
+                params["tenant"] = json!(t);
+            }
+            let got = self.rpc_as(headers, "GetTask", params).await;
+            let state = got["result"]["status"]["state"]
+                .as_str()
+                .unwrap_or_default()
+                .to_owned();
+            if !state.is_empty() && state != "TASK_STATE_WORKING" {
+                return got["result"].clone();
+            }
+            assert!(tokio::time::Instant::now() < deadline, "{got}");
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
     }
 
     async fn send(&self, agent: &str, parts: Value, extra: Value) -> Value {
@@ -531,4 +590,156 @@ async fn api_key_auth_is_declared_and_enforced() {
         "{ok}"
     );
     s.shutdown().await;
+}
+
+/// Another caller's tasks, as seen by one who did not start them.
+async fn cannot_see(s: &Setup, headers: &[(&str, &str)], tenant: Option<&str>, id: &str) {
+    let with_tenant = |mut params: Value| {
+        if let Some(t) = tenant {
+            params["tenant"] = json!(t);
+        }
+        params
+    };
+    for method in ["GetTask", "CancelTask", "SubscribeToTask"] {
+        let r = s
+            .rpc_as(headers, method, with_tenant(json!({"id": id})))
+            .await;
+        assert_eq!(error_code(&r), -32001, "{method}: {r}");
+        assert!(!r.to_string().contains("m-slow"), "{r}");
+    }
+    let listed = s
+        .rpc_as(headers, "ListTasks", with_tenant(json!({"pageSize": 100})))
+        .await;
+    let ids: Vec<&Value> = listed["result"]["tasks"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|t| &t["id"])
+        .collect();
+    assert!(!ids.contains(&&json!(id)), "{listed}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn tasks_are_scoped_to_the_tenant_without_auth() {
+    let s = Setup::start(&Platform::embedded(), None).await;
+    let acme = s.start_slow(&[], Some("acme"), 1500).await;
+    cannot_see(&s, &[], Some("globex"), &acme).await;
+    cannot_see(&s, &[], None, &acme).await;
+    // acme's task was not canceled by globex: it completes, and acme sees it.
+    let done = s.finished(&[], Some("acme"), &acme).await;
+    assert_eq!(done["status"]["state"], "TASK_STATE_COMPLETED", "{done}");
+    let listed = s.rpc_as(&[], "ListTasks", json!({"tenant": "acme"})).await;
+    assert_eq!(listed["result"]["tasks"][0]["id"], json!(acme), "{listed}");
+    s.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn api_key_and_bearer_callers_are_isolated() {
+    let auth = GatewayAuth::api_key("X-API-Key", "shared")
+        .with_key("k-acme", Caller::new("acme-ci").tenant("acme"))
+        .with_key("k-globex", Caller::new("globex-ci").tenant("globex"))
+        .with_key("k-other", Caller::new("other"));
+    let s = Setup::start(&Platform::embedded(), Some(auth)).await;
+    let acme_key = [("X-API-Key", "k-acme")];
+    let acme = s.start_slow(&acme_key, None, 1500).await;
+    // Another tenant's key, a key of no tenant naming acme, the one-key holder: none sees it.
+    cannot_see(&s, &[("X-API-Key", "k-globex")], None, &acme).await;
+    cannot_see(&s, &[("X-API-Key", "k-other")], Some("acme"), &acme).await;
+    cannot_see(&s, &[("X-API-Key", "shared")], Some("acme"), &acme).await;
+    // A key bound to acme cannot act for globex.
+    let r = s
+        .rpc_as(&acme_key, "ListTasks", json!({"tenant": "globex"}))
+        .await;
+    assert_eq!(error_code(&r), -32602, "{r}");
+    let done = s.finished(&acme_key, None, &acme).await;
+    assert_eq!(done["status"]["state"], "TASK_STATE_COMPLETED", "{done}");
+    s.shutdown().await;
+
+    let verifier = |token: &str| {
+        token
+            .strip_prefix("jwt-")
+            .map(|tenant| Caller::new(format!("{tenant}-user")).tenant(tenant))
+    };
+    let s = Setup::start(
+        &Platform::embedded(),
+        Some(GatewayAuth::bearer_verifier(verifier)),
+    )
+    .await;
+    let (_, card) = s.get("/.well-known/agent-card.json").await;
+    assert!(
+        card["securitySchemes"].to_string().contains("earer"),
+        "{card}"
+    );
+    let acme = s
+        .start_slow(&[("Authorization", "Bearer jwt-acme")], None, 200)
+        .await;
+    cannot_see(&s, &[("Authorization", "Bearer jwt-globex")], None, &acme).await;
+    let denied = s
+        .http
+        .post(s.url("/agents/multi"))
+        .header("Authorization", "Bearer forged")
+        .json(&json!({"jsonrpc": "2.0", "id": 1, "method": "ListTasks", "params": {}}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(denied.status().as_u16(), 401);
+    s.shutdown().await;
+}
+
+/// A reply published by another tenant, or by another agent of the same tenant, with the
+/// task's id as correlation, does not complete the task; the real reply does.
+async fn forged_replies_are_ignored(platform: Platform) {
+    let s = Setup::start(&platform, None).await;
+    let mut requests = platform
+        .bus()
+        .observe(Some(Topic::ActionRequests))
+        .await
+        .unwrap();
+    let task = s.start_slow(&[], Some("acme"), 1500).await;
+    let request = loop {
+        let d = tokio::time::timeout(Duration::from_secs(10), requests.next())
+            .await
+            .unwrap()
+            .unwrap();
+        if d.envelope.correlation_id.as_deref() == Some(task.as_str()) {
+            break d.envelope.clone();
+        }
+    };
+    let reply_event = request.response_event.clone().unwrap();
+    let forged = json!({"request_id": task, "success": true, "result": "FORGED by tenant evil"});
+    let evil = platform.client("multi").with_tenant("evil").bus();
+    evil.respond(&reply_event, &forged, &task)
+        .tenant_id("evil")
+        .await
+        .unwrap();
+    let impostor = platform.client("impostor").bus();
+    let forged = json!({"request_id": task, "success": true, "result": "FORGED by another agent"});
+    impostor
+        .respond(&reply_event, &forged, &task)
+        .tenant_id("acme")
+        .await
+        .unwrap();
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let got = s
+        .rpc_as(&[], "GetTask", json!({"id": task, "tenant": "acme"}))
+        .await;
+    assert_eq!(
+        got["result"]["status"]["state"], "TASK_STATE_WORKING",
+        "{got}"
+    );
+    let done = s.finished(&[], Some("acme"), &task).await;
+    assert_eq!(done["status"]["state"], "TASK_STATE_COMPLETED", "{done}");
+    assert_eq!(done["artifacts"][0]["parts"][0]["text"], "late", "{done}");
+    s.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn embedded_forged_replies_are_ignored() {
+    forged_replies_are_ignored(Platform::embedded()).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn nats_forged_replies_are_ignored() {
+    let server = NatsServer::start();
+    forged_replies_are_ignored(nats(&server).await).await;
 }

@@ -48,15 +48,16 @@ use serde_json::json;
 use soorma_common::AgentDefinition;
 use soorma_common::a2a::{AgentCard, CardBuilder};
 
-use crate::client::Client;
 use crate::error::{Error, Result};
 use crate::http::HttpServer;
 use crate::platform::Platform;
 use crate::platform::discovery::Requirements;
+use crate::protocol::publish::BusClient;
+use crate::spi::bus::{EventFilter, SubscriptionSpec};
 use crate::util::new_id;
-pub use auth::GatewayAuth;
+pub use auth::{BearerVerifier, Caller, GatewayAuth};
 use methods::rpc;
-use stream::route_progress;
+pub use tasks::TaskLimits;
 use tasks::TaskTable;
 
 /// An A2A gateway in front of agents on a platform.
@@ -86,6 +87,7 @@ pub struct Gateway {
     auth: Option<GatewayAuth>,
     wait: Duration,
     task_timeout: Duration,
+    limits: TaskLimits,
     provider: Option<(String, String)>,
 }
 
@@ -104,6 +106,7 @@ impl Gateway {
             auth: None,
             wait: Duration::from_secs(30),
             task_timeout: Duration::from_secs(3600),
+            limits: TaskLimits::default(),
             provider: None,
         }
     }
@@ -168,6 +171,19 @@ impl Gateway {
         self
     }
 
+    /// How many tasks the gateway keeps and runs at once, and how many bytes they may hold
+    /// (see [`TaskLimits`] for the defaults).
+    ///
+    /// ```
+    /// use soorma::gateway::{Gateway, TaskLimits};
+    /// let g = Gateway::new(&soorma::Platform::embedded()).limits(TaskLimits::default().max_in_flight(32));
+    /// # let _ = g;
+    /// ```
+    pub fn limits(mut self, limits: TaskLimits) -> Self {
+        self.limits = limits;
+        self
+    }
+
     /// The organization named as provider in the cards.
     ///
     /// ```
@@ -202,24 +218,14 @@ impl Gateway {
             .public_url
             .clone()
             .unwrap_or_else(|| format!("http://{addr}"));
-        let state = Arc::new(GatewayState {
-            client: self
-                .platform
-                .client("a2a-gateway")
-                .with_timeout(self.task_timeout),
-            reply_event: format!("a2a-gateway.replied.{}", new_id()),
-            tasks: TaskTable::default(),
-            url: url.clone(),
-            gateway: self,
-        });
-        let progress = tokio::spawn(route_progress(state.clone()));
+        let (state, background) = GatewayState::start(self, url.clone()).await?;
         let http = HttpServer::spawn(listener, router(state), "A2A gateway", || {});
         tracing::info!(%url, "A2A gateway listening");
         Ok(GatewayHandle {
             addr,
             url,
             http,
-            progress,
+            background,
         })
     }
 
@@ -254,7 +260,7 @@ pub struct GatewayHandle {
     addr: SocketAddr,
     url: String,
     http: HttpServer,
-    progress: tokio::task::JoinHandle<()>,
+    background: Vec<tokio::task::JoinHandle<()>>,
 }
 
 impl GatewayHandle {
@@ -294,20 +300,50 @@ impl GatewayHandle {
     /// # Ok(()) }
     /// ```
     pub async fn shutdown(self) {
-        self.progress.abort();
+        for task in &self.background {
+            task.abort();
+        }
         self.http.stop().await;
     }
 }
 
 struct GatewayState {
     gateway: Gateway,
-    client: Client,
+    bus: BusClient,
     reply_event: String,
     tasks: TaskTable,
     url: String,
 }
 
 impl GatewayState {
+    /// The state, and its background tasks: reply and progress routing, task expiry. The
+    /// reply subscription is in place before any request can be sent.
+    async fn start(
+        gateway: Gateway,
+        url: String,
+    ) -> Result<(Arc<Self>, Vec<tokio::task::JoinHandle<()>>)> {
+        let reply_event = format!("a2a-gateway.replied.{}", new_id());
+        let spec = SubscriptionSpec::new(
+            format!("a2a-gateway-{}", new_id()),
+            soorma_common::Topic::ActionResults,
+            EventFilter::only([reply_event.as_str()]),
+        );
+        let replies = gateway.platform.bus().subscribe(spec).await?;
+        let state = Arc::new(Self {
+            bus: gateway.platform.bus_client("a2a-gateway"),
+            reply_event,
+            tasks: TaskTable::new(gateway.limits, gateway.task_timeout),
+            url,
+            gateway,
+        });
+        let background = vec![
+            tokio::spawn(stream::route_replies(state.clone(), replies)),
+            tokio::spawn(stream::route_progress(state.clone())),
+            tokio::spawn(stream::expire_tasks(state.clone())),
+        ];
+        Ok((state, background))
+    }
+
     fn default_agent(&self) -> &str {
         &self.gateway.agents[0]
     }
@@ -341,8 +377,10 @@ impl GatewayState {
             builder = builder.with_provider(org, url);
         }
         builder = match &self.gateway.auth {
-            Some(GatewayAuth::ApiKey { header, .. }) => builder.with_api_key(header),
-            Some(GatewayAuth::Bearer { .. }) => builder.with_bearer(),
+            Some(auth) => match auth.api_key_header() {
+                Some(header) => builder.with_api_key(header),
+                None => builder.with_bearer(),
+            },
             None => builder,
         };
         builder.build().map_err(|e| e.to_string())

@@ -5,13 +5,14 @@ use std::sync::Arc;
 use axum::response::sse::{Event as SseEvent, KeepAlive, Sse};
 use axum::response::{IntoResponse, Response};
 use serde_json::Value;
-use soorma_common::Topic;
 use soorma_common::a2a::{StreamResponse, Task};
+use soorma_common::{ActionReply, Topic};
 use tokio::sync::broadcast;
 
 use super::GatewayState;
 use super::rpc;
 use super::tasks::Outcome;
+use crate::spi::bus::{Settlement, Subscription};
 
 /// Server-sent events: the task, then its updates until it finishes.
 pub(super) fn stream(id: Value, task: Task, rx: broadcast::Receiver<StreamResponse>) -> Response {
@@ -53,7 +54,8 @@ fn sse(body: &Value) -> std::result::Result<SseEvent, std::convert::Infallible> 
     Ok(SseEvent::default().data(body.to_string()))
 }
 
-/// Routes `task.progress` events of the gateway's tasks to their status.
+/// Routes `task.progress` events of the gateway's tasks to their status (only those of the
+/// task's tenant and agent).
 pub(super) async fn route_progress(state: Arc<GatewayState>) {
     let mut sub = match state
         .gateway
@@ -73,15 +75,52 @@ pub(super) async fn route_progress(state: Arc<GatewayState>) {
         let Some(progress) = crate::protocol::progress::progress_report(env) else {
             continue;
         };
-        let task_id = state.tasks.by_request(&progress.task_id).or_else(|| {
-            env.correlation_id
-                .clone()
-                .filter(|c| state.tasks.contains(c))
-        });
-        if let Some(task_id) = task_id {
-            state.tasks.apply(
+        // Progress is published by the agent the task went to, or by one it delegated to;
+        // the tenant is the check that matters.
+        if let Some(task_id) = state.tasks.by_request(&progress.task_id) {
+            state.tasks.apply_from(
                 &task_id,
+                env.tenant(),
+                None,
                 Outcome::Progress(progress.progress, progress.message),
+            );
+        }
+    }
+}
+
+/// Routes the agents' replies to their tasks: a reply counts only from the task's tenant and
+/// from the agent the task was sent to; any other is logged and ignored.
+pub(super) async fn route_replies(state: Arc<GatewayState>, mut sub: Box<dyn Subscription>) {
+    while let Some(delivery) = sub.next().await {
+        let env = delivery.envelope.clone();
+        if let Some(task_id) = env.correlation_id.as_deref() {
+            let reply = ActionReply::from_data(&env.data, task_id);
+            let outcome = if reply.success {
+                Outcome::Completed(reply.result.unwrap_or(Value::Null))
+            } else {
+                Outcome::Failed(reply.error.unwrap_or_default())
+            };
+            state
+                .tasks
+                .apply_from(task_id, env.tenant(), Some(&env.source), outcome);
+        }
+        if let Err(e) = delivery.settle(Settlement::Ack).await {
+            tracing::debug!(error = %e, "acknowledging an A2A reply failed");
+        }
+    }
+}
+
+/// Fails, once a second, the tasks that have had no reply within the task timeout.
+pub(super) async fn expire_tasks(state: Arc<GatewayState>) {
+    let mut tick = tokio::time::interval(std::time::Duration::from_secs(1));
+    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    loop {
+        tick.tick().await;
+        let expired = state.tasks.expire();
+        if expired > 0 {
+            tracing::warn!(
+                expired,
+                "A2A tasks failed: no reply within the task timeout"
             );
         }
     }
