@@ -743,3 +743,243 @@ async fn nats_forged_replies_are_ignored() {
     let server = NatsServer::start();
     forged_replies_are_ignored(nats(&server).await).await;
 }
+
+/// The process's resident memory and its peak since the last reset, in MiB (Linux).
+fn rss_mib() -> (f64, f64) {
+    let status = std::fs::read_to_string("/proc/self/status").unwrap_or_default();
+    let field = |name: &str| {
+        status
+            .lines()
+            .find_map(|l| l.strip_prefix(name))
+            .and_then(|v| v.trim().trim_end_matches("kB").trim().parse::<f64>().ok())
+            .map_or(0.0, |kb| kb / 1024.0)
+    };
+    (field("VmRSS:"), field("VmHWM:"))
+}
+
+fn reset_peak_rss() {
+    // Resets VmHWM to the current RSS (Linux); without it the figure is the process's peak.
+    let _ = std::fs::write("/proc/self/clear_refs", "5");
+}
+
+#[derive(Debug, Serialize, Deserialize, JsonSchema)]
+struct ManyCalcs {
+    expressions: Vec<String>,
+}
+
+impl Request for ManyCalcs {
+    const EVENT: &'static str = "many.requested";
+    type Reply = usize;
+}
+
+async fn many(mut task: TaskContext<ManyCalcs>) -> soorma::Result<Delegated> {
+    let requests: Vec<soorma_examples::calculator::Calculate> = task
+        .data
+        .expressions
+        .iter()
+        .map(|e| soorma_examples::calculator::Calculate {
+            expression: e.clone(),
+        })
+        .collect();
+    task.fan_out(requests).await
+}
+
+async fn many_done(
+    _task: TaskContext<ManyCalcs>,
+    replies: Vec<Result<soorma_examples::calculator::Calculated, SubTaskFailed>>,
+) -> soorma::Result<usize> {
+    Ok(replies.iter().filter(|r| r.is_ok()).count())
+}
+
+/// A fan-out of `n` calculations on a fresh embedded platform: the peak RSS growth (MiB) and
+/// the time it took.
+async fn fan_out_peak(n: usize) -> (f64, Duration) {
+    let platform = Platform::embedded();
+    let calc = calculator().start(&platform).await.unwrap();
+    let worker = Worker::new("many")
+        .use_registered_handlers(false)
+        .handler(Handler::task(many))
+        .handler(Handler::fan_in::<Vec<soorma_examples::calculator::Calculate>>().handle(many_done))
+        .start(&platform)
+        .await
+        .unwrap();
+    let expressions: Vec<String> = (0..n).map(|i| format!("({i} + 1) * 2")).collect();
+    reset_peak_rss();
+    let (before, _) = rss_mib();
+    let started = std::time::Instant::now();
+    let done = platform
+        .client("load")
+        .with_timeout(Duration::from_secs(600))
+        .call(ManyCalcs { expressions })
+        .await
+        .unwrap();
+    let took = started.elapsed();
+    assert_eq!(done, n);
+    let (_, peak) = rss_mib();
+    worker.shutdown().await.unwrap();
+    calc.shutdown().await.unwrap();
+    (peak - before, took)
+}
+
+/// Prints how the peak memory of a fan-out grows with its size (linear, not quadratic).
+/// `cargo test -p soorma-tests --test gateway -- --ignored --nocapture fan_out_memory`
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "a measurement: prints figures, takes a minute"]
+async fn fan_out_memory_grows_linearly() {
+    let mut figures = Vec::new();
+    for n in [2_500, 5_000, 10_000] {
+        let (growth, took) = fan_out_peak(n).await;
+        println!(
+            "FANOUT n={n} peak_rss_growth_mib={growth:.1} took_ms={}",
+            took.as_millis()
+        );
+        figures.push(growth);
+    }
+}
+
+/// The examples' calculator behind the gateway: 200,000 nested parentheses fail the task with
+/// a clear error (before: a stack overflow aborted the process), and a batch over the cap
+/// fails at once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn hostile_calculator_input_fails_the_task_not_the_process() {
+    let s = Setup::start(&Platform::embedded(), None).await;
+    let deep = format!("{}1{}", "(".repeat(200_000), ")".repeat(200_000));
+    let r = s
+        .send(
+            "calculator",
+            json!([{"data": {"expression": deep}}]),
+            json!({}),
+        )
+        .await;
+    let task = &r["result"]["task"];
+    assert_eq!(
+        task["status"]["state"],
+        "TASK_STATE_FAILED",
+        "{}",
+        &r.to_string()[..300]
+    );
+    let text = task["status"]["message"]["parts"][0]["text"]
+        .as_str()
+        .unwrap();
+    assert!(text.contains("nested deeper than"), "{text}");
+    // The 400 kB message is not kept whole (over the per-task budget), the task is.
+    assert!(
+        task["history"][0]["parts"][0]["text"]
+            .as_str()
+            .unwrap()
+            .contains("not kept")
+    );
+    let too_many: Vec<String> = (0..=soorma_examples::calculator::MAX_BATCH)
+        .map(|i| format!("{i} + 1"))
+        .collect();
+    let r = s
+        .send(
+            "batch-calculator",
+            json!([{"data": {"expressions": too_many}}]),
+            json!({}),
+        )
+        .await;
+    let task = &r["result"]["task"];
+    assert_eq!(task["status"]["state"], "TASK_STATE_FAILED", "{r}");
+    let text = task["status"]["message"]["parts"][0]["text"]
+        .as_str()
+        .unwrap();
+    assert!(text.contains("at most 1000"), "{text}");
+    // Still serving.
+    let r = s
+        .send(
+            "calculator",
+            json!([{"data": {"expression": "6 * 7"}}]),
+            json!({}),
+        )
+        .await;
+    assert_eq!(
+        r["result"]["task"]["status"]["state"], "TASK_STATE_COMPLETED",
+        "{r}"
+    );
+    s.shutdown().await;
+}
+
+/// 10,000 tasks through the gateway, one in ten carrying 1 MB: the gateway keeps what its
+/// limits allow and the resident memory levels off once eviction starts. Prints the figures.
+/// `cargo test -p soorma-tests --test gateway -- --ignored --nocapture load`
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "a measurement: prints figures, takes a minute"]
+async fn load_10000_tasks_memory_levels_off() {
+    use soorma::gateway::TaskLimits;
+    let platform = Platform::embedded();
+    let agent = Tool::new("multi")
+        .use_registered_handlers(false)
+        .handler(Handler::on_invoke("echo.requested", echo))
+        .start(&platform)
+        .await
+        .unwrap();
+    let limits = TaskLimits::default()
+        .per_task_bytes(3 << 20)
+        .total_bytes(64 << 20);
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let gateway = Gateway::new(&platform)
+        .agent("multi")
+        .limits(limits)
+        .spawn(listener)
+        .await
+        .unwrap();
+    let url = format!("{}/agents/multi", gateway.url());
+    let http = http_client();
+    let big = "x".repeat(1 << 20);
+    let (start_rss, _) = rss_mib();
+    println!("LOAD tasks=0 rss_mib={start_rss:.0}");
+    let mut figures = Vec::new();
+    const TOTAL: usize = 10_000;
+    const CONCURRENT: usize = 16;
+    for round in 0..TOTAL / 1_000 {
+        let mut calls = tokio::task::JoinSet::new();
+        for lane in 0..CONCURRENT {
+            let (http, url, big) = (http.clone(), url.clone(), big.clone());
+            calls.spawn(async move {
+                for i in (lane..1_000).step_by(CONCURRENT) {
+                    let text = if i % 10 == 0 { big.clone() } else { format!("task {i}") };
+                    let body = json!({"jsonrpc": "2.0", "id": i, "method": "SendMessage", "params": {
+                        "message": {"messageId": format!("m-{i}"), "role": "ROLE_USER",
+                                    "parts": [{"text": text}]}}});
+                    let r: Value = http.post(&url).json(&body).send().await.unwrap().json().await.unwrap();
+                    assert_eq!(
+                        r["result"]["task"]["status"]["state"], "TASK_STATE_COMPLETED",
+                        "{}",
+                        &r.to_string()[..200.min(r.to_string().len())]
+                    );
+                }
+            });
+        }
+        while let Some(done) = calls.join_next().await {
+            done.unwrap();
+        }
+        let (rss, _) = rss_mib();
+        let tasks = (round + 1) * 1_000;
+        println!("LOAD tasks={tasks} rss_mib={rss:.0}");
+        figures.push(rss);
+    }
+    // Without bounds, 1,000 tasks of 1 MB request and 1 MB result: 2 GB and more kept.
+    let listed: Value = http
+        .post(&url)
+        .json(&json!({"jsonrpc": "2.0", "id": 1, "method": "ListTasks", "params": {"pageSize": 100, "includeArtifacts": true}}))
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    let page = listed.to_string().len();
+    println!(
+        "LOAD kept_tasks={} list_page_bytes={page}",
+        listed["result"]["totalSize"]
+    );
+    assert!(page < 2 << 20, "a page is bounded in bytes: {page}");
+    let (half, end) = (figures[4], figures[9]);
+    assert!(
+        end - half < 150.0,
+        "resident memory keeps growing: {figures:?}"
+    );
+    gateway.shutdown().await;
+    agent.shutdown().await.unwrap();
+}
