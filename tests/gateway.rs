@@ -904,7 +904,7 @@ async fn hostile_calculator_input_fails_the_task_not_the_process() {
 /// limits allow and the resident memory levels off once eviction starts. Prints the figures.
 /// `cargo test -p soorma-tests --test gateway -- --ignored --nocapture load`
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-#[ignore = "a measurement: prints figures, takes a minute"]
+#[ignore = "a measurement: prints figures, takes about 3 minutes in a debug build"]
 async fn load_10000_tasks_memory_levels_off() {
     use soorma::gateway::TaskLimits;
     let platform = Platform::embedded();
@@ -982,4 +982,117 @@ async fn load_10000_tasks_memory_levels_off() {
     );
     gateway.shutdown().await;
     agent.shutdown().await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn tasks_in_flight_are_capped_and_cancel_frees_a_slot() {
+    use soorma::gateway::TaskLimits;
+    let platform = Platform::embedded();
+    let agent = Tool::new("multi")
+        .use_registered_handlers(false)
+        .handler(Handler::on_invoke("slow.requested", slow))
+        .start(&platform)
+        .await
+        .unwrap();
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let gateway = Gateway::new(&platform)
+        .agent("multi")
+        .limits(TaskLimits::default().max_in_flight(1))
+        .spawn(listener)
+        .await
+        .unwrap();
+    let s = Setup {
+        agents: vec![agent],
+        gateway,
+        http: http_client(),
+    };
+    let first = s.start_slow(&[], None, 5_000).await;
+    let refused = s
+        .rpc_as(
+            &[],
+            "SendMessage",
+            json!({"message": {"messageId": "m", "role": "ROLE_USER", "parts": [{"data": {"nap_ms": 1}}]}}),
+        )
+        .await;
+    assert_eq!(error_code(&refused), -32000, "{refused}");
+    assert!(
+        refused["error"]["message"]
+            .as_str()
+            .unwrap()
+            .contains("in flight"),
+        "{refused}"
+    );
+    let canceled = s.rpc_as(&[], "CancelTask", json!({"id": first})).await;
+    assert_eq!(canceled["result"]["status"]["state"], "TASK_STATE_CANCELED");
+    // The canceled task no longer holds its slot; historyLength 0 leaves the history out.
+    let r = s
+        .rpc_as(
+            &[],
+            "SendMessage",
+            json!({"message": {"messageId": "m", "role": "ROLE_USER", "parts": [{"data": {"nap_ms": 1}}]},
+                   "configuration": {"historyLength": 0}}),
+        )
+        .await;
+    assert_eq!(
+        r["result"]["task"]["status"]["state"], "TASK_STATE_COMPLETED",
+        "{r}"
+    );
+    assert!(
+        r["result"]["task"]["history"]
+            .as_array()
+            .is_none_or(Vec::is_empty),
+        "{r}"
+    );
+    s.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn json_rpc_batches_are_answered_per_request() {
+    let s = Setup::start(&Platform::embedded(), None).await;
+    let post = |body: Value| {
+        let request = s.http.post(s.url("/agents/calculator")).json(&body);
+        async move { request.send().await.unwrap() }
+    };
+    let send = |id: Value, expression: &str| {
+        json!({"jsonrpc": "2.0", "id": id, "method": "SendMessage", "params": {"message": {
+            "messageId": "m", "role": "ROLE_USER", "parts": [{"data": {"expression": expression}}]}}})
+    };
+    let r: Value = post(json!([
+        send(json!(1), "1 + 1"),
+        {"jsonrpc": "2.0", "method": "GetTask", "params": {"id": "notification"}},
+        {"jsonrpc": "2.0", "id": "b", "method": "GetTask", "params": {"id": "nope"}},
+        42,
+        send(json!(3), "2 * 3"),
+    ]))
+    .await
+    .json()
+    .await
+    .unwrap();
+    let answers = r.as_array().unwrap_or_else(|| panic!("an array: {r}"));
+    assert_eq!(answers.len(), 4, "the notification gets no answer: {r}");
+    assert_eq!(answers[0]["id"], 1);
+    assert_eq!(
+        answers[0]["result"]["task"]["artifacts"][0]["parts"][0]["data"]["result"],
+        2.0
+    );
+    assert_eq!(
+        (answers[1]["id"].clone(), error_code(&answers[1])),
+        (json!("b"), -32001)
+    );
+    assert_eq!(error_code(&answers[2]), -32600);
+    assert_eq!(
+        answers[3]["result"]["task"]["artifacts"][0]["parts"][0]["data"]["result"],
+        6.0
+    );
+    let empty: Value = post(json!([])).await.json().await.unwrap();
+    assert_eq!(error_code(&empty), -32600, "{empty}");
+    let too_long: Vec<Value> = (0..101)
+        .map(|i| json!({"jsonrpc": "2.0", "id": i, "method": "GetTask", "params": {"id": "x"}}))
+        .collect();
+    let too_long: Value = post(Value::Array(too_long)).await.json().await.unwrap();
+    assert_eq!(error_code(&too_long), -32600, "{too_long}");
+    let only_notifications =
+        post(json!([{"jsonrpc": "2.0", "method": "GetTask", "params": {"id": "x"}}])).await;
+    assert_eq!(only_notifications.status().as_u16(), 204);
+    s.shutdown().await;
 }
