@@ -489,7 +489,7 @@ async fn json_rpc_errors_follow_the_spec() {
         .await
         .unwrap();
     assert_eq!(error_code(&invalid), -32600);
-    let unknown = s.rpc("calculator", "tasks/get", json!({})).await;
+    let unknown = s.rpc("calculator", "tasks/frobnicate", json!({})).await;
     assert_eq!(error_code(&unknown), -32601);
     let missing = s
         .rpc(
@@ -1094,5 +1094,68 @@ async fn json_rpc_batches_are_answered_per_request() {
     let only_notifications =
         post(json!([{"jsonrpc": "2.0", "method": "GetTask", "params": {"id": "x"}}])).await;
     assert_eq!(only_notifications.status().as_u16(), 204);
+    s.shutdown().await;
+}
+
+/// A v0.3 client, which the v0.3 card at `/.well-known/agent.json` invites, is served on the
+/// same interface: v0.3 method names, messages, tasks and stream events.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn v0_3_clients_are_served() {
+    let s = Setup::start(&Platform::embedded(), None).await;
+    let (_, card) = s.get("/.well-known/agent.json").await;
+    let url = card["url"].as_str().unwrap().to_owned();
+    let call = |method: &str, params: Value| {
+        let request = s
+            .http
+            .post(&url)
+            .json(&json!({"jsonrpc": "2.0", "id": "v03", "method": method, "params": params}));
+        async move { request.send().await.unwrap() }
+    };
+    let message = |expression: &str| {
+        json!({"kind": "message", "messageId": "m-03", "role": "user",
+               "parts": [{"kind": "data", "data": {"expression": expression}}]})
+    };
+    let sent: Value = call("message/send", json!({"message": message("6 * 7")}))
+        .await
+        .json()
+        .await
+        .unwrap();
+    let task = &sent["result"];
+    assert_eq!(task["kind"], "task", "{sent}");
+    assert_eq!(task["status"]["state"], "completed", "{sent}");
+    assert_eq!(task["artifacts"][0]["parts"][0]["kind"], "data");
+    assert_eq!(task["artifacts"][0]["parts"][0]["data"]["result"], 42.0);
+    assert_eq!(task["history"][0]["role"], "user");
+    let id = task["id"].as_str().unwrap();
+    let got: Value = call("tasks/get", json!({"id": id, "historyLength": 0}))
+        .await
+        .json()
+        .await
+        .unwrap();
+    assert_eq!(got["result"]["status"]["state"], "completed", "{got}");
+    let missing: Value = call("tasks/cancel", json!({"id": "nope"}))
+        .await
+        .json()
+        .await
+        .unwrap();
+    assert_eq!(error_code(&missing), -32001);
+    let events = read_sse(call("message/stream", json!({"message": message("1 + 1")})).await).await;
+    assert_eq!(events[0]["result"]["kind"], "task", "{events:?}");
+    let last = &events.last().unwrap()["result"];
+    assert_eq!(
+        (
+            last["kind"].as_str(),
+            last["final"].as_bool(),
+            last["status"]["state"].as_str()
+        ),
+        (Some("status-update"), Some(true), Some("completed")),
+        "{events:?}"
+    );
+    assert!(
+        events
+            .iter()
+            .any(|e| e["result"]["kind"] == "artifact-update"),
+        "{events:?}"
+    );
     s.shutdown().await;
 }

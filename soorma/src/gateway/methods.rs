@@ -20,6 +20,7 @@ use super::rpc::{self, RpcError, RpcRequest};
 use super::skills;
 use super::stream::stream;
 use super::tasks::{ListQuery, Outcome};
+use super::v0_3;
 use super::{GatewayState, json_response};
 use crate::error::Error;
 use crate::util::{new_id, now_rfc3339};
@@ -55,7 +56,8 @@ fn owner(caller: Option<&Caller>, params: &Value) -> std::result::Result<Owner, 
 /// A method's answer: a JSON-RPC result or error, or a stream of them.
 enum Answer {
     Json(std::result::Result<Value, RpcError>),
-    Stream(Box<Task>, broadcast::Receiver<StreamResponse>),
+    /// The task, its updates, and whether to render them for v0.3.
+    Stream(Box<Task>, broadcast::Receiver<StreamResponse>, bool),
 }
 
 pub(super) async fn rpc(
@@ -87,13 +89,14 @@ pub(super) async fn rpc(
             &json!({"error": format!("no agent `{agent}` behind this gateway")}),
         );
     }
-    if let Some(version) = headers.get("A2A-Version").and_then(|v| v.to_str().ok()) {
-        let version = version.trim();
-        if !(version == "1" || version == "1.0" || version.starts_with("1.0.")) {
-            let id = RpcRequest::parse(&body).map_or(Value::Null, |r| r.id);
-            return rpc_reply(&id, Err(RpcError::version_not_supported(version)));
-        }
-    }
+    let version = headers
+        .get("A2A-Version")
+        .and_then(|v| v.to_str().ok())
+        .map(str::trim);
+    let caller = Call {
+        caller: caller.as_ref(),
+        version,
+    };
     let value: Value = match serde_json::from_slice(&body) {
         Ok(v) => v,
         Err(e) => return rpc_reply(&Value::Null, Err(RpcError::parse(e))),
@@ -104,12 +107,18 @@ pub(super) async fn rpc(
             Err((id, e)) => return rpc_reply(&id, Err(e)),
         };
         let id = request.id.clone();
-        return match call(&state, &agent, caller.as_ref(), request).await {
+        return match call(&state, &agent, &caller, request).await {
             Answer::Json(result) => rpc_reply(&id, result),
-            Answer::Stream(task, rx) => stream(id, *task, rx),
+            Answer::Stream(task, rx, v0_3) => stream(id, *task, rx, v0_3),
         };
     };
-    batch_reply(&state, &agent, caller.as_ref(), batch).await
+    batch_reply(&state, &agent, &caller, batch).await
+}
+
+/// Who calls, and the A2A version they asked for (the `A2A-Version` header).
+struct Call<'a> {
+    caller: Option<&'a Caller>,
+    version: Option<&'a str>,
 }
 
 /// A JSON-RPC 2.0 batch: an array of answers in request order, notifications (no `id`)
@@ -118,7 +127,7 @@ pub(super) async fn rpc(
 async fn batch_reply(
     state: &Arc<GatewayState>,
     agent: &str,
-    caller: Option<&Caller>,
+    caller: &Call<'_>,
     batch: Vec<Value>,
 ) -> Response {
     if batch.is_empty() {
@@ -143,7 +152,7 @@ async fn batch_reply(
             Err((id, e)) => rpc::failure(&id, &e),
             Ok(request) => {
                 let id = request.id.clone();
-                match call(state, agent, caller, request).await {
+                match self::call(state, agent, caller, request).await {
                     Answer::Json(Ok(v)) => rpc::success(&id, v),
                     Answer::Json(Err(e)) => rpc::failure(&id, &e),
                     Answer::Stream(..) => rpc::failure(
@@ -165,31 +174,40 @@ async fn batch_reply(
     json_response(StatusCode::OK, &Value::Array(answers))
 }
 
-/// Runs one request.
+/// Runs one request (a v0.3 method by the v1.0 handler it maps to).
 async fn call(
     state: &Arc<GatewayState>,
     agent: &str,
-    caller: Option<&Caller>,
+    call: &Call<'_>,
     request: RpcRequest,
 ) -> Answer {
     let span = tracing::info_span!("soorma.a2a", agent = %agent, method = %request.method);
-    let owner = match owner(caller, &request.params) {
+    let (method, v0_3, params) = match v0_3::method(&request.method) {
+        Some(method) => (method, true, v0_3::params_in(request.params)),
+        None => (request.method.as_str(), false, request.params),
+    };
+    if let Some(version) = call.version
+        && !v0_3
+        && !(version == "1" || version == "1.0" || version.starts_with("1.0."))
+    {
+        return Answer::Json(Err(RpcError::version_not_supported(version)));
+    }
+    let owner = match owner(call.caller, &params) {
         Ok(owner) => owner,
         Err(e) => return Answer::Json(Err(e)),
     };
-    let params = request.params;
-    async move {
-        let json = match request.method.as_str() {
+    let answer = async move {
+        let json = match method {
             "SendMessage" => send_message(state, agent, &owner, params).await,
             "SendStreamingMessage" => {
                 return match start(state, agent, &owner, params).await {
-                    Ok((task, rx)) => Answer::Stream(Box::new(task), rx),
+                    Ok((task, rx)) => Answer::Stream(Box::new(task), rx, v0_3),
                     Err(e) => Answer::Json(Err(e)),
                 };
             }
             "SubscribeToTask" => {
                 return match subscribe(state, agent, &owner, params) {
-                    Ok((task, rx)) => Answer::Stream(Box::new(task), rx),
+                    Ok((task, rx)) => Answer::Stream(Box::new(task), rx, v0_3),
                     Err(e) => Answer::Json(Err(e)),
                 };
             }
@@ -206,7 +224,11 @@ async fn call(
         Answer::Json(json)
     }
     .instrument(span)
-    .await
+    .await;
+    match answer {
+        Answer::Json(Ok(result)) if v0_3 => Answer::Json(Ok(v0_3::result_out(method, result))),
+        other => other,
+    }
 }
 
 /// Starts the task a message asks for; returns it and a receiver of its updates.

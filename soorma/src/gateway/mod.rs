@@ -33,6 +33,7 @@ mod rpc;
 mod skills;
 mod stream;
 mod tasks;
+mod v0_3;
 
 use std::net::SocketAddr;
 use std::sync::Arc;

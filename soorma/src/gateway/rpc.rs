@@ -103,6 +103,7 @@ pub(crate) struct RpcRequest {
 
 impl RpcRequest {
     /// Parses a request body; on failure returns the error and the id, if one was readable.
+    #[cfg(test)]
     pub fn parse(body: &[u8]) -> Result<Self, (Value, RpcError)> {
         let value: Value =
             serde_json::from_slice(body).map_err(|e| (Value::Null, RpcError::parse(e)))?;

@@ -15,14 +15,25 @@ use super::tasks::Outcome;
 use crate::spi::bus::{Settlement, Subscription};
 
 /// Server-sent events: the task, then its updates until it finishes.
-pub(super) fn stream(id: Value, task: Task, rx: broadcast::Receiver<StreamResponse>) -> Response {
-    let first = rpc::success(
-        &id,
-        serde_json::to_value(StreamResponse::Task(task)).unwrap_or(Value::Null),
-    );
+/// `v0_3`: the events in the A2A v0.3 shape.
+pub(super) fn stream(
+    id: Value,
+    task: Task,
+    rx: broadcast::Receiver<StreamResponse>,
+    v0_3: bool,
+) -> Response {
+    let shape = move |response: StreamResponse| {
+        let value = serde_json::to_value(response).unwrap_or(Value::Null);
+        if v0_3 {
+            super::v0_3::stream_out(value)
+        } else {
+            value
+        }
+    };
+    let first = rpc::success(&id, shape(StreamResponse::Task(task)));
     let events = futures_util::stream::unfold(
         (Some(first), rx, id, false),
-        |(first, mut rx, id, done)| async move {
+        move |(first, mut rx, id, done)| async move {
             if let Some(first) = first {
                 return Some((sse(&first), (None, rx, id, false)));
             }
@@ -33,8 +44,7 @@ pub(super) fn stream(id: Value, task: Task, rx: broadcast::Receiver<StreamRespon
                 match rx.recv().await {
                     Ok(update) => {
                         let finished = matches!(&update, StreamResponse::StatusUpdate(u) if u.status.state.is_terminal());
-                        let body =
-                            rpc::success(&id, serde_json::to_value(update).unwrap_or(Value::Null));
+                        let body = rpc::success(&id, shape(update));
                         return Some((sse(&body), (None, rx, id, finished)));
                     }
                     Err(broadcast::error::RecvError::Lagged(n)) => {
