@@ -16,6 +16,13 @@
 //! (a skill id is the consumed event), else the agent's only skill, else the one skill whose
 //! input schema the data matches. The reply becomes the task's status and a `result` artifact;
 //! an error reply fails the task; a payload its schema rejects is `TASK_STATE_REJECTED`.
+//! A2A v0.3 clients are served on the same interface (`message/send`, `tasks/get`, ...), and
+//! JSON-RPC batches are answered per request.
+//!
+//! Tasks belong to the caller that started them ([`Caller`]: the principal its credentials
+//! name through [`GatewayAuth`], and its tenant); no one else sees them. Replies count only
+//! from the task's tenant and agent. What the gateway keeps and runs is bounded by
+//! [`TaskLimits`]. See `docs/security.md` for the threat model.
 //!
 //! ```no_run
 //! # #[tokio::main(flavor = "current_thread")] async fn main() -> soorma::Result<()> {
