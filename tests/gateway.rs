@@ -687,7 +687,9 @@ async fn api_key_and_bearer_callers_are_isolated() {
 }
 
 /// A reply published by another tenant, or by another agent of the same tenant, with the
-/// task's id as correlation, does not complete the task; the real reply does.
+/// task's id as correlation, does not complete the task; the real reply does. For a task of
+/// tenant acme and for one that names no tenant (before, the gateway's tenant-less client took
+/// replies of every tenant).
 async fn forged_replies_are_ignored(platform: Platform) {
     let s = Setup::start(&platform, None).await;
     let mut requests = platform
@@ -695,41 +697,47 @@ async fn forged_replies_are_ignored(platform: Platform) {
         .observe(Some(Topic::ActionRequests))
         .await
         .unwrap();
-    let task = s.start_slow(&[], Some("acme"), 1500).await;
-    let request = loop {
-        let d = tokio::time::timeout(Duration::from_secs(10), requests.next())
+    for tenant in [Some("acme"), None] {
+        let task = s.start_slow(&[], tenant, 1500).await;
+        let request = loop {
+            let d = tokio::time::timeout(Duration::from_secs(10), requests.next())
+                .await
+                .unwrap()
+                .unwrap();
+            if d.envelope.correlation_id.as_deref() == Some(task.as_str()) {
+                break d.envelope.clone();
+            }
+        };
+        let reply_event = request.response_event.clone().unwrap();
+        let forged =
+            json!({"request_id": task, "success": true, "result": "FORGED by tenant evil"});
+        let evil = platform.client("multi").with_tenant("evil").bus();
+        evil.respond(&reply_event, &forged, &task)
+            .tenant_id("evil")
             .await
-            .unwrap()
             .unwrap();
-        if d.envelope.correlation_id.as_deref() == Some(task.as_str()) {
-            break d.envelope.clone();
+        let impostor = platform.client("impostor").bus();
+        let forged =
+            json!({"request_id": task, "success": true, "result": "FORGED by another agent"});
+        impostor
+            .respond(&reply_event, &forged, &task)
+            .tenant_id(tenant.unwrap_or("default"))
+            .await
+            .unwrap();
+        tokio::time::sleep(Duration::from_millis(300)).await;
+        let mut params = json!({"id": task});
+        if let Some(t) = tenant {
+            params["tenant"] = json!(t);
         }
-    };
-    let reply_event = request.response_event.clone().unwrap();
-    let forged = json!({"request_id": task, "success": true, "result": "FORGED by tenant evil"});
-    let evil = platform.client("multi").with_tenant("evil").bus();
-    evil.respond(&reply_event, &forged, &task)
-        .tenant_id("evil")
-        .await
-        .unwrap();
-    let impostor = platform.client("impostor").bus();
-    let forged = json!({"request_id": task, "success": true, "result": "FORGED by another agent"});
-    impostor
-        .respond(&reply_event, &forged, &task)
-        .tenant_id("acme")
-        .await
-        .unwrap();
-    tokio::time::sleep(Duration::from_millis(300)).await;
-    let got = s
-        .rpc_as(&[], "GetTask", json!({"id": task, "tenant": "acme"}))
-        .await;
-    assert_eq!(
-        got["result"]["status"]["state"], "TASK_STATE_WORKING",
-        "{got}"
-    );
-    let done = s.finished(&[], Some("acme"), &task).await;
-    assert_eq!(done["status"]["state"], "TASK_STATE_COMPLETED", "{done}");
-    assert_eq!(done["artifacts"][0]["parts"][0]["text"], "late", "{done}");
+        let got = s.rpc_as(&[], "GetTask", params).await;
+        assert_eq!(
+            got["result"]["status"]["state"], "TASK_STATE_WORKING",
+            "{got}"
+        );
+        let done = s.finished(&[], tenant, &task).await;
+        assert_eq!(done["status"]["state"], "TASK_STATE_COMPLETED", "{done}");
+        assert_eq!(done["artifacts"][0]["parts"][0]["text"], "late", "{done}");
+    }
     s.shutdown().await;
 }
 
