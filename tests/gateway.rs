@@ -1071,13 +1071,16 @@ async fn json_rpc_batches_are_answered_per_request() {
         {"jsonrpc": "2.0", "id": "b", "method": "GetTask", "params": {"id": "nope"}},
         42,
         send(json!(3), "2 * 3"),
+        {"jsonrpc": "2.0", "id": "s", "method": "message/stream", "params": {"message": {
+            "kind": "message", "messageId": "m", "role": "user",
+            "parts": [{"kind": "data", "data": {"expression": "1"}}]}}},
     ]))
     .await
     .json()
     .await
     .unwrap();
     let answers = r.as_array().unwrap_or_else(|| panic!("an array: {r}"));
-    assert_eq!(answers.len(), 4, "the notification gets no answer: {r}");
+    assert_eq!(answers.len(), 5, "the notification gets no answer: {r}");
     assert_eq!(answers[0]["id"], 1);
     assert_eq!(
         answers[0]["result"]["task"]["artifacts"][0]["parts"][0]["data"]["result"],
@@ -1092,6 +1095,13 @@ async fn json_rpc_batches_are_answered_per_request() {
         answers[3]["result"]["task"]["artifacts"][0]["parts"][0]["data"]["result"],
         6.0
     );
+    assert_eq!(
+        (answers[4]["id"].clone(), error_code(&answers[4])),
+        (json!("s"), -32600)
+    );
+    // The streaming request was refused before it started a task: two tasks, not three.
+    let listed = s.rpc("calculator", "ListTasks", json!({})).await;
+    assert_eq!(listed["result"]["totalSize"], 2, "{listed}");
     let empty: Value = post(json!([])).await.json().await.unwrap();
     assert_eq!(error_code(&empty), -32600, "{empty}");
     let too_long: Vec<Value> = (0..101)

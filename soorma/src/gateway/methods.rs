@@ -145,11 +145,18 @@ async fn batch_reply(
             ))),
         );
     }
-    let mut answers = Vec::new();
-    for item in batch {
+    // The requests run concurrently (a batch of blocking sends takes as long as the slowest,
+    // not their sum); the answers keep the requests' order.
+    let answers = batch.into_iter().map(|item| async move {
         let notification = item.as_object().is_some_and(|o| !o.contains_key("id"));
         let answer = match RpcRequest::from_value(item) {
             Err((id, e)) => rpc::failure(&id, &e),
+            Ok(request) if is_streaming(&request.method) => rpc::failure(
+                &request.id,
+                &RpcError::invalid_request(
+                    "a streaming method cannot be part of a batch; send it on its own",
+                ),
+            ),
             Ok(request) => {
                 let id = request.id.clone();
                 match self::call(state, agent, caller, request).await {
@@ -157,21 +164,28 @@ async fn batch_reply(
                     Answer::Json(Err(e)) => rpc::failure(&id, &e),
                     Answer::Stream(..) => rpc::failure(
                         &id,
-                        &RpcError::invalid_request(
-                            "a streaming method cannot be part of a batch; send it on its own",
-                        ),
+                        &RpcError::internal("a stream where a single answer was expected"),
                     ),
                 }
             }
         };
-        if !notification {
-            answers.push(answer);
-        }
-    }
+        (!notification).then_some(answer)
+    });
+    let answers: Vec<Value> = futures_util::future::join_all(answers)
+        .await
+        .into_iter()
+        .flatten()
+        .collect();
     if answers.is_empty() {
         return StatusCode::NO_CONTENT.into_response();
     }
     json_response(StatusCode::OK, &Value::Array(answers))
+}
+
+/// Whether `method` answers with a stream (v1.0 or v0.3 name).
+fn is_streaming(method: &str) -> bool {
+    let method = v0_3::method(method).unwrap_or(method);
+    matches!(method, "SendStreamingMessage" | "SubscribeToTask")
 }
 
 /// Runs one request (a v0.3 method by the v1.0 handler it maps to).
