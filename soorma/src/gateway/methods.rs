@@ -71,6 +71,7 @@ pub(super) async fn rpc(
         Some(auth) => match auth.authenticate(&headers) {
             Some(caller) => Some(caller),
             None => {
+                tracing::info!(agent = %agent, "an A2A call without valid credentials, refused");
                 let mut response = json_response(
                     StatusCode::UNAUTHORIZED,
                     &json!({"error": "authentication required: see the agent card's securitySchemes"}),
@@ -93,7 +94,7 @@ pub(super) async fn rpc(
         .get("A2A-Version")
         .and_then(|v| v.to_str().ok())
         .map(str::trim);
-    let caller = Call {
+    let who = Call {
         caller: caller.as_ref(),
         version,
     };
@@ -107,12 +108,12 @@ pub(super) async fn rpc(
             Err((id, e)) => return rpc_reply(&id, Err(e)),
         };
         let id = request.id.clone();
-        return match call(&state, &agent, &caller, request).await {
+        return match call(&state, &agent, &who, request).await {
             Answer::Json(result) => rpc_reply(&id, result),
             Answer::Stream(task, rx, v0_3) => stream(id, *task, rx, v0_3),
         };
     };
-    batch_reply(&state, &agent, &caller, batch).await
+    batch_reply(&state, &agent, &who, batch).await
 }
 
 /// Who calls, and the A2A version they asked for (the `A2A-Version` header).
