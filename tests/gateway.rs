@@ -829,7 +829,8 @@ async fn fan_out_peak(n: usize) -> (f64, Duration) {
     (peak - before, took)
 }
 
-/// Prints how the peak memory of a fan-out grows with its size (linear, not quadratic).
+/// Prints how the peak memory of a fan-out grows with its size (linear, not quadratic). Run
+/// alone or with `--test-threads=1`: it reads the process's memory.
 /// `cargo test -p soorma-tests --test gateway -- --ignored --nocapture fan_out_memory`
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 #[ignore = "a measurement: prints figures, takes a minute"]
