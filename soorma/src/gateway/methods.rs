@@ -296,7 +296,7 @@ async fn start(
     let rx = state
         .tasks
         .insert(agent, owner, task, envelope.id.clone())
-        .map_err(|busy| RpcError::busy(busy.in_flight))?;
+        .map_err(|busy| RpcError::busy(busy.in_flight, busy.tenant.as_deref()))?;
     tracing::info!(task_id = %task_id, event_type = %event, tenant = %owner.tenant, "A2A task started");
     // The reply comes to the reply router (see `stream::route_replies`), not to this call: no
     // task is spawned per message, and nothing is left running when the client goes away.

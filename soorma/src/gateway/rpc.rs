@@ -78,11 +78,12 @@ impl RpcError {
 
     /// Too many tasks in flight: an implementation-defined server error (JSON-RPC reserves
     /// -32000 to -32099 for them; A2A uses none of -32000).
-    pub fn busy(in_flight: usize) -> Self {
+    pub fn busy(in_flight: usize, tenant: Option<&str>) -> Self {
+        let whose = tenant.map_or(String::new(), |t| format!(" for tenant `{t}`"));
         Self::new(
             -32000,
             format!(
-                "Server busy: {in_flight} tasks are in flight, this gateway's limit; retry when some have finished"
+                "Server busy: {in_flight} tasks are in flight{whose}, this gateway's limit; retry when some have finished"
             ),
         )
     }

@@ -22,8 +22,10 @@ use crate::util::{new_id, now_rfc3339};
 /// message over it is kept as a short note in the history (the agent still gets all of it), a
 /// result over it fails the task with an error saying so. When the table is full (count or
 /// bytes) the tasks that finished longest ago are dropped first. At most
-/// [`max_in_flight`](Self::max_in_flight) tasks work at once; more are refused with JSON-RPC
-/// error -32000 until some finish. A task with no reply within the gateway's task timeout
+/// [`max_in_flight`](Self::max_in_flight) tasks work at once, and at most
+/// [`max_in_flight_per_tenant`](Self::max_in_flight_per_tenant) of one tenant (so that one
+/// tenant cannot take every slot); more are refused with JSON-RPC error -32000 until some
+/// finish. A task with no reply within the gateway's task timeout
 /// fails.
 ///
 /// ```
@@ -36,17 +38,20 @@ use crate::util::{new_id, now_rfc3339};
 pub struct TaskLimits {
     max_tasks: usize,
     max_in_flight: usize,
+    max_in_flight_per_tenant: usize,
     per_task_bytes: usize,
     total_bytes: usize,
     page_bytes: usize,
 }
 
 impl Default for TaskLimits {
-    /// 10,000 tasks, 256 in flight, 256 KiB per task, 128 MiB in all, 1 MiB per list page.
+    /// 10,000 tasks, 256 in flight (64 of one tenant), 256 KiB per task, 128 MiB in all,
+    /// 1 MiB per list page.
     fn default() -> Self {
         Self {
             max_tasks: 10_000,
             max_in_flight: 256,
+            max_in_flight_per_tenant: 64,
             per_task_bytes: 256 * 1024,
             total_bytes: 128 * 1024 * 1024,
             page_bytes: 1024 * 1024,
@@ -76,6 +81,18 @@ impl TaskLimits {
     #[must_use]
     pub fn max_in_flight(mut self, n: usize) -> Self {
         self.max_in_flight = n.max(1);
+        self
+    }
+
+    /// How many tasks of one tenant may work at once (at least 1).
+    ///
+    /// ```
+    /// let l = soorma::gateway::TaskLimits::default().max_in_flight_per_tenant(4);
+    /// # let _ = l;
+    /// ```
+    #[must_use]
+    pub fn max_in_flight_per_tenant(mut self, n: usize) -> Self {
+        self.max_in_flight_per_tenant = n.max(1);
         self
     }
 
@@ -158,6 +175,8 @@ struct Tables {
     working: BTreeMap<u64, String>,
     /// Finished tasks by finishing order: the first is evicted first.
     finished: BTreeMap<u64, String>,
+    /// Working tasks per tenant.
+    working_by_tenant: HashMap<String, usize>,
     bytes: usize,
     next_seq: u64,
 }
@@ -174,10 +193,11 @@ pub(crate) enum Outcome {
     Progress(f64, Option<String>),
 }
 
-/// Why a task could not be started.
+/// Why a task could not be started: too many in flight, in all or of the tenant.
 #[derive(Debug)]
 pub(crate) struct Busy {
     pub in_flight: usize,
+    pub tenant: Option<String>,
 }
 
 /// A page of `ListTasks`.
@@ -270,6 +290,18 @@ impl TaskTable {
         if tables.working.len() >= self.limits.max_in_flight {
             return Err(Busy {
                 in_flight: tables.working.len(),
+                tenant: None,
+            });
+        }
+        let of_tenant = tables
+            .working_by_tenant
+            .get(&owner.tenant)
+            .copied()
+            .unwrap_or(0);
+        if of_tenant >= self.limits.max_in_flight_per_tenant {
+            return Err(Busy {
+                in_flight: of_tenant,
+                tenant: Some(owner.tenant.clone()),
             });
         }
         for message in &mut task.history {
@@ -296,6 +328,10 @@ impl TaskTable {
             .or_default()
             .insert(seq, id.clone());
         tables.working.insert(seq, id.clone());
+        *tables
+            .working_by_tenant
+            .entry(owner.tenant.clone())
+            .or_default() += 1;
         tables.bytes += bytes;
         tables.tasks.insert(
             id,
@@ -555,9 +591,20 @@ impl Tables {
         if entry.finished.is_none() {
             entry.finished = Some(key);
             let seq = entry.seq;
+            let tenant = entry.owner.tenant.clone();
             self.next_seq += 1;
             self.working.remove(&seq);
             self.finished.insert(key, id.to_owned());
+            self.not_working(&tenant);
+        }
+    }
+
+    fn not_working(&mut self, tenant: &str) {
+        if let Some(n) = self.working_by_tenant.get_mut(tenant) {
+            *n -= 1;
+            if *n == 0 {
+                self.working_by_tenant.remove(tenant);
+            }
         }
     }
 
@@ -610,9 +657,14 @@ impl Tables {
         };
         self.bytes -= entry.bytes;
         self.by_request.remove(&entry.request_id);
-        self.working.remove(&entry.seq);
-        if let Some(key) = entry.finished {
-            self.finished.remove(&key);
+        match entry.finished {
+            Some(key) => {
+                self.finished.remove(&key);
+            }
+            None => {
+                self.working.remove(&entry.seq);
+                self.not_working(&entry.owner.tenant);
+            }
         }
         let index_key = (entry.agent, entry.owner);
         if let Some(index) = self.by_owner.get_mut(&index_key) {
@@ -722,6 +774,25 @@ mod tests {
                 .in_flight,
             1
         );
+        // One tenant cannot take every slot; another still gets in.
+        let shared = TaskTable::new(
+            TaskLimits::default()
+                .max_in_flight(10)
+                .max_in_flight_per_tenant(2),
+            Duration::from_secs(60),
+        );
+        let first = task("1");
+        let first_id = first.id.clone();
+        shared.insert("x", &o, first, "1".into()).unwrap();
+        shared.insert("x", &o, task("2"), "2".into()).unwrap();
+        let busy = shared.insert("x", &o, task("3"), "3".into()).unwrap_err();
+        assert_eq!(busy.tenant.as_deref(), Some("acme"));
+        shared
+            .insert("x", &owner("globex"), task("4"), "4".into())
+            .unwrap();
+        // A finished task frees its tenant's slot.
+        shared.apply(&first_id, Outcome::Failed("done".into()));
+        shared.insert("x", &o, task("5"), "5".into()).unwrap();
     }
 
     #[test]
