@@ -12,8 +12,9 @@
 //! ```
 //!
 //! Runs on the embedded platform, or on NATS when `SOORMA_NATS_URL` is set. Set
-//! `SOORMA_GATEWAY_API_KEY` to require an `X-API-Key` header on JSON-RPC calls.
-use soorma::gateway::{Gateway, GatewayAuth};
+//! `SOORMA_GATEWAY_API_KEY` to require an `X-API-Key` header on JSON-RPC calls (its holder acts
+//! for the tenant `SOORMA_GATEWAY_TENANT`, when set; see `docs/security.md`).
+use soorma::gateway::{Caller, Gateway, GatewayAuth};
 use soorma::prelude::*;
 use soorma_examples::calculator::{batch_calculator, calculator};
 
@@ -33,7 +34,11 @@ async fn main() -> soorma::Result<()> {
         .agent("batch-calculator")
         .provider("soorma examples", "https://github.com/soorma-ai/soorma-rs");
     if let Ok(key) = std::env::var("SOORMA_GATEWAY_API_KEY") {
-        gateway = gateway.auth(GatewayAuth::api_key("X-API-Key", key));
+        let mut caller = Caller::new("api-key");
+        if let Ok(tenant) = std::env::var("SOORMA_GATEWAY_TENANT") {
+            caller = caller.tenant(tenant);
+        }
+        gateway = gateway.auth(GatewayAuth::api_keys("X-API-Key", [(key, caller)]));
     }
     let url = format!(
         "http://{}",

@@ -16,7 +16,17 @@ pub enum CalcError {
     DivisionByZero,
     /// A number that does not parse.
     BadNumber(String),
+    /// Parentheses or unary minus nested deeper than [`MAX_DEPTH`], at a byte offset.
+    TooDeep {
+        /// Byte offset.
+        at: usize,
+    },
 }
+
+/// How deeply parentheses and unary minus may nest. The parser recurses once per level, so
+/// without a bound a long run of `(` overflows the thread's stack, and a stack overflow aborts
+/// the whole process (it is not a panic: `catch_unwind` cannot stop it).
+pub const MAX_DEPTH: usize = 256;
 
 impl fmt::Display for CalcError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
@@ -24,6 +34,10 @@ impl fmt::Display for CalcError {
             CalcError::Unexpected { at, found } => write!(f, "unexpected {found} at offset {at}"),
             CalcError::DivisionByZero => f.write_str("division by zero"),
             CalcError::BadNumber(n) => write!(f, "bad number `{n}`"),
+            CalcError::TooDeep { at } => write!(
+                f,
+                "nested deeper than {MAX_DEPTH} levels at offset {at}: simplify the expression"
+            ),
         }
     }
 }
@@ -40,6 +54,7 @@ pub fn eval(expression: &str) -> Result<f64, CalcError> {
     let mut p = Parser {
         s: expression.as_bytes(),
         i: 0,
+        depth: 0,
     };
     let v = p.expr()?;
     p.ws();
@@ -52,6 +67,7 @@ pub fn eval(expression: &str) -> Result<f64, CalcError> {
 struct Parser<'a> {
     s: &'a [u8],
     i: usize,
+    depth: usize,
 }
 
 impl Parser<'_> {
@@ -103,6 +119,16 @@ impl Parser<'_> {
     }
 
     fn factor(&mut self) -> Result<f64, CalcError> {
+        if self.depth >= MAX_DEPTH {
+            return Err(CalcError::TooDeep { at: self.i });
+        }
+        self.depth += 1;
+        let v = self.factor_inner();
+        self.depth -= 1;
+        v
+    }
+
+    fn factor_inner(&mut self) -> Result<f64, CalcError> {
         match self.peek() {
             Some(b'-') => {
                 self.i += 1;
@@ -154,5 +180,35 @@ mod tests {
             Err(CalcError::Unexpected { at: 2, .. })
         ));
         assert!(matches!(eval("1.2.3"), Err(CalcError::BadNumber(_))));
+    }
+
+    #[test]
+    fn deep_nesting_is_an_error_not_a_stack_overflow() {
+        // On the stack a tokio worker thread has (2 MiB): without the bound this aborts the
+        // process.
+        let deep = std::thread::Builder::new()
+            .stack_size(2 * 1024 * 1024)
+            .spawn(|| {
+                let parens = format!("{}1{}", "(".repeat(200_000), ")".repeat(200_000));
+                let minus = format!("{}1", "-".repeat(200_000));
+                (eval(&parens), eval(&minus))
+            })
+            .unwrap()
+            .join()
+            .unwrap();
+        assert_eq!(deep.0, Err(CalcError::TooDeep { at: MAX_DEPTH }));
+        assert!(matches!(deep.1, Err(CalcError::TooDeep { .. })));
+        assert!(
+            deep.0
+                .unwrap_err()
+                .to_string()
+                .contains("nested deeper than")
+        );
+        let ok = format!(
+            "{}1{}",
+            "(".repeat(MAX_DEPTH - 1),
+            ")".repeat(MAX_DEPTH - 1)
+        );
+        assert_eq!(eval(&ok), Ok(1.0));
     }
 }

@@ -63,8 +63,18 @@ async fn calculate(req: Invocation<Calculate>) -> Result<Calculated, ToolError> 
     })
 }
 
+/// The most expressions one batch may hold: each is a sub-task with its own stored record and
+/// request, so an unbounded batch is unbounded work and memory for one request.
+pub const MAX_BATCH: usize = 1_000;
+
 /// Evaluates a batch of expressions in parallel with the calculator.
 async fn batch(mut task: TaskContext<Batch>) -> soorma::Result<Delegated> {
+    let n = task.data.expressions.len();
+    if n > MAX_BATCH {
+        return Err(soorma::Error::InvalidArgument(format!(
+            "a batch of {n} expressions; at most {MAX_BATCH} are taken: split it"
+        )));
+    }
     // Reported before the fan-out, so that it goes out before any result (and the reply).
     task.progress(0.1, "fanning out to the calculator").await?;
     let requests: Vec<Calculate> = task
@@ -97,7 +107,7 @@ pub fn calculator() -> AgentBuilder {
 
 /// The `batch-calculator` worker: `batch.requested` with a [`Batch`], completes with every
 /// [`Calculated`] in order (`null` for an expression that failed); reports progress 0.1
-/// before fanning out.
+/// before fanning out. A batch of more than [`MAX_BATCH`] expressions fails at once.
 pub fn batch_calculator() -> AgentBuilder {
     Worker::new("batch-calculator")
         .version("1.0.0")

@@ -6,7 +6,7 @@ use std::time::Duration;
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 use serde_json::{Value, json};
-use soorma::gateway::{Gateway, GatewayAuth, GatewayHandle};
+use soorma::gateway::{Caller, Gateway, GatewayAuth, GatewayHandle};
 use soorma::http::HttpConfig;
 use soorma::prelude::*;
 use soorma::{AgentHandle, Platform};
@@ -103,6 +103,65 @@ impl Setup {
             .unwrap();
         assert_eq!(r.status().as_u16(), 200);
         r.json().await.unwrap()
+    }
+
+    /// A JSON-RPC call with extra headers (credentials); the whole response body.
+    async fn rpc_as(&self, headers: &[(&str, &str)], method: &str, params: Value) -> Value {
+        let mut request = self
+            .http
+            .post(self.url("/agents/multi"))
+            .json(&json!({"jsonrpc": "2.0", "id": 1, "method": method, "params": params}));
+        for (name, value) in headers {
+            request = request.header(*name, *value);
+        }
+        let r = request.send().await.unwrap();
+        assert_eq!(r.status().as_u16(), 200);
+        r.json().await.unwrap()
+    }
+
+    /// Starts a slow task on `multi` (returns at once) as the caller `headers` name, for
+    /// `tenant`; returns its id.
+    async fn start_slow(
+        &self,
+        headers: &[(&str, &str)],
+        tenant: Option<&str>,
+        nap_ms: u64,
+    ) -> String {
+        let mut params = json!({
+            "message": {"messageId": "m-slow", "role": "ROLE_USER",
+                        "parts": [{"data": {"nap_ms": nap_ms}}],
+                        "metadata": {"skillId": "slow.requested"}},
+            "configuration": {"returnImmediately": true}});
+        if let Some(t) = tenant {
+            params["tenant"] = json!(t);
+        }
+        let r = self.rpc_as(headers, "SendMessage", params).await;
+        assert_eq!(
+            r["result"]["task"]["status"]["state"], "TASK_STATE_WORKING",
+            "{r}"
+        );
+        r["result"]["task"]["id"].as_str().unwrap().to_owned()
+    }
+
+    /// Waits until the task is finished; returns it.
+    async fn finished(&self, headers: &[(&str, &str)], tenant: Option<&str>, id: &str) -> Value {
+        let deadline = tokio::time::Instant::now() + Duration::from_secs(20);
+        loop {
+            let mut params = json!({"id": id});
+            if let Some(t) = tenant {
+                params["tenant"] = json!(t);
+            }
+            let got = self.rpc_as(headers, "GetTask", params).await;
+            let state = got["result"]["status"]["state"]
+                .as_str()
+                .unwrap_or_default()
+                .to_owned();
+            if !state.is_empty() && state != "TASK_STATE_WORKING" {
+                return got["result"].clone();
+            }
+            assert!(tokio::time::Instant::now() < deadline, "{got}");
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
     }
 
     async fn send(&self, agent: &str, parts: Value, extra: Value) -> Value {
@@ -432,7 +491,7 @@ async fn json_rpc_errors_follow_the_spec() {
         .await
         .unwrap();
     assert_eq!(error_code(&invalid), -32600);
-    let unknown = s.rpc("calculator", "tasks/get", json!({})).await;
+    let unknown = s.rpc("calculator", "tasks/frobnicate", json!({})).await;
     assert_eq!(error_code(&unknown), -32601);
     let missing = s
         .rpc(
@@ -609,6 +668,47 @@ async fn foreign_hosts_and_non_json_posts_are_refused() {
     s.shutdown().await;
 }
 
+/// Another caller's tasks, as seen by one who did not start them.
+async fn cannot_see(s: &Setup, headers: &[(&str, &str)], tenant: Option<&str>, id: &str) {
+    let with_tenant = |mut params: Value| {
+        if let Some(t) = tenant {
+            params["tenant"] = json!(t);
+        }
+        params
+    };
+    for method in ["GetTask", "CancelTask", "SubscribeToTask"] {
+        let r = s
+            .rpc_as(headers, method, with_tenant(json!({"id": id})))
+            .await;
+        assert_eq!(error_code(&r), -32001, "{method}: {r}");
+        assert!(!r.to_string().contains("m-slow"), "{r}");
+    }
+    let listed = s
+        .rpc_as(headers, "ListTasks", with_tenant(json!({"pageSize": 100})))
+        .await;
+    let ids: Vec<&Value> = listed["result"]["tasks"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|t| &t["id"])
+        .collect();
+    assert!(!ids.contains(&&json!(id)), "{listed}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn tasks_are_scoped_to_the_tenant_without_auth() {
+    let s = Setup::start(&Platform::embedded(), None).await;
+    let acme = s.start_slow(&[], Some("acme"), 1500).await;
+    cannot_see(&s, &[], Some("globex"), &acme).await;
+    cannot_see(&s, &[], None, &acme).await;
+    // acme's task was not canceled by globex: it completes, and acme sees it.
+    let done = s.finished(&[], Some("acme"), &acme).await;
+    assert_eq!(done["status"]["state"], "TASK_STATE_COMPLETED", "{done}");
+    let listed = s.rpc_as(&[], "ListTasks", json!({"tenant": "acme"})).await;
+    assert_eq!(listed["result"]["tasks"][0]["id"], json!(acme), "{listed}");
+    s.shutdown().await;
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_allowlist_replaces_the_loopback_hosts() {
     let gateway = bare_gateway(HttpConfig::default().allowed_host("agents.example.com")).await;
@@ -745,4 +845,550 @@ async fn oversized_and_slow_bodies_are_refused_and_the_connection_closed() {
     assert_eq!(r.status, 408, "{r:?}");
     assert!(raw_http::closed_within(&mut c, WAIT).await);
     gateway.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn api_key_and_bearer_callers_are_isolated() {
+    let auth = GatewayAuth::api_key("X-API-Key", "shared")
+        .with_key("k-acme", Caller::new("acme-ci").tenant("acme"))
+        .with_key("k-globex", Caller::new("globex-ci").tenant("globex"))
+        .with_key("k-other", Caller::new("other"));
+    let s = Setup::start(&Platform::embedded(), Some(auth)).await;
+    let acme_key = [("X-API-Key", "k-acme")];
+    let acme = s.start_slow(&acme_key, None, 1500).await;
+    // Another tenant's key, a key of no tenant naming acme, the one-key holder: none sees it.
+    cannot_see(&s, &[("X-API-Key", "k-globex")], None, &acme).await;
+    cannot_see(&s, &[("X-API-Key", "k-other")], Some("acme"), &acme).await;
+    cannot_see(&s, &[("X-API-Key", "shared")], Some("acme"), &acme).await;
+    // A key bound to acme cannot act for globex.
+    let r = s
+        .rpc_as(&acme_key, "ListTasks", json!({"tenant": "globex"}))
+        .await;
+    assert_eq!(error_code(&r), -32602, "{r}");
+    let done = s.finished(&acme_key, None, &acme).await;
+    assert_eq!(done["status"]["state"], "TASK_STATE_COMPLETED", "{done}");
+    s.shutdown().await;
+
+    let verifier = |token: &str| {
+        token
+            .strip_prefix("jwt-")
+            .map(|tenant| Caller::new(format!("{tenant}-user")).tenant(tenant))
+    };
+    let s = Setup::start(
+        &Platform::embedded(),
+        Some(GatewayAuth::bearer_verifier(verifier)),
+    )
+    .await;
+    let (_, card) = s.get("/.well-known/agent-card.json").await;
+    assert!(
+        card["securitySchemes"].to_string().contains("earer"),
+        "{card}"
+    );
+    let acme = s
+        .start_slow(&[("Authorization", "Bearer jwt-acme")], None, 200)
+        .await;
+    cannot_see(&s, &[("Authorization", "Bearer jwt-globex")], None, &acme).await;
+    let denied = s
+        .http
+        .post(s.url("/agents/multi"))
+        .header("Authorization", "Bearer forged")
+        .json(&json!({"jsonrpc": "2.0", "id": 1, "method": "ListTasks", "params": {}}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(denied.status().as_u16(), 401);
+    s.shutdown().await;
+}
+
+/// A reply published by another tenant, or by another agent of the same tenant, with the
+/// task's id as correlation, does not complete the task; the real reply does. For a task of
+/// tenant acme and for one that names no tenant (before, the gateway's tenant-less client took
+/// replies of every tenant).
+async fn forged_replies_are_ignored(platform: Platform) {
+    let s = Setup::start(&platform, None).await;
+    let mut requests = platform
+        .bus()
+        .observe(Some(Topic::ActionRequests))
+        .await
+        .unwrap();
+    for tenant in [Some("acme"), None] {
+        let task = s.start_slow(&[], tenant, 1500).await;
+        let request = loop {
+            let d = tokio::time::timeout(Duration::from_secs(10), requests.next())
+                .await
+                .unwrap()
+                .unwrap();
+            if d.envelope.correlation_id.as_deref() == Some(task.as_str()) {
+                break d.envelope.clone();
+            }
+        };
+        let reply_event = request.response_event.clone().unwrap();
+        let forged =
+            json!({"request_id": task, "success": true, "result": "FORGED by tenant evil"});
+        let evil = platform.client("multi").with_tenant("evil").bus();
+        evil.respond(&reply_event, &forged, &task)
+            .tenant_id("evil")
+            .await
+            .unwrap();
+        let impostor = platform.client("impostor").bus();
+        let forged =
+            json!({"request_id": task, "success": true, "result": "FORGED by another agent"});
+        impostor
+            .respond(&reply_event, &forged, &task)
+            .tenant_id(tenant.unwrap_or("default"))
+            .await
+            .unwrap();
+        tokio::time::sleep(Duration::from_millis(300)).await;
+        let mut params = json!({"id": task});
+        if let Some(t) = tenant {
+            params["tenant"] = json!(t);
+        }
+        let got = s.rpc_as(&[], "GetTask", params).await;
+        assert_eq!(
+            got["result"]["status"]["state"], "TASK_STATE_WORKING",
+            "{got}"
+        );
+        let done = s.finished(&[], tenant, &task).await;
+        assert_eq!(done["status"]["state"], "TASK_STATE_COMPLETED", "{done}");
+        assert_eq!(done["artifacts"][0]["parts"][0]["text"], "late", "{done}");
+    }
+    s.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn embedded_forged_replies_are_ignored() {
+    forged_replies_are_ignored(Platform::embedded()).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn nats_forged_replies_are_ignored() {
+    let server = NatsServer::start();
+    forged_replies_are_ignored(nats(&server).await).await;
+}
+
+/// The process's resident memory and its peak since the last reset, in MiB (Linux).
+fn rss_mib() -> (f64, f64) {
+    let status = std::fs::read_to_string("/proc/self/status").unwrap_or_default();
+    let field = |name: &str| {
+        status
+            .lines()
+            .find_map(|l| l.strip_prefix(name))
+            .and_then(|v| v.trim().trim_end_matches("kB").trim().parse::<f64>().ok())
+            .map_or(0.0, |kb| kb / 1024.0)
+    };
+    (field("VmRSS:"), field("VmHWM:"))
+}
+
+fn reset_peak_rss() {
+    // Resets VmHWM to the current RSS (Linux); without it the figure is the process's peak.
+    let _ = std::fs::write("/proc/self/clear_refs", "5");
+}
+
+#[derive(Debug, Serialize, Deserialize, JsonSchema)]
+struct ManyCalcs {
+    expressions: Vec<String>,
+}
+
+impl Request for ManyCalcs {
+    const EVENT: &'static str = "many.requested";
+    type Reply = usize;
+}
+
+async fn many(mut task: TaskContext<ManyCalcs>) -> soorma::Result<Delegated> {
+    let requests: Vec<soorma_examples::calculator::Calculate> = task
+        .data
+        .expressions
+        .iter()
+        .map(|e| soorma_examples::calculator::Calculate {
+            expression: e.clone(),
+        })
+        .collect();
+    task.fan_out(requests).await
+}
+
+async fn many_done(
+    _task: TaskContext<ManyCalcs>,
+    replies: Vec<Result<soorma_examples::calculator::Calculated, SubTaskFailed>>,
+) -> soorma::Result<usize> {
+    Ok(replies.iter().filter(|r| r.is_ok()).count())
+}
+
+/// A fan-out of `n` calculations on a fresh embedded platform: the peak RSS growth (MiB) and
+/// the time it took.
+async fn fan_out_peak(n: usize) -> (f64, Duration) {
+    let platform = Platform::embedded();
+    let calc = calculator().start(&platform).await.unwrap();
+    let worker = Worker::new("many")
+        .use_registered_handlers(false)
+        .handler(Handler::task(many))
+        .handler(Handler::fan_in::<Vec<soorma_examples::calculator::Calculate>>().handle(many_done))
+        .start(&platform)
+        .await
+        .unwrap();
+    let expressions: Vec<String> = (0..n).map(|i| format!("({i} + 1) * 2")).collect();
+    reset_peak_rss();
+    let (before, _) = rss_mib();
+    let started = std::time::Instant::now();
+    let done = platform
+        .client("load")
+        .with_timeout(Duration::from_secs(600))
+        .call(ManyCalcs { expressions })
+        .await
+        .unwrap();
+    let took = started.elapsed();
+    assert_eq!(done, n);
+    let (_, peak) = rss_mib();
+    worker.shutdown().await.unwrap();
+    calc.shutdown().await.unwrap();
+    (peak - before, took)
+}
+
+/// Prints how the peak memory of a fan-out grows with its size (linear, not quadratic). Run
+/// alone or with `--test-threads=1`: it reads the process's memory.
+/// `cargo test -p soorma-tests --test gateway -- --ignored --nocapture fan_out_memory`
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "a measurement: prints figures, takes a minute"]
+async fn fan_out_memory_grows_linearly() {
+    let mut figures = Vec::new();
+    for n in [2_500, 5_000, 10_000] {
+        let (growth, took) = fan_out_peak(n).await;
+        println!(
+            "FANOUT n={n} peak_rss_growth_mib={growth:.1} took_ms={}",
+            took.as_millis()
+        );
+        figures.push(growth);
+    }
+}
+
+/// The examples' calculator behind the gateway: 200,000 nested parentheses fail the task with
+/// a clear error (before: a stack overflow aborted the process), and a batch over the cap
+/// fails at once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn hostile_calculator_input_fails_the_task_not_the_process() {
+    let s = Setup::start(&Platform::embedded(), None).await;
+    let deep = format!("{}1{}", "(".repeat(200_000), ")".repeat(200_000));
+    let r = s
+        .send(
+            "calculator",
+            json!([{"data": {"expression": deep}}]),
+            json!({}),
+        )
+        .await;
+    let task = &r["result"]["task"];
+    assert_eq!(
+        task["status"]["state"],
+        "TASK_STATE_FAILED",
+        "{}",
+        &r.to_string()[..300]
+    );
+    let text = task["status"]["message"]["parts"][0]["text"]
+        .as_str()
+        .unwrap();
+    assert!(text.contains("nested deeper than"), "{text}");
+    // The 400 kB message is not kept whole (over the per-task budget), the task is.
+    assert!(
+        task["history"][0]["parts"][0]["text"]
+            .as_str()
+            .unwrap()
+            .contains("not kept")
+    );
+    let too_many: Vec<String> = (0..=soorma_examples::calculator::MAX_BATCH)
+        .map(|i| format!("{i} + 1"))
+        .collect();
+    let r = s
+        .send(
+            "batch-calculator",
+            json!([{"data": {"expressions": too_many}}]),
+            json!({}),
+        )
+        .await;
+    let task = &r["result"]["task"];
+    assert_eq!(task["status"]["state"], "TASK_STATE_FAILED", "{r}");
+    let text = task["status"]["message"]["parts"][0]["text"]
+        .as_str()
+        .unwrap();
+    assert!(text.contains("at most 1000"), "{text}");
+    // Still serving.
+    let r = s
+        .send(
+            "calculator",
+            json!([{"data": {"expression": "6 * 7"}}]),
+            json!({}),
+        )
+        .await;
+    assert_eq!(
+        r["result"]["task"]["status"]["state"], "TASK_STATE_COMPLETED",
+        "{r}"
+    );
+    s.shutdown().await;
+}
+
+/// 10,000 tasks through the gateway, one in ten carrying 1 MB: the gateway keeps what its
+/// limits allow and the resident memory levels off once eviction starts. Prints the figures.
+/// `cargo test -p soorma-tests --test gateway -- --ignored --nocapture load`
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "a measurement: prints figures, takes about 3 minutes in a debug build"]
+async fn load_10000_tasks_memory_levels_off() {
+    use soorma::gateway::TaskLimits;
+    let platform = Platform::embedded();
+    let agent = Tool::new("multi")
+        .use_registered_handlers(false)
+        .handler(Handler::on_invoke("echo.requested", echo))
+        .start(&platform)
+        .await
+        .unwrap();
+    let limits = TaskLimits::default()
+        .per_task_bytes(3 << 20)
+        .total_bytes(64 << 20);
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let gateway = Gateway::new(&platform)
+        .agent("multi")
+        .limits(limits)
+        .spawn(listener)
+        .await
+        .unwrap();
+    let url = format!("{}/agents/multi", gateway.url());
+    let http = http_client();
+    let big = "x".repeat(1 << 20);
+    let (start_rss, _) = rss_mib();
+    println!("LOAD tasks=0 rss_mib={start_rss:.0}");
+    let mut figures = Vec::new();
+    const TOTAL: usize = 10_000;
+    const CONCURRENT: usize = 16;
+    for round in 0..TOTAL / 1_000 {
+        let mut calls = tokio::task::JoinSet::new();
+        for lane in 0..CONCURRENT {
+            let (http, url, big) = (http.clone(), url.clone(), big.clone());
+            calls.spawn(async move {
+                for i in (lane..1_000).step_by(CONCURRENT) {
+                    let text = if i % 10 == 0 { big.clone() } else { format!("task {i}") };
+                    let body = json!({"jsonrpc": "2.0", "id": i, "method": "SendMessage", "params": {
+                        "message": {"messageId": format!("m-{i}"), "role": "ROLE_USER",
+                                    "parts": [{"text": text}]}}});
+                    let r: Value = http.post(&url).json(&body).send().await.unwrap().json().await.unwrap();
+                    assert_eq!(
+                        r["result"]["task"]["status"]["state"], "TASK_STATE_COMPLETED",
+                        "{}",
+                        &r.to_string()[..200.min(r.to_string().len())]
+                    );
+                }
+            });
+        }
+        while let Some(done) = calls.join_next().await {
+            done.unwrap();
+        }
+        let (rss, _) = rss_mib();
+        let tasks = (round + 1) * 1_000;
+        println!("LOAD tasks={tasks} rss_mib={rss:.0}");
+        figures.push(rss);
+    }
+    // Without bounds, 1,000 tasks of 1 MB request and 1 MB result: 2 GB and more kept.
+    let listed: Value = http
+        .post(&url)
+        .json(&json!({"jsonrpc": "2.0", "id": 1, "method": "ListTasks", "params": {"pageSize": 100, "includeArtifacts": true}}))
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    let page = listed.to_string().len();
+    println!(
+        "LOAD kept_tasks={} list_page_bytes={page}",
+        listed["result"]["totalSize"]
+    );
+    assert!(page < 2 << 20, "a page is bounded in bytes: {page}");
+    let (half, end) = (figures[4], figures[9]);
+    assert!(
+        end - half < 150.0,
+        "resident memory keeps growing: {figures:?}"
+    );
+    gateway.shutdown().await;
+    agent.shutdown().await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn tasks_in_flight_are_capped_and_cancel_frees_a_slot() {
+    use soorma::gateway::TaskLimits;
+    let platform = Platform::embedded();
+    let agent = Tool::new("multi")
+        .use_registered_handlers(false)
+        .handler(Handler::on_invoke("slow.requested", slow))
+        .start(&platform)
+        .await
+        .unwrap();
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let gateway = Gateway::new(&platform)
+        .agent("multi")
+        .limits(TaskLimits::default().max_in_flight(1))
+        .spawn(listener)
+        .await
+        .unwrap();
+    let s = Setup {
+        agents: vec![agent],
+        gateway,
+        http: http_client(),
+    };
+    let first = s.start_slow(&[], None, 5_000).await;
+    let refused = s
+        .rpc_as(
+            &[],
+            "SendMessage",
+            json!({"message": {"messageId": "m", "role": "ROLE_USER", "parts": [{"data": {"nap_ms": 1}}]}}),
+        )
+        .await;
+    assert_eq!(error_code(&refused), -32000, "{refused}");
+    assert!(
+        refused["error"]["message"]
+            .as_str()
+            .unwrap()
+            .contains("in flight"),
+        "{refused}"
+    );
+    let canceled = s.rpc_as(&[], "CancelTask", json!({"id": first})).await;
+    assert_eq!(canceled["result"]["status"]["state"], "TASK_STATE_CANCELED");
+    // The canceled task no longer holds its slot; historyLength 0 leaves the history out.
+    let r = s
+        .rpc_as(
+            &[],
+            "SendMessage",
+            json!({"message": {"messageId": "m", "role": "ROLE_USER", "parts": [{"data": {"nap_ms": 1}}]},
+                   "configuration": {"historyLength": 0}}),
+        )
+        .await;
+    assert_eq!(
+        r["result"]["task"]["status"]["state"], "TASK_STATE_COMPLETED",
+        "{r}"
+    );
+    assert!(
+        r["result"]["task"]["history"]
+            .as_array()
+            .is_none_or(Vec::is_empty),
+        "{r}"
+    );
+    s.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn json_rpc_batches_are_answered_per_request() {
+    let s = Setup::start(&Platform::embedded(), None).await;
+    let post = |body: Value| {
+        let request = s.http.post(s.url("/agents/calculator")).json(&body);
+        async move { request.send().await.unwrap() }
+    };
+    let send = |id: Value, expression: &str| {
+        json!({"jsonrpc": "2.0", "id": id, "method": "SendMessage", "params": {"message": {
+            "messageId": "m", "role": "ROLE_USER", "parts": [{"data": {"expression": expression}}]}}})
+    };
+    let r: Value = post(json!([
+        send(json!(1), "1 + 1"),
+        {"jsonrpc": "2.0", "method": "GetTask", "params": {"id": "notification"}},
+        {"jsonrpc": "2.0", "id": "b", "method": "GetTask", "params": {"id": "nope"}},
+        42,
+        send(json!(3), "2 * 3"),
+        {"jsonrpc": "2.0", "id": "s", "method": "message/stream", "params": {"message": {
+            "kind": "message", "messageId": "m", "role": "user",
+            "parts": [{"kind": "data", "data": {"expression": "1"}}]}}},
+    ]))
+    .await
+    .json()
+    .await
+    .unwrap();
+    let answers = r.as_array().unwrap_or_else(|| panic!("an array: {r}"));
+    assert_eq!(answers.len(), 5, "the notification gets no answer: {r}");
+    assert_eq!(answers[0]["id"], 1);
+    assert_eq!(
+        answers[0]["result"]["task"]["artifacts"][0]["parts"][0]["data"]["result"],
+        2.0
+    );
+    assert_eq!(
+        (answers[1]["id"].clone(), error_code(&answers[1])),
+        (json!("b"), -32001)
+    );
+    assert_eq!(error_code(&answers[2]), -32600);
+    assert_eq!(
+        answers[3]["result"]["task"]["artifacts"][0]["parts"][0]["data"]["result"],
+        6.0
+    );
+    assert_eq!(
+        (answers[4]["id"].clone(), error_code(&answers[4])),
+        (json!("s"), -32600)
+    );
+    // The streaming request was refused before it started a task: two tasks, not three.
+    let listed = s.rpc("calculator", "ListTasks", json!({})).await;
+    assert_eq!(listed["result"]["totalSize"], 2, "{listed}");
+    let empty: Value = post(json!([])).await.json().await.unwrap();
+    assert_eq!(error_code(&empty), -32600, "{empty}");
+    let too_long: Vec<Value> = (0..101)
+        .map(|i| json!({"jsonrpc": "2.0", "id": i, "method": "GetTask", "params": {"id": "x"}}))
+        .collect();
+    let too_long: Value = post(Value::Array(too_long)).await.json().await.unwrap();
+    assert_eq!(error_code(&too_long), -32600, "{too_long}");
+    let only_notifications =
+        post(json!([{"jsonrpc": "2.0", "method": "GetTask", "params": {"id": "x"}}])).await;
+    assert_eq!(only_notifications.status().as_u16(), 204);
+    s.shutdown().await;
+}
+
+/// A v0.3 client, which the v0.3 card at `/.well-known/agent.json` invites, is served on the
+/// same interface: v0.3 method names, messages, tasks and stream events.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn v0_3_clients_are_served() {
+    let s = Setup::start(&Platform::embedded(), None).await;
+    let (_, card) = s.get("/.well-known/agent.json").await;
+    let url = card["url"].as_str().unwrap().to_owned();
+    let call = |method: &str, params: Value| {
+        let request = s
+            .http
+            .post(&url)
+            .json(&json!({"jsonrpc": "2.0", "id": "v03", "method": method, "params": params}));
+        async move { request.send().await.unwrap() }
+    };
+    let message = |expression: &str| {
+        json!({"kind": "message", "messageId": "m-03", "role": "user",
+               "parts": [{"kind": "data", "data": {"expression": expression}}]})
+    };
+    let sent: Value = call("message/send", json!({"message": message("6 * 7")}))
+        .await
+        .json()
+        .await
+        .unwrap();
+    let task = &sent["result"];
+    assert_eq!(task["kind"], "task", "{sent}");
+    assert_eq!(task["status"]["state"], "completed", "{sent}");
+    assert_eq!(task["artifacts"][0]["parts"][0]["kind"], "data");
+    assert_eq!(task["artifacts"][0]["parts"][0]["data"]["result"], 42.0);
+    assert_eq!(task["history"][0]["role"], "user");
+    let id = task["id"].as_str().unwrap();
+    let got: Value = call("tasks/get", json!({"id": id, "historyLength": 0}))
+        .await
+        .json()
+        .await
+        .unwrap();
+    assert_eq!(got["result"]["status"]["state"], "completed", "{got}");
+    let missing: Value = call("tasks/cancel", json!({"id": "nope"}))
+        .await
+        .json()
+        .await
+        .unwrap();
+    assert_eq!(error_code(&missing), -32001);
+    let events = read_sse(call("message/stream", json!({"message": message("1 + 1")})).await).await;
+    assert_eq!(events[0]["result"]["kind"], "task", "{events:?}");
+    let last = &events.last().unwrap()["result"];
+    assert_eq!(
+        (
+            last["kind"].as_str(),
+            last["final"].as_bool(),
+            last["status"]["state"].as_str()
+        ),
+        (Some("status-update"), Some(true), Some("completed")),
+        "{events:?}"
+    );
+    assert!(
+        events
+            .iter()
+            .any(|e| e["result"]["kind"] == "artifact-update"),
+        "{events:?}"
+    );
+    s.shutdown().await;
 }

@@ -16,6 +16,13 @@
 //! (a skill id is the consumed event), else the agent's only skill, else the one skill whose
 //! input schema the data matches. The reply becomes the task's status and a `result` artifact;
 //! an error reply fails the task; a payload its schema rejects is `TASK_STATE_REJECTED`.
+//! A2A v0.3 clients are served on the same interface (`message/send`, `tasks/get`, ...), and
+//! JSON-RPC batches are answered per request.
+//!
+//! Tasks belong to the caller that started them ([`Caller`]: the principal its credentials
+//! name through [`GatewayAuth`], and its tenant); no one else sees them. Replies count only
+//! from the task's tenant and agent. What the gateway keeps and runs is bounded by
+//! [`TaskLimits`]. See `docs/security.md` for the threat model.
 //!
 //! ```no_run
 //! # #[tokio::main(flavor = "current_thread")] async fn main() -> soorma::Result<()> {
@@ -27,9 +34,13 @@
 //! # }
 //! ```
 
+mod auth;
+mod methods;
 mod rpc;
 mod skills;
+mod stream;
 mod tasks;
+mod v0_3;
 
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -38,115 +49,24 @@ use std::time::Duration;
 use axum::Router;
 use axum::body::Bytes;
 use axum::extract::{Path, State};
-use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
-use axum::response::sse::{Event as SseEvent, KeepAlive, Sse};
+use axum::http::{HeaderMap, StatusCode};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
-use serde_json::{Value, json};
-use soorma_common::a2a::{
-    AgentCard, CardBuilder, Message, SendMessageRequest, SendMessageResponse, StreamResponse, Task,
-    TaskIdParams, TaskState, TaskStatus,
-};
-use soorma_common::{AgentDefinition, Topic};
-use tokio::sync::broadcast;
+use serde_json::json;
+use soorma_common::AgentDefinition;
+use soorma_common::a2a::{AgentCard, CardBuilder};
 
-use crate::client::Client;
 use crate::error::{Error, Result};
 use crate::http::{ErrorStyle, HttpConfig, HttpServer};
 use crate::platform::Platform;
 use crate::platform::discovery::Requirements;
-use crate::util::{new_id, now_rfc3339};
-use rpc::{RpcError, RpcRequest};
-use tasks::{Outcome, TaskTable};
-
-/// How the gateway authenticates clients; declared in every card and enforced on every
-/// JSON-RPC call (HTTP 401 otherwise). Cards themselves are public.
-///
-/// ```
-/// use soorma::gateway::GatewayAuth;
-/// let auth = GatewayAuth::api_key("X-API-Key", "s3cret");
-/// # let _ = auth;
-/// ```
-#[derive(Clone, PartialEq, Eq)]
-#[non_exhaustive]
-pub enum GatewayAuth {
-    /// An API key in a request header.
-    ApiKey {
-        /// The header name, e.g. `X-API-Key`.
-        header: String,
-        /// The keys accepted.
-        keys: Vec<String>,
-    },
-    /// `Authorization: Bearer <token>`.
-    Bearer {
-        /// The tokens accepted.
-        tokens: Vec<String>,
-    },
-}
-
-impl std::fmt::Debug for GatewayAuth {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        match self {
-            Self::ApiKey { header, keys } => f
-                .debug_struct("ApiKey")
-                .field("header", header)
-                .field("keys", &format!("<{} hidden>", keys.len()))
-                .finish(),
-            Self::Bearer { tokens } => f
-                .debug_struct("Bearer")
-                .field("tokens", &format!("<{} hidden>", tokens.len()))
-                .finish(),
-        }
-    }
-}
-
-impl GatewayAuth {
-    /// One API key, sent in `header`.
-    ///
-    /// ```
-    /// let auth = soorma::gateway::GatewayAuth::api_key("X-API-Key", "k1");
-    /// assert!(format!("{auth:?}").contains("hidden"));
-    /// ```
-    pub fn api_key(header: impl Into<String>, key: impl Into<String>) -> Self {
-        Self::ApiKey {
-            header: header.into(),
-            keys: vec![key.into()],
-        }
-    }
-
-    /// One bearer token.
-    ///
-    /// ```
-    /// let auth = soorma::gateway::GatewayAuth::bearer("t0ken");
-    /// # let _ = auth;
-    /// ```
-    pub fn bearer(token: impl Into<String>) -> Self {
-        Self::Bearer {
-            tokens: vec![token.into()],
-        }
-    }
-
-    fn allows(&self, headers: &HeaderMap) -> bool {
-        match self {
-            Self::ApiKey { header, keys } => headers
-                .get(header.as_str())
-                .and_then(|v| v.to_str().ok())
-                .is_some_and(|v| keys.iter().any(|k| k == v)),
-            Self::Bearer { tokens } => headers
-                .get(header::AUTHORIZATION)
-                .and_then(|v| v.to_str().ok())
-                .and_then(|v| v.strip_prefix("Bearer "))
-                .is_some_and(|v| tokens.iter().any(|t| t == v.trim())),
-        }
-    }
-
-    fn challenge(&self) -> &'static str {
-        match self {
-            Self::ApiKey { .. } => "ApiKey",
-            Self::Bearer { .. } => "Bearer",
-        }
-    }
-}
+use crate::protocol::publish::BusClient;
+use crate::spi::bus::{EventFilter, SubscriptionSpec};
+use crate::util::new_id;
+pub use auth::{BearerVerifier, Caller, GatewayAuth};
+use methods::rpc;
+pub use tasks::TaskLimits;
+use tasks::TaskTable;
 
 /// An A2A gateway in front of agents on a platform.
 ///
@@ -175,6 +95,7 @@ pub struct Gateway {
     auth: Option<GatewayAuth>,
     wait: Duration,
     task_timeout: Duration,
+    limits: TaskLimits,
     provider: Option<(String, String)>,
     http: HttpConfig,
 }
@@ -194,6 +115,7 @@ impl Gateway {
             auth: None,
             wait: Duration::from_secs(30),
             task_timeout: Duration::from_secs(3600),
+            limits: TaskLimits::default(),
             provider: None,
             http: HttpConfig::default(),
         }
@@ -259,6 +181,19 @@ impl Gateway {
         self
     }
 
+    /// How many tasks the gateway keeps and runs at once, and how many bytes they may hold
+    /// (see [`TaskLimits`] for the defaults).
+    ///
+    /// ```
+    /// use soorma::gateway::{Gateway, TaskLimits};
+    /// let g = Gateway::new(&soorma::Platform::embedded()).limits(TaskLimits::default().max_in_flight(32));
+    /// # let _ = g;
+    /// ```
+    pub fn limits(mut self, limits: TaskLimits) -> Self {
+        self.limits = limits;
+        self
+    }
+
     /// The organization named as provider in the cards.
     ///
     /// ```
@@ -307,33 +242,23 @@ impl Gateway {
             .public_url
             .clone()
             .unwrap_or_else(|| format!("http://{addr}"));
-        let state = Arc::new(GatewayState {
-            client: self
-                .platform
-                .client("a2a-gateway")
-                .with_timeout(self.task_timeout),
-            reply_event: format!("a2a-gateway.replied.{}", new_id()),
-            tasks: TaskTable::default(),
-            url: url.clone(),
-            gateway: self,
-        });
-        let http_config = state.gateway.http.clone();
+        let http_config = self.http.clone();
+        let (state, background) = GatewayState::start(self, url.clone()).await?;
         let http = HttpServer::spawn(
             listener,
-            router(state.clone()),
+            router(state),
             &http_config,
             ErrorStyle::Plain,
             "A2A gateway",
             || {},
         )
         .map_err(|e| Error::Config(format!("gateway listener: {e}")))?;
-        let progress = tokio::spawn(route_progress(state));
         tracing::info!(%url, "A2A gateway listening");
         Ok(GatewayHandle {
             addr,
             url,
             http,
-            progress,
+            background,
         })
     }
 
@@ -368,7 +293,7 @@ pub struct GatewayHandle {
     addr: SocketAddr,
     url: String,
     http: HttpServer,
-    progress: tokio::task::JoinHandle<()>,
+    background: Vec<tokio::task::JoinHandle<()>>,
 }
 
 impl GatewayHandle {
@@ -408,20 +333,50 @@ impl GatewayHandle {
     /// # Ok(()) }
     /// ```
     pub async fn shutdown(self) {
-        self.progress.abort();
+        for task in &self.background {
+            task.abort();
+        }
         self.http.stop().await;
     }
 }
 
 struct GatewayState {
     gateway: Gateway,
-    client: Client,
+    bus: BusClient,
     reply_event: String,
     tasks: TaskTable,
     url: String,
 }
 
 impl GatewayState {
+    /// The state, and its background tasks: reply and progress routing, task expiry. The
+    /// reply subscription is in place before any request can be sent.
+    async fn start(
+        gateway: Gateway,
+        url: String,
+    ) -> Result<(Arc<Self>, Vec<tokio::task::JoinHandle<()>>)> {
+        let reply_event = format!("a2a-gateway.replied.{}", new_id());
+        let spec = SubscriptionSpec::new(
+            format!("a2a-gateway-{}", new_id()),
+            soorma_common::Topic::ActionResults,
+            EventFilter::only([reply_event.as_str()]),
+        );
+        let replies = gateway.platform.bus().subscribe(spec).await?;
+        let state = Arc::new(Self {
+            bus: gateway.platform.bus_client("a2a-gateway"),
+            reply_event,
+            tasks: TaskTable::new(gateway.limits, gateway.task_timeout),
+            url,
+            gateway,
+        });
+        let background = vec![
+            tokio::spawn(stream::route_replies(state.clone(), replies)),
+            tokio::spawn(stream::route_progress(state.clone())),
+            tokio::spawn(stream::expire_tasks(state.clone())),
+        ];
+        Ok((state, background))
+    }
+
     fn default_agent(&self) -> &str {
         &self.gateway.agents[0]
     }
@@ -455,8 +410,10 @@ impl GatewayState {
             builder = builder.with_provider(org, url);
         }
         builder = match &self.gateway.auth {
-            Some(GatewayAuth::ApiKey { header, .. }) => builder.with_api_key(header),
-            Some(GatewayAuth::Bearer { .. }) => builder.with_bearer(),
+            Some(auth) => match auth.api_key_header() {
+                Some(header) => builder.with_api_key(header),
+                None => builder.with_bearer(),
+            },
             None => builder,
         };
         builder.build().map_err(|e| e.to_string())
@@ -533,318 +490,4 @@ async fn agent_rpc(
     body: Bytes,
 ) -> Response {
     rpc(state, agent, headers, body).await
-}
-
-fn rpc_reply(id: &Value, result: std::result::Result<Value, RpcError>) -> Response {
-    let body = match result {
-        Ok(value) => rpc::success(id, value),
-        Err(e) => rpc::failure(id, &e),
-    };
-    json_response(StatusCode::OK, &body)
-}
-
-fn params<T: serde::de::DeserializeOwned>(params: Value) -> std::result::Result<T, RpcError> {
-    serde_path_to_error::deserialize(params).map_err(|e| {
-        let path = e.path().to_string();
-        let description = e.into_inner().to_string();
-        RpcError::invalid_params(format!("at `{path}`: {description}")).with_data(json!([{
-            "@type": "type.googleapis.com/google.rpc.BadRequest",
-            "fieldViolations": [{"field": path, "description": description}],
-        }]))
-    })
-}
-
-async fn rpc(state: Arc<GatewayState>, agent: String, headers: HeaderMap, body: Bytes) -> Response {
-    if let Some(auth) = &state.gateway.auth
-        && !auth.allows(&headers)
-    {
-        let mut response = json_response(
-            StatusCode::UNAUTHORIZED,
-            &json!({"error": "authentication required: see the agent card's securitySchemes"}),
-        );
-        response.headers_mut().insert(
-            header::WWW_AUTHENTICATE,
-            HeaderValue::from_static(auth.challenge()),
-        );
-        return response;
-    }
-    if !state.serves(&agent) {
-        return json_response(
-            StatusCode::NOT_FOUND,
-            &json!({"error": format!("no agent `{agent}` behind this gateway")}),
-        );
-    }
-    let request = match RpcRequest::parse(&body) {
-        Ok(r) => r,
-        Err((id, e)) => return rpc_reply(&id, Err(e)),
-    };
-    if let Some(version) = headers.get("A2A-Version").and_then(|v| v.to_str().ok()) {
-        let version = version.trim();
-        if !(version == "1" || version == "1.0" || version.starts_with("1.0.")) {
-            return rpc_reply(&request.id, Err(RpcError::version_not_supported(version)));
-        }
-    }
-    let id = request.id.clone();
-    let span = tracing::info_span!("soorma.a2a", agent = %agent, method = %request.method);
-    let _entered = span.enter();
-    match request.method.as_str() {
-        "SendMessage" => rpc_reply(&id, send_message(&state, &agent, request.params).await),
-        "SendStreamingMessage" => match start(&state, &agent, request.params).await {
-            Ok((task, rx)) => stream(id, task, rx),
-            Err(e) => rpc_reply(&id, Err(e)),
-        },
-        "SubscribeToTask" => match subscribe(&state, &agent, request.params) {
-            Ok((task, rx)) => stream(id, task, rx),
-            Err(e) => rpc_reply(&id, Err(e)),
-        },
-        "GetTask" => rpc_reply(&id, get_task(&state, &agent, request.params)),
-        "ListTasks" => rpc_reply(&id, list_tasks(&state, &agent, request.params)),
-        "CancelTask" => rpc_reply(&id, cancel_task(&state, &agent, request.params)),
-        "CreateTaskPushNotificationConfig"
-        | "GetTaskPushNotificationConfig"
-        | "ListTaskPushNotificationConfigs"
-        | "DeleteTaskPushNotificationConfig" => rpc_reply(&id, Err(RpcError::push_not_supported())),
-        "GetExtendedAgentCard" => rpc_reply(&id, Err(RpcError::extended_card_not_configured())),
-        other => rpc_reply(&id, Err(RpcError::method_not_found(other))),
-    }
-}
-
-/// Starts the task a message asks for; returns it and a receiver of its updates.
-async fn start(
-    state: &Arc<GatewayState>,
-    agent: &str,
-    params: Value,
-) -> std::result::Result<(Task, broadcast::Receiver<StreamResponse>), RpcError> {
-    let request: SendMessageRequest = self::params(params)?;
-    let mut message: Message = request.message;
-    if let Some(task_id) = &message.task_id {
-        return Err(match state.tasks.get(agent, task_id, Some(0)) {
-            None => RpcError::task_not_found(task_id),
-            Some(_) => RpcError::unsupported(
-                "continuing a task with a new message; send a message without `taskId` to start a new task",
-            ),
-        });
-    }
-    let data = skills::payload(&message)?;
-    let def = state.definition(agent).await.map_err(RpcError::internal)?;
-    let skill_id = message
-        .metadata
-        .as_ref()
-        .and_then(|m| m.get("skillId"))
-        .or_else(|| request.metadata.as_ref().and_then(|m| m.get("skillId")))
-        .and_then(Value::as_str)
-        .map(str::to_owned);
-    let capability = skills::pick(&def, skill_id.as_deref(), &data)?;
-    let event = capability.consumed_event.event_name.clone();
-
-    let task_id = new_id();
-    let context_id = message.context_id.clone().unwrap_or_else(new_id);
-    message.task_id = Some(task_id.clone());
-    message.context_id = Some(context_id.clone());
-    let mut client = state.client.clone();
-    if let Some(tenant) = &request.tenant {
-        client = client.with_tenant(tenant);
-    }
-    let call = client
-        .request(&event, data, &state.reply_event)
-        .correlation_id(&task_id)
-        .session_id(&context_id);
-    let request_id = call.envelope().map_err(RpcError::internal)?.id.clone();
-    let mut status = TaskStatus::new(TaskState::Working);
-    status.timestamp = Some(now_rfc3339());
-    let mut task = Task::new(&task_id, &context_id, status);
-    task.history.push(message);
-    let mut metadata = serde_json::Map::new();
-    metadata.insert("skillId".into(), Value::String(event.clone()));
-    task.metadata = Some(metadata);
-    let rx = state.tasks.insert(agent, task.clone(), request_id);
-    tracing::info!(task_id = %task_id, event_type = %event, "A2A task started");
-    let worker = state.clone();
-    tokio::spawn(async move {
-        let outcome = match call.await {
-            Ok(reply) if reply.reply.success => {
-                Outcome::Completed(reply.reply.result.unwrap_or(Value::Null))
-            }
-            Ok(reply) => Outcome::Failed(reply.reply.error.unwrap_or_default()),
-            Err(e @ Error::SchemaViolation { .. }) => Outcome::Rejected(e.to_string()),
-            Err(e) => Outcome::Failed(e.to_string()),
-        };
-        worker.tasks.apply(&task_id, outcome);
-    });
-    Ok((task, rx))
-}
-
-async fn send_message(
-    state: &Arc<GatewayState>,
-    agent: &str,
-    params: Value,
-) -> std::result::Result<Value, RpcError> {
-    let return_immediately = params
-        .get("configuration")
-        .and_then(|c| c.get("returnImmediately"))
-        .and_then(Value::as_bool)
-        .unwrap_or(false);
-    let history_length = params
-        .get("configuration")
-        .and_then(|c| c.get("historyLength"))
-        .and_then(Value::as_i64)
-        .and_then(|n| i32::try_from(n).ok());
-    let (task, mut rx) = start(state, agent, params).await?;
-    if !return_immediately {
-        let finished = async {
-            loop {
-                match rx.recv().await {
-                    Ok(StreamResponse::StatusUpdate(u)) if u.status.state.is_terminal() => break,
-                    Ok(_) | Err(broadcast::error::RecvError::Lagged(_)) => {}
-                    Err(broadcast::error::RecvError::Closed) => break,
-                }
-            }
-        };
-        let _ = tokio::time::timeout(state.gateway.wait, finished).await;
-    }
-    let task = state
-        .tasks
-        .get(agent, &task.id, history_length)
-        .unwrap_or(task);
-    serde_json::to_value(SendMessageResponse::Task(task)).map_err(RpcError::internal)
-}
-
-fn subscribe(
-    state: &GatewayState,
-    agent: &str,
-    params: Value,
-) -> std::result::Result<(Task, broadcast::Receiver<StreamResponse>), RpcError> {
-    let p: TaskIdParams = self::params(params)?;
-    let (task, rx) = state
-        .tasks
-        .subscribe(agent, &p.id)
-        .ok_or_else(|| RpcError::task_not_found(&p.id))?;
-    if task.status.state.is_terminal() {
-        return Err(RpcError::unsupported(format!(
-            "task `{}` has finished ({:?}); use GetTask",
-            p.id, task.status.state
-        )));
-    }
-    Ok((task, rx))
-}
-
-fn get_task(
-    state: &GatewayState,
-    agent: &str,
-    params: Value,
-) -> std::result::Result<Value, RpcError> {
-    let p: TaskIdParams = self::params(params)?;
-    let task = state
-        .tasks
-        .get(agent, &p.id, p.history_length)
-        .ok_or_else(|| RpcError::task_not_found(&p.id))?;
-    serde_json::to_value(task).map_err(RpcError::internal)
-}
-
-fn list_tasks(
-    state: &GatewayState,
-    agent: &str,
-    params: Value,
-) -> std::result::Result<Value, RpcError> {
-    let context = params.get("contextId").and_then(Value::as_str);
-    let status: Option<TaskState> = match params.get("status") {
-        None | Some(Value::Null) => None,
-        Some(s) => Some(
-            serde_json::from_value(s.clone())
-                .map_err(|e| RpcError::invalid_params(format!("at `status`: {e}")))?,
-        ),
-    };
-    let page = params
-        .get("pageSize")
-        .and_then(Value::as_u64)
-        .map_or(50, |n| n.clamp(1, 100) as usize);
-    let tasks = state.tasks.list(agent, context, status, page);
-    Ok(json!({"tasks": tasks, "nextPageToken": "", "pageSize": page, "totalSize": tasks.len()}))
-}
-
-fn cancel_task(
-    state: &GatewayState,
-    agent: &str,
-    params: Value,
-) -> std::result::Result<Value, RpcError> {
-    let p: TaskIdParams = self::params(params)?;
-    match state.tasks.cancel(agent, &p.id) {
-        Ok(Some(task)) => serde_json::to_value(task).map_err(RpcError::internal),
-        Ok(None) => Err(RpcError::task_not_found(&p.id)),
-        Err(terminal) => Err(RpcError::task_not_cancelable(&p.id, terminal)),
-    }
-}
-
-/// Server-sent events: the task, then its updates until it finishes.
-fn stream(id: Value, task: Task, rx: broadcast::Receiver<StreamResponse>) -> Response {
-    let first = rpc::success(
-        &id,
-        serde_json::to_value(StreamResponse::Task(task)).unwrap_or(Value::Null),
-    );
-    let events = futures_util::stream::unfold(
-        (Some(first), rx, id, false),
-        |(first, mut rx, id, done)| async move {
-            if let Some(first) = first {
-                return Some((sse(&first), (None, rx, id, false)));
-            }
-            if done {
-                return None;
-            }
-            loop {
-                match rx.recv().await {
-                    Ok(update) => {
-                        let finished = matches!(&update, StreamResponse::StatusUpdate(u) if u.status.state.is_terminal());
-                        let body =
-                            rpc::success(&id, serde_json::to_value(update).unwrap_or(Value::Null));
-                        return Some((sse(&body), (None, rx, id, finished)));
-                    }
-                    Err(broadcast::error::RecvError::Lagged(n)) => {
-                        tracing::warn!(skipped = n, "a slow A2A stream missed updates");
-                    }
-                    Err(broadcast::error::RecvError::Closed) => return None,
-                }
-            }
-        },
-    );
-    Sse::new(events)
-        .keep_alive(KeepAlive::default())
-        .into_response()
-}
-
-fn sse(body: &Value) -> std::result::Result<SseEvent, std::convert::Infallible> {
-    Ok(SseEvent::default().data(body.to_string()))
-}
-
-/// Routes `task.progress` events of the gateway's tasks to their status.
-async fn route_progress(state: Arc<GatewayState>) {
-    let mut sub = match state
-        .gateway
-        .platform
-        .bus()
-        .observe(Some(Topic::SystemEvents))
-        .await
-    {
-        Ok(sub) => sub,
-        Err(e) => {
-            tracing::warn!(error = %e, "the A2A gateway cannot observe task progress; streams show start and end only");
-            return;
-        }
-    };
-    while let Some(delivery) = sub.next().await {
-        let env = &delivery.envelope;
-        let Some(progress) = crate::protocol::progress::progress_report(env) else {
-            continue;
-        };
-        let task_id = state.tasks.by_request(&progress.task_id).or_else(|| {
-            env.correlation_id
-                .clone()
-                .filter(|c| state.tasks.contains(c))
-        });
-        if let Some(task_id) = task_id {
-            state.tasks.apply(
-                &task_id,
-                Outcome::Progress(progress.progress, progress.message),
-            );
-        }
-    }
 }

@@ -76,6 +76,18 @@ impl RpcError {
         )
     }
 
+    /// Too many tasks in flight: an implementation-defined server error (JSON-RPC reserves
+    /// -32000 to -32099 for them; A2A uses none of -32000).
+    pub fn busy(in_flight: usize, tenant: Option<&str>) -> Self {
+        let whose = tenant.map_or(String::new(), |t| format!(" for tenant `{t}`"));
+        Self::new(
+            -32000,
+            format!(
+                "Server busy: {in_flight} tasks are in flight{whose}, this gateway's limit; retry when some have finished"
+            ),
+        )
+    }
+
     pub fn with_data(mut self, data: Value) -> Self {
         self.data = Some(data);
         self
@@ -92,9 +104,15 @@ pub(crate) struct RpcRequest {
 
 impl RpcRequest {
     /// Parses a request body; on failure returns the error and the id, if one was readable.
+    #[cfg(test)]
     pub fn parse(body: &[u8]) -> Result<Self, (Value, RpcError)> {
         let value: Value =
             serde_json::from_slice(body).map_err(|e| (Value::Null, RpcError::parse(e)))?;
+        Self::from_value(value)
+    }
+
+    /// Reads a request from parsed JSON (one element of a batch, or a whole body).
+    pub fn from_value(value: Value) -> Result<Self, (Value, RpcError)> {
         let Value::Object(mut obj) = value else {
             return Err((
                 Value::Null,

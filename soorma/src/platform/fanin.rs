@@ -42,7 +42,10 @@ struct MarkWaiter {
 /// completed its group (true for exactly one mark per group, across every writer).
 #[derive(Debug, Clone)]
 pub(crate) struct Marked {
-    pub(crate) task: state::Versioned<TaskRecord>,
+    /// The task as stored by the write, shared by every mark of that write: a parent record
+    /// holds the task's whole request, so a copy per sub-task result would cost O(n) each,
+    /// O(n²) for a fan-out of n.
+    pub(crate) task: Arc<state::Versioned<TaskRecord>>,
     pub(crate) completed_group: bool,
 }
 
@@ -178,6 +181,7 @@ impl FanIn {
                 },
             )
             .await
+            .map(|(completed, stored)| (completed, Arc::new(stored)))
             .map_err(|e| SharedError(Arc::new(e)));
             for (i, w) in batch.into_iter().enumerate() {
                 let marked = result.as_ref().map(|(completed, stored)| Marked {
@@ -187,5 +191,54 @@ impl FanIn {
                 let _ = w.tx.send(marked.map_err(Clone::clone));
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use soorma_common::SubTaskGroup;
+
+    use super::*;
+    use crate::engine::embedded::MemoryStore;
+    use crate::spi::state::StateStore;
+
+    /// Marks that go into one write share the stored task: a fan-out of n does not copy its
+    /// (request-sized) task n times. On one thread every mark queues before the writer runs,
+    /// so all go into one write.
+    #[tokio::test]
+    async fn marks_of_one_write_share_the_stored_task() {
+        let store: Arc<dyn StateStore> = Arc::new(MemoryStore::default());
+        let key = StateKey::new("tasks", "acme", "t");
+        let mut record = TaskRecord::new("t", "w", "e.requested");
+        record.data = serde_json::json!({"big": "x".repeat(100_000)});
+        record
+            .groups
+            .insert("g".into(), SubTaskGroup::new("g", 0, 200));
+        store
+            .create(&key, serde_json::to_vec(&record).unwrap())
+            .await
+            .unwrap();
+        let fan_in = Arc::new(FanIn::default());
+        let marks: Vec<_> = (0..200u32)
+            .map(|seq| {
+                let (fan_in, store, key) = (fan_in.clone(), store.clone(), key.clone());
+                tokio::spawn(async move { fan_in.mark(store, key, "g".into(), seq).await })
+            })
+            .collect();
+        let mut marked = Vec::new();
+        for m in marks {
+            marked.push(m.await.unwrap().unwrap());
+        }
+        assert_eq!(marked.iter().filter(|m| m.completed_group).count(), 1);
+        let mut copies: Vec<*const state::Versioned<TaskRecord>> =
+            marked.iter().map(|m| Arc::as_ptr(&m.task)).collect();
+        copies.sort();
+        copies.dedup();
+        assert_eq!(
+            copies.len(),
+            1,
+            "copies of the task for {} marks",
+            marked.len()
+        );
     }
 }

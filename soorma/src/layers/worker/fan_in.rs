@@ -462,16 +462,28 @@ fn router(event: String, specs: Arc<Vec<Arc<FanInSpec>>>) -> Handler {
 
 async fn route(input: HandlerInput, specs: Arc<Vec<Arc<FanInSpec>>>) -> HandlerOutcome {
     let result = ResultContext::<Value>::decode(&input).map_err(Failure::Decode)?;
-    let (task, completed_group) = result.record().await.map_err(retryable)?;
-    let Some(group) = result.group_id().and_then(|g| task.group(g)).cloned() else {
+    let (stored, completed_group) = result.record().await.map_err(retryable)?;
+    let Some(group) = result
+        .group_id()
+        .and_then(|g| stored.value.groups.get(g))
+        .cloned()
+    else {
         return Ok(None);
     };
     // The result that completed the group runs the fan-in; a redelivery of a result of a
     // complete group whose task is still running runs it again (its first run was cut short).
-    let rerun = input.attempt > 1 && group.is_complete() && !task.status().is_terminal();
+    let rerun = input.attempt > 1 && group.is_complete() && !stored.value.status.is_terminal();
     if !(completed_group || rerun) {
+        // Every other result stops here, without a copy of the task (see `Marked::task`).
         return Ok(None);
     }
+    let stored = Arc::unwrap_or_clone(stored);
+    let task = TaskContext::restored(
+        stored.value,
+        stored.revision,
+        input.envelope.clone(),
+        input.runtime.clone(),
+    );
     let Some(key) = group.fan_in.as_deref() else {
         tracing::warn!(task_id = %task.task_id(), group = %group.group_id, "a group not made by a typed fan-out got a reply a fan-in waits for; ignored");
         return Ok(None);

@@ -240,12 +240,21 @@ impl<T> ResultContext<T> {
     /// # tool.shutdown().await?; worker.shutdown().await?; Ok(()) }
     /// ```
     pub async fn record_in_parent(&self) -> Result<TaskContext<Value>> {
-        self.record().await.map(|(task, _)| task)
+        let (stored, _) = self.record().await?;
+        let stored = Arc::unwrap_or_clone(stored);
+        Ok(TaskContext::restored(
+            stored.value,
+            stored.revision,
+            self.envelope.clone(),
+            self.runtime.clone(),
+        ))
     }
 
     /// Records this result in its parent task; also says whether this result completed its
     /// delegation group (true for exactly one result of each group).
-    pub(crate) async fn record(&self) -> Result<(TaskContext<Value>, bool)> {
+    /// Records the result; returns the parent task as stored (shared with the other results
+    /// of the same write, not copied) and whether this result completed its group.
+    pub(crate) async fn record(&self) -> Result<(Arc<state::Versioned<TaskRecord>>, bool)> {
         let platform = &self.runtime.platform;
         let tenant = self.envelope.tenant();
         let (sub_task_id, key) = self.sub_task_key()?;
@@ -284,13 +293,7 @@ impl<T> ResultContext<T> {
                 info.seq,
             )
             .await?;
-        let task = TaskContext::restored(
-            marked.task.value,
-            marked.task.revision,
-            self.envelope.clone(),
-            self.runtime.clone(),
-        );
-        Ok((task, marked.completed_group))
+        Ok((marked.task, marked.completed_group))
     }
 
     /// Loads the task that delegated this sub-task without recording anything.
