@@ -96,6 +96,7 @@ pub use runtime::group::{Agents, AgentsHandle};
 pub use runtime::handler::{
     Handler, HandlerFn, HandlerFnWith, HandlerKind, HandlerOutput, HandlerPayload,
 };
+pub use spi::tenant::{MAX_TENANT_LEN, validate_tenant};
 pub use util::BoxFuture;
 
 /// The expression language of plan-transition conditions and action data templates

@@ -55,6 +55,7 @@ use crate::error::{Error, Result};
 use crate::http::HttpServer;
 use crate::platform::Platform;
 use crate::platform::discovery::Requirements;
+use crate::spi::tenant::validate_tenant;
 use crate::util::{new_id, now_rfc3339};
 use rpc::{RpcError, RpcRequest};
 use tasks::{Outcome, TaskTable};
@@ -591,6 +592,9 @@ async fn start(
     params: Value,
 ) -> std::result::Result<(Task, broadcast::Receiver<StreamResponse>), RpcError> {
     let request: SendMessageRequest = self::params(params)?;
+    if let Some(tenant) = &request.tenant {
+        validate_tenant(tenant).map_err(RpcError::invalid_params)?;
+    }
     let mut message: Message = request.message;
     if let Some(task_id) = &message.task_id {
         return Err(match state.tasks.get(agent, task_id, Some(0)) {

@@ -15,6 +15,7 @@ use super::service::{HandlerError, HandlerRequest, HandlerResponse, HandlerServi
 use crate::error::{Error, Result};
 use crate::platform::Platform;
 use crate::spi::bus::{EventFilter, SubscriptionSpec};
+use crate::spi::tenant::validate_tenant;
 use crate::util::{new_id, shutdown_signal};
 
 const DEFAULT_CONCURRENCY: usize = 1024;
@@ -122,7 +123,9 @@ impl AgentBuilder {
         self
     }
 
-    /// Serves only events of `tenant` (default: every tenant).
+    /// Serves only events of `tenant` (default: every tenant). An invalid tenant id (see
+    /// [`validate_tenant`](crate::validate_tenant)) makes [`start`](Self::start) fail with
+    /// [`Error::InvalidArgument`].
     ///
     /// ```
     /// let tool = soorma::Tool::new("calculator").tenant("acme");
@@ -431,6 +434,9 @@ impl AgentBuilder {
     /// # Ok(()) }
     /// ```
     pub async fn start(self, platform: &Platform) -> Result<AgentHandle> {
+        if let Some(tenant) = &self.tenant {
+            validate_tenant(tenant)?;
+        }
         let collected = self.collect_handlers();
         claim_unnamed(&self.name, &collected[self.handlers.len()..])?;
         let (handlers, wiring, mut problems) = assemble(collected);

@@ -14,6 +14,7 @@ use crate::error::{Error, Result};
 use crate::spi::bus::{
     Acker, Delivery, EventBus, EventFilter, Settlement, Subscription, SubscriptionSpec,
 };
+use crate::spi::tenant::validate_tenant;
 use crate::util::BoxFuture;
 
 type Tap = Arc<dyn Fn(&Arc<EventEnvelope>) + Send + Sync>;
@@ -258,6 +259,19 @@ struct DuplicateWindow {
     next: u64,
 }
 
+/// What the duplicate window remembers of an event: its id within its tenant, topic and type
+/// (as NATS keeps a de-duplication id only for messages of the same subject), so one tenant
+/// cannot suppress another's event by publishing its id first.
+fn duplicate_key(envelope: &EventEnvelope) -> String {
+    format!(
+        "{}\u{1f}{}\u{1f}{}\u{1f}{}",
+        envelope.tenant(),
+        envelope.topic,
+        envelope.event_type,
+        envelope.id
+    )
+}
+
 /// How long an id is remembered (NATS's default duplicate window).
 const DUPLICATE_WINDOW: Duration = Duration::from_secs(120);
 /// At most this many ids are remembered; under heavier load the window is shorter.
@@ -455,7 +469,8 @@ impl EmbeddedBus {
     /// Publishes `envelope`: into every matching group's queue (waiting for room in each, all
     /// or nothing), to every tap and to the observers.
     async fn deliver(&self, envelope: EventEnvelope) -> Result<()> {
-        if !self.recent().first_seen(&envelope.id) {
+        validate_tenant(envelope.tenant())?;
+        if !self.recent().first_seen(&duplicate_key(&envelope)) {
             tracing::debug!(event_id = %envelope.id, "duplicate event id within the window; dropped");
             return Ok(());
         }
@@ -480,7 +495,7 @@ impl EmbeddedBus {
             Ok(places) => places,
             Err(e) => {
                 // Not delivered anywhere: publishing it again must not be taken for a duplicate.
-                self.recent().forget(&envelope.id);
+                self.recent().forget(&duplicate_key(&envelope));
                 tracing::warn!(event_id = %envelope.id, event_type = %envelope.event_type, error = %e, "publish failed: a consumer group's queue stayed full");
                 return Err(e);
             }
@@ -628,6 +643,9 @@ impl EventBus for EmbeddedBus {
     }
 
     fn subscribe(&self, spec: SubscriptionSpec) -> BoxFuture<'_, Result<Box<dyn Subscription>>> {
+        if let Some(Err(e)) = spec.tenant.as_deref().map(validate_tenant) {
+            return Box::pin(std::future::ready(Err(e)));
+        }
         let queue = self.join(&spec);
         let sub: Box<dyn Subscription> = Box::new(EmbeddedSubscription {
             bus: self.clone(),
