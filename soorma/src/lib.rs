@@ -178,7 +178,8 @@ pub mod nats {
     //! # Ok(()) }
     //! ```
     pub use crate::engine::nats::{
-        NatsAuth, NatsBus, NatsConfig, NatsRegistry, NatsStore, async_nats,
+        DEAD_LETTER_REASON_HEADER, DEAD_LETTER_TRUNCATED_HEADER, NatsAuth, NatsBus, NatsConfig,
+        NatsRegistry, NatsStore, async_nats,
     };
     pub use crate::platform::connect_nats as connect;
 }

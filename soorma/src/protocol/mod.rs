@@ -10,14 +10,16 @@ use serde::de::DeserializeOwned;
 use serde_json::Value;
 
 use crate::error::Error;
+use crate::util::{MAX_REASON_BYTES, bounded};
 
 /// Decodes an event's `data` into `T`, naming the event, the type and the serde path on
-/// failure.
+/// failure (in a message of bounded size).
 pub(crate) fn decode_payload<T: DeserializeOwned>(event: &str, data: &Value) -> Result<T, Error> {
     serde_path_to_error::deserialize(data).map_err(|e| Error::InvalidPayload {
         event: event.to_owned(),
         type_name: std::any::type_name::<T>(),
         path: e.path().to_string(),
-        message: e.inner().to_string(),
+        // serde quotes the offending value (a whole string payload): keep the message small.
+        message: bounded(&e.inner().to_string(), MAX_REASON_BYTES / 2),
     })
 }
