@@ -595,3 +595,76 @@ async fn a_tenant_limited_to_its_subjects_cannot_act_reply_write_or_suppress_as_
     assert_eq!(reply.data["result"]["result"], 42.0, "{}", reply.data);
     t.shutdown().await.unwrap();
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_result_claiming_another_tenant_cannot_answer_its_sub_task() {
+    soorma_tests::init_tracing();
+    let server = NatsServer::start();
+    let platform = connect(&server).await;
+    let mut t = TestPlatform::with_platform(platform.clone()).await.unwrap();
+    // No tool runs: globex's task waits for its one sub-task.
+    t.start(agents::batcher()).await.unwrap();
+    let globex = t.client().with_tenant("globex").with_timeout(WAIT * 2);
+    let call = tokio::spawn(async move {
+        globex
+            .invoke::<Vec<String>>(
+                "batch.requested",
+                json!({"items": ["a"]}),
+                "batch.completed",
+            )
+            .await
+    });
+    let sub_request = t.expect_event("upper.requested", WAIT).await.unwrap();
+    let sub_task_id = sub_request.correlation_id.clone().unwrap();
+    let sub_key = StateKey::new(soorma::SUBTASKS_BUCKET, "globex", sub_task_id.clone());
+    let before = platform
+        .state()
+        .get(&sub_key)
+        .await
+        .unwrap()
+        .unwrap()
+        .revision;
+
+    // On acme's subject, an envelope claiming globex answers globex's sub-task.
+    let mut forged = EventEnvelope::new(
+        "forged-result",
+        "attacker",
+        Topic::ActionResults,
+        "upper.completed",
+    )
+    .with_correlation_id(sub_task_id.clone())
+    .with_data(json!({"request_id": sub_request.id, "success": true, "result": "HIJACKED"}));
+    forged.tenant_id = Some("globex".into());
+    let js = jetstream::new(platform.nats_client().unwrap().clone());
+    publish_raw(
+        &js,
+        "soorma.acme.action-results.upper.completed",
+        serde_json::to_vec(&forged).unwrap(),
+    )
+    .await;
+    let notice = t.expect_event("event.dead_lettered", WAIT).await.unwrap();
+    assert_eq!(notice.tenant(), "acme");
+    assert_nothing_pending(&js).await;
+    let after = platform
+        .state()
+        .get(&sub_key)
+        .await
+        .unwrap()
+        .unwrap()
+        .revision;
+    assert_eq!(before, after, "globex's sub-task was touched");
+
+    // The real result still completes the task.
+    let real = EventEnvelope::new(
+        "real-result",
+        "upper",
+        Topic::ActionResults,
+        "upper.completed",
+    )
+    .with_tenant_id("globex")
+    .with_correlation_id(sub_task_id)
+    .with_data(json!({"request_id": sub_request.id, "success": true, "result": "A"}));
+    platform.bus().publish(real).await.unwrap();
+    assert_eq!(call.await.unwrap().unwrap(), ["A"]);
+    t.shutdown().await.unwrap();
+}
