@@ -668,3 +668,31 @@ async fn a_result_claiming_another_tenant_cannot_answer_its_sub_task() {
     assert_eq!(call.await.unwrap().unwrap(), ["A"]);
     t.shutdown().await.unwrap();
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_dead_letter_that_cannot_be_stored_is_retried_then_terminated_not_looped() {
+    soorma_tests::init_tracing();
+    let server = NatsServer::start();
+    let platform = connect(&server).await;
+    let js = jetstream::new(platform.nats_client().unwrap().clone());
+    // Another stream owns the dead-letter subjects: the DLQ stream cannot be created.
+    js.create_stream(jetstream::stream::Config {
+        name: "SQUATTER".into(),
+        subjects: vec!["soorma-dlq.>".into()],
+        ..Default::default()
+    })
+    .await
+    .unwrap();
+    let mut t = TestPlatform::with_platform(platform.clone()).await.unwrap();
+    t.start(agents::calculator()).await.unwrap();
+    publish_raw(&js, SUBJECT, b"not json".to_vec()).await;
+    // Redelivered to try again (1 s apart) while deliveries remain, then terminated: one
+    // notice, on the last of the 5 deliveries.
+    let notice = t.expect_event("event.dead_lettered", WAIT).await.unwrap();
+    assert_eq!(notice.data["attempt"], 5, "{}", notice.data);
+    assert_nothing_pending(&js).await;
+    tokio::time::sleep(Duration::from_millis(1500)).await;
+    assert_eq!(t.events_of_type("event.dead_lettered").len(), 1);
+    still_serves(&t).await;
+    t.shutdown().await.unwrap();
+}

@@ -382,8 +382,8 @@ async fn dead_letter(input: &HandlerInput, reason: String, attempt: u32) -> Sett
     let reason = bounded(&reason, MAX_REASON_BYTES);
     let env = &input.envelope;
     let data = json!({
-        "event_id": env.id,
-        "event_type": env.event_type,
+        "event_id": bounded(&env.id, MAX_REASON_BYTES),
+        "event_type": bounded(&env.event_type, MAX_REASON_BYTES),
         "topic": env.topic,
         "agent": &*input.runtime.name,
         "reason": reason,

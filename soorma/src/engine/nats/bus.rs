@@ -17,7 +17,7 @@ use crate::error::{EngineErrorKind, Error, Result};
 use crate::spi::bus::{
     Acker, Delivery, EventBus, EventFilter, Settlement, Subscription, SubscriptionSpec,
 };
-use crate::spi::tenant::validate_tenant;
+use crate::spi::tenant::{MAX_TENANT_LEN, validate_tenant};
 use crate::util::{BoxFuture, MAX_REASON_BYTES, bounded, new_id, now_rfc3339};
 
 /// Header carrying the dead-letter reason on DLQ messages.
@@ -443,7 +443,7 @@ fn decode(
     if envelope.tenant() != tenant {
         return Err(format!(
             "the envelope's tenant_id {:?} is not its subject's tenant `{tenant}` (the subject's tenant is authoritative)",
-            bounded(envelope.tenant(), 2 * crate::spi::tenant::MAX_TENANT_LEN)
+            bounded(envelope.tenant(), 2 * MAX_TENANT_LEN)
         ));
     }
     Ok(envelope)
@@ -532,6 +532,10 @@ impl NatsBus {
         let prefix = &self.inner.config.subject_prefix;
         tracing::warn!(consumer = %original.consumer, subject = %original.subject, %reason, "dead-lettering message");
         let settle = self.store_or_retry(original, reason).await;
+        if !matches!(settle, AckKind::Term) {
+            // Redelivered to try storing it again: announced when that is settled.
+            return settle;
+        }
         let notice = EventEnvelope::new(
             new_id(),
             original.consumer.as_str(),
