@@ -114,13 +114,18 @@ async fn assert_nothing_pending(js: &Context) {
 
 /// The dead letters stored for `subject` (their payload sizes and headers).
 async fn dead_letters(js: &Context, subject: &str) -> Vec<(usize, HeaderMap)> {
-    let stream = js.get_stream("SOORMA_DLQ").await.unwrap();
-    let last = stream.get_info().await.unwrap().state.last_sequence;
     let dlq_subject = subject.replacen("soorma.", "soorma-dlq.", 1);
+    stored(js, "SOORMA_DLQ", &dlq_subject).await
+}
+
+/// The messages `stream` holds on `subject` (their payload sizes and headers).
+async fn stored(js: &Context, stream: &str, subject: &str) -> Vec<(usize, HeaderMap)> {
+    let stream = js.get_stream(stream).await.unwrap();
+    let last = stream.get_info().await.unwrap().state.last_sequence;
     let mut found = Vec::new();
     for seq in 1..=last {
         if let Ok(m) = stream.get_raw_message(seq).await
-            && m.subject.as_str() == dlq_subject
+            && m.subject.as_str() == subject
         {
             found.push((m.payload.len(), m.headers));
         }
@@ -695,4 +700,61 @@ async fn a_dead_letter_that_cannot_be_stored_is_retried_then_terminated_not_loop
     assert_eq!(t.events_of_type("event.dead_lettered").len(), 1);
     still_serves(&t).await;
     t.shutdown().await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_message_whose_last_delivery_is_never_settled_is_dead_lettered() {
+    soorma_tests::init_tracing();
+    let server = NatsServer::start();
+    let config = NatsConfig::new(server.url()).with_ack_wait(Duration::from_secs(1));
+    let platform = soorma::nats::connect(config).await.unwrap();
+    let t = TestPlatform::with_platform(platform.clone()).await.unwrap();
+    // Two instances of one group that take deliveries and never settle them: as if the
+    // process handling the event died each time.
+    let unsettled = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
+    let mut instances = Vec::new();
+    for _ in 0..2 {
+        let spec = SubscriptionSpec::new("stalls", Topic::BusinessFacts, EventFilter::All)
+            .with_max_deliver(2);
+        let mut sub = platform.bus().subscribe(spec).await.unwrap();
+        let unsettled = unsettled.clone();
+        instances.push(tokio::spawn(async move {
+            while let Some(d) = sub.next().await {
+                unsettled.lock().unwrap().push(d);
+            }
+        }));
+    }
+    t.client()
+        .publish(Topic::BusinessFacts, "order.placed", json!({"id": 1}))
+        .await
+        .unwrap();
+    let notice = t.expect_event("event.dead_lettered", WAIT).await.unwrap();
+    assert!(
+        notice.data["reason"]
+            .as_str()
+            .unwrap()
+            .contains("not settled on its last delivery"),
+        "{}",
+        notice.data
+    );
+    assert_eq!(
+        unsettled.lock().unwrap().len(),
+        2,
+        "delivered twice (max_deliver)"
+    );
+    // Both instances got the advisory; the streams keep one dead letter and one notice.
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    let js = jetstream::new(platform.nats_client().unwrap().clone());
+    let subject = "soorma.default.business-facts.order.placed";
+    assert_eq!(dead_letters(&js, subject).await.len(), 1);
+    let notices = stored(
+        &js,
+        "SOORMA_SYSTEM_EVENTS",
+        "soorma.default.system-events.event.dead_lettered",
+    )
+    .await;
+    assert_eq!(notices.len(), 1);
+    for instance in instances {
+        instance.abort();
+    }
 }

@@ -138,16 +138,19 @@ impl NatsBus {
     /// Stores a message that cannot be handled in the DLQ stream, with the reason (cut to
     /// [`MAX_REASON_BYTES`]). An original too large to store with the headers within the
     /// server's `max_payload` is stored truncated, marked with [`DEAD_LETTER_TRUNCATED_HEADER`].
-    async fn dead_letter(
-        &self,
-        subject: &str,
-        payload: bytes::Bytes,
-        reason: &str,
-        consumer: &str,
-    ) -> Result<()> {
+    async fn dead_letter(&self, original: &Original, reason: &str) -> Result<()> {
+        let Original {
+            subject,
+            payload,
+            consumer,
+            ..
+        } = original;
         self.ensure_dlq().await?;
         let cfg = &self.inner.config;
         let mut headers = HeaderMap::new();
+        if let Some(id) = &original.dedup_id {
+            headers.insert("Nats-Msg-Id", id.as_str());
+        }
         headers.insert(
             DEAD_LETTER_REASON_HEADER,
             header_value(&bounded(reason, MAX_REASON_BYTES)).as_str(),
@@ -167,7 +170,7 @@ impl NatsBus {
             );
             payload.slice(..room)
         } else {
-            payload
+            payload.clone()
         };
         let dlq_subject = format!(
             "{}-dlq.{}",
@@ -190,15 +193,7 @@ impl NatsBus {
     /// store fails, redelivered (to try again) while deliveries remain, else terminated with
     /// an error logged, so that nothing is redelivered for ever.
     async fn store_or_retry(&self, original: &Original, reason: &str) -> AckKind {
-        match self
-            .dead_letter(
-                &original.subject,
-                original.payload.clone(),
-                reason,
-                &original.consumer,
-            )
-            .await
-        {
+        match self.dead_letter(original, reason).await {
             Ok(()) => AckKind::Term,
             Err(e) if e.is_retryable() && original.attempt < original.max_deliver => {
                 tracing::warn!(consumer = %original.consumer, subject = %original.subject, error = %e, attempt = original.attempt, "could not store a dead letter; redelivering to try again");
@@ -317,11 +312,25 @@ impl NatsBus {
                     e,
                 )
             })?;
+        // The server announces a message it stops delivering: dead-letter it, not lose it.
+        let advisory = format!(
+            "$JS.EVENT.ADVISORY.CONSUMER.MAX_DELIVERIES.{}.{name}",
+            names::stream_name(&cfg.stream_prefix, spec.topic)
+        );
+        let advisories = match self.inner.client.subscribe(advisory).await {
+            Ok(s) => Some(s),
+            Err(e) => {
+                tracing::warn!(consumer = %name, error = %e, "cannot subscribe to max-deliveries advisories; a message whose last delivery is never settled is not dead-lettered");
+                None
+            }
+        };
         Ok(Box::new(DurableSubscription {
             bus: self.clone(),
             consumer: name,
             max_deliver: spec.max_deliver.max(1),
             messages,
+            advisories,
+            stream,
             // Well inside `ack_wait`, so a slow handler's event is not redelivered meanwhile.
             keep_alive: cfg.ack_wait / 3,
         }))
@@ -464,6 +473,27 @@ struct Original {
     /// Which delivery this is (1 on the first).
     attempt: u32,
     max_deliver: u32,
+    /// The de-duplication id of its dead letter and notice, when every instance of the agent
+    /// may dead-letter it (a message the server gave up on).
+    dedup_id: Option<String>,
+}
+
+/// The server's advisory that a consumer stopped delivering a message after `max_deliver`
+/// deliveries that were not settled (the process died or hung on the last one).
+#[derive(serde::Deserialize)]
+struct MaxDeliveries {
+    stream_seq: u64,
+    deliveries: u64,
+}
+
+/// The next advisory, or never when there is no advisory subscription.
+async fn next_advisory(
+    advisories: &mut Option<async_nats::Subscriber>,
+) -> Option<async_nats::Message> {
+    match advisories {
+        Some(s) => s.next().await,
+        None => std::future::pending().await,
+    }
 }
 
 struct DurableSubscription {
@@ -471,6 +501,9 @@ struct DurableSubscription {
     consumer: String,
     max_deliver: u32,
     messages: MessageStream,
+    /// The consumer's `MAX_DELIVERIES` advisories (`None` when they cannot be subscribed to).
+    advisories: Option<async_nats::Subscriber>,
+    stream: stream::Stream,
     keep_alive: Duration,
 }
 
@@ -478,7 +511,22 @@ impl Subscription for DurableSubscription {
     fn next(&mut self) -> BoxFuture<'_, Option<Delivery>> {
         Box::pin(async move {
             loop {
-                let msg = match self.messages.next().await? {
+                let next = tokio::select! {
+                    m = self.messages.next() => Ok(m),
+                    a = next_advisory(&mut self.advisories) => Err(a),
+                };
+                let next = match next {
+                    Ok(next) => next?,
+                    Err(Some(advisory)) => {
+                        self.abandoned(&advisory.payload).await;
+                        continue;
+                    }
+                    Err(None) => {
+                        self.advisories = None;
+                        continue;
+                    }
+                };
+                let msg = match next {
                     Ok(m) => m,
                     Err(e) => {
                         tracing::warn!(consumer = %self.consumer, error = %e, "consumer stream error; continuing");
@@ -496,6 +544,7 @@ impl Subscription for DurableSubscription {
                     payload: msg.payload,
                     attempt,
                     max_deliver: self.max_deliver,
+                    dedup_id: None,
                 };
                 let prefix = &self.bus.inner.config.subject_prefix;
                 match decode(prefix, &original.subject, &original.payload) {
@@ -524,6 +573,44 @@ impl Subscription for DurableSubscription {
     }
 }
 
+impl DurableSubscription {
+    /// Dead-letters the message a `MAX_DELIVERIES` advisory names: its last delivery was never
+    /// settled, so the server will not deliver it again. Every instance of the agent gets the
+    /// advisory; the dead letter and its notice have ids derived from the message, so the
+    /// streams keep one copy.
+    async fn abandoned(&self, advisory: &[u8]) {
+        let Ok(advisory) = serde_json::from_slice::<MaxDeliveries>(advisory) else {
+            tracing::debug!(consumer = %self.consumer, "ignoring an undecodable advisory");
+            return;
+        };
+        let stored = match self.stream.get_raw_message(advisory.stream_seq).await {
+            Ok(stored) => stored,
+            Err(e) => {
+                tracing::error!(consumer = %self.consumer, sequence = advisory.stream_seq, error = %e, "a message the server gave up on cannot be read; it is not dead-lettered");
+                return;
+            }
+        };
+        let attempt = u32::try_from(advisory.deliveries).unwrap_or(u32::MAX);
+        let original = Original {
+            consumer: self.consumer.clone(),
+            subject: stored.subject.to_string(),
+            payload: stored.payload,
+            // Its last delivery: storing the dead letter is not retried by redelivery.
+            attempt: attempt.max(self.max_deliver),
+            max_deliver: self.max_deliver,
+            dedup_id: Some(format!(
+                "{}-{}-{}",
+                self.consumer, advisory.stream_seq, advisory.deliveries
+            )),
+        };
+        let reason = format!(
+            "not settled on its last delivery ({attempt} of {}, max_deliver): the handling instance died or stalled",
+            self.max_deliver
+        );
+        self.bus.reject(&original, &reason).await;
+    }
+}
+
 impl NatsBus {
     /// Dead-letters a message no handler can take (undecodable, a bad tenant, out of
     /// deliveries) and announces it as `event.dead_lettered` on `system-events`, under the
@@ -537,7 +624,10 @@ impl NatsBus {
             return settle;
         }
         let notice = EventEnvelope::new(
-            new_id(),
+            original
+                .dedup_id
+                .as_ref()
+                .map_or_else(new_id, |id| format!("{id}-notice")),
             original.consumer.as_str(),
             Topic::SystemEvents,
             DEAD_LETTERED,
