@@ -1392,3 +1392,29 @@ async fn v0_3_clients_are_served() {
     );
     s.shutdown().await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_invalid_tenant_is_invalid_params() {
+    let s = Setup::start(&Platform::embedded(), None).await;
+    let message = json!({"messageId": "m-1", "role": "ROLE_USER", "parts": [{"data": {"expression": "1+1"}}]});
+    for tenant in ["acme corp", "a.b", "soorma.>"] {
+        let r = s
+            .rpc(
+                "calculator",
+                "SendMessage",
+                json!({"tenant": tenant, "message": message}),
+            )
+            .await;
+        assert_eq!(error_code(&r), -32602, "{tenant}: {r}");
+        assert!(r.to_string().contains("tenant"), "{r}");
+    }
+    let ok = s
+        .rpc(
+            "calculator",
+            "SendMessage",
+            json!({"tenant": "acme", "message": message}),
+        )
+        .await;
+    assert!(ok.get("error").is_none(), "{ok}");
+    s.shutdown().await;
+}

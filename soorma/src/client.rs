@@ -201,6 +201,8 @@ impl Client {
     }
 
     /// A client acting for `tenant` (its requests carry it; it only sees that tenant's replies).
+    /// Its calls fail with [`Error::InvalidArgument`] when `tenant` is not a valid tenant id
+    /// ([`validate_tenant`](crate::validate_tenant)).
     ///
     /// ```
     /// # #[tokio::main(flavor = "current_thread")] async fn main() -> soorma::Result<()> {
@@ -216,6 +218,9 @@ impl Client {
     /// let acme = platform.client("docs").with_tenant("acme");
     /// let tenant: String = acme.invoke("whose.requested", (), "whose.completed").await?;
     /// assert_eq!(tenant, "acme");
+    /// let bad = platform.client("docs").with_tenant("acme corp");
+    /// let err = bad.invoke::<String>("whose.requested", (), "whose.completed").await;
+    /// assert!(matches!(err, Err(soorma::Error::InvalidArgument(_))));
     /// # tool.shutdown().await?; Ok(()) }
     /// ```
     #[must_use]

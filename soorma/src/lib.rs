@@ -96,6 +96,7 @@ pub use runtime::group::{Agents, AgentsHandle};
 pub use runtime::handler::{
     Handler, HandlerFn, HandlerFnWith, HandlerKind, HandlerOutput, HandlerPayload,
 };
+pub use spi::tenant::{MAX_TENANT_LEN, validate_tenant};
 pub use util::BoxFuture;
 
 /// The expression language of plan-transition conditions and action data templates
@@ -177,7 +178,8 @@ pub mod nats {
     //! # Ok(()) }
     //! ```
     pub use crate::engine::nats::{
-        NatsAuth, NatsBus, NatsConfig, NatsRegistry, NatsStore, async_nats,
+        DEAD_LETTER_REASON_HEADER, DEAD_LETTER_TRUNCATED_HEADER, NatsAuth, NatsBus, NatsConfig,
+        NatsRegistry, NatsStore, async_nats,
     };
     pub use crate::platform::connect_nats as connect;
 }

@@ -17,6 +17,24 @@ pub(crate) fn new_id() -> String {
     uuid::Uuid::new_v4().simple().to_string()
 }
 
+/// The most bytes of a reason or error message the SDK copies into a dead letter, a notice or
+/// an error reply: text derived from hostile input (a decode error quoting a huge payload)
+/// must not make those messages large.
+pub(crate) const MAX_REASON_BYTES: usize = 1024;
+
+/// `text` cut to at most `max` bytes (at a character boundary, ending in `…` when cut).
+pub(crate) fn bounded(text: &str, max: usize) -> String {
+    if text.len() <= max {
+        return text.to_owned();
+    }
+    const MARK: &str = "…";
+    let mut end = max.saturating_sub(MARK.len());
+    while !text.is_char_boundary(end) {
+        end -= 1;
+    }
+    format!("{}{MARK}", &text[..end])
+}
+
 /// The current time as RFC 3339 UTC with milliseconds (`2026-11-21T10:00:00.123Z`).
 pub(crate) fn now_rfc3339() -> String {
     let d = SystemTime::now()
@@ -161,6 +179,19 @@ mod tests {
             "2026-11-18T11:06:40.999Z"
         );
         assert_eq!(format_rfc3339(4_102_444_799, 0), "2099-12-31T23:59:59.000Z");
+    }
+
+    #[test]
+    fn bounded_text_is_cut_at_a_char_boundary() {
+        assert_eq!(bounded("short", 10), "short");
+        assert_eq!(bounded("exactly10!", 10), "exactly10!");
+        let cut = bounded(&"é".repeat(1000), 101);
+        assert!(cut.len() <= 101 && cut.ends_with('…'), "{}", cut.len());
+        assert!(cut.starts_with("éé"));
+        assert_eq!(
+            bounded(&"x".repeat(5000), MAX_REASON_BYTES).len(),
+            MAX_REASON_BYTES
+        );
     }
 
     #[test]

@@ -6,7 +6,7 @@ use std::time::Duration;
 use serde_json::{Value, json};
 use soorma::prelude::*;
 use soorma::testing::TestPlatform;
-use soorma::{AgentBuilder, TaskStatus};
+use soorma::{AgentBuilder, EventEnvelope, TaskStatus};
 use soorma_tests::agents::{batcher, fan_in, publisher, result_for, upper_tool};
 
 use crate::support::{reply_of, wait_until};
@@ -309,5 +309,81 @@ async fn worker_asks_a_person_and_handles_the_answer_and_the_timeout(
     t.expect_event(soorma::TASK_TIMEOUT_EVENT, wait)
         .await
         .unwrap();
+    t.shutdown().await.unwrap();
+}
+
+scenario!(results_for_unknown_or_foreign_sub_tasks_are_dead_lettered_without_touching_the_task);
+async fn results_for_unknown_or_foreign_sub_tasks_are_dead_lettered_without_touching_the_task(
+    mut t: TestPlatform,
+    wait: Duration,
+) {
+    use soorma::state::StateKey;
+    // No tool runs: globex's task waits for its one sub-task.
+    t.start(batcher()).await.unwrap();
+    let globex = t.client().with_tenant("globex").with_timeout(wait * 2);
+    let call = tokio::spawn(async move {
+        globex
+            .invoke::<Vec<String>>(
+                "batch.requested",
+                json!({"items": ["a"]}),
+                "batch.completed",
+            )
+            .await
+    });
+    let sub_request = t.expect_event("upper.requested", wait).await.unwrap();
+    t.expect_event("task.progress", wait).await.unwrap();
+    let sub_task_id = sub_request.correlation_id.clone().unwrap();
+    let task_id = t.events_of_type("batch.requested")[0].id.clone();
+    let state = t.platform().state().clone();
+    let task_key = StateKey::new(soorma::TASKS_BUCKET, "globex", task_id);
+    let sub_key = StateKey::new(soorma::SUBTASKS_BUCKET, "globex", sub_task_id.clone());
+    let revisions = || async {
+        (
+            state.get(&task_key).await.unwrap().unwrap().revision,
+            state.get(&sub_key).await.unwrap().unwrap().revision,
+        )
+    };
+    let before = revisions().await;
+
+    let result = |tenant: &str, correlation: &str, value: &str| {
+        EventEnvelope::new(
+            format!("hostile-{tenant}-{correlation}"),
+            "attacker",
+            Topic::ActionResults,
+            "upper.completed",
+        )
+        .with_tenant_id(tenant)
+        .with_correlation_id(correlation)
+        .with_data(
+            serde_json::to_value(soorma::ActionReply::success(&sub_request.id, json!(value)))
+                .unwrap(),
+        )
+    };
+    // Another tenant names globex's sub-task; a result names a sub-task of no task.
+    let bus = t.platform().bus().clone();
+    bus.publish(result("acme", &sub_task_id, "HIJACKED"))
+        .await
+        .unwrap();
+    bus.publish(result("globex", "no-such-sub-task", "STRAY"))
+        .await
+        .unwrap();
+    wait_until(wait, || t.events_of_type("event.dead_lettered").len() >= 2).await;
+    let notices = t.events_of_type("event.dead_lettered");
+    let mut tenants: Vec<&str> = notices.iter().map(|n| n.tenant()).collect();
+    tenants.sort_unstable();
+    assert_eq!(tenants, ["acme", "globex"]);
+    for n in &notices {
+        assert_eq!(n.data["agent"], "batcher");
+        let reason = n.data["reason"].as_str().unwrap();
+        assert!(reason.contains("no parent task"), "{reason}");
+    }
+    assert_eq!(revisions().await, before, "the task's state was touched");
+
+    // The task still takes its real result.
+    bus.publish(result("globex", &sub_task_id, "A"))
+        .await
+        .unwrap();
+    let out = call.await.unwrap().unwrap();
+    assert_eq!(out, ["A"]);
     t.shutdown().await.unwrap();
 }

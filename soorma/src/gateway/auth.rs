@@ -5,6 +5,8 @@ use std::sync::Arc;
 use axum::http::{HeaderMap, header};
 use soorma_common::DEFAULT_TENANT;
 
+use crate::spi::tenant::validate_tenant;
+
 /// Who is calling: the principal a credential names, and the tenant it acts for.
 ///
 /// A caller with a tenant acts only for it (a request naming another tenant is refused); a
@@ -277,6 +279,7 @@ impl Owner {
             (None, Some(asked)) => asked.to_owned(),
             (None, None) => DEFAULT_TENANT.to_owned(),
         };
+        validate_tenant(&tenant).map_err(|e| e.to_string())?;
         Ok(Self { tenant, principal })
     }
 }

@@ -12,6 +12,7 @@ use crate::error::{Error, Result};
 use crate::platform::Platform;
 use crate::platform::validation::RequestValidator;
 use crate::spi::bus::EventBus;
+use crate::spi::tenant::validate_tenant;
 use crate::util::{BoxFuture, new_id, now_rfc3339};
 
 impl Platform {
@@ -365,12 +366,16 @@ impl Publish {
     /// assert_eq!(p.envelope().unwrap().event_type, "a.b");
     /// ```
     pub fn envelope(&self) -> Result<&EventEnvelope> {
-        self.envelope
+        let env = self
+            .envelope
             .as_ref()
-            .map_err(|e| Error::InvalidArgument(e.to_string()))
+            .map_err(|e| Error::InvalidArgument(e.to_string()))?;
+        validate_tenant(env.tenant())?;
+        Ok(env)
     }
 
     fn validate(kind: Kind, env: &EventEnvelope) -> Result<()> {
+        validate_tenant(env.tenant())?;
         if env.event_type.trim().is_empty() {
             return Err(Error::InvalidArgument(
                 "event_type must not be empty".into(),

@@ -5,6 +5,7 @@ use soorma_common::{ActionReply, EventEnvelope, Topic};
 
 use super::publish::BusClient;
 use crate::error::{Error, Result};
+use crate::util::{MAX_REASON_BYTES, bounded};
 
 /// Where the reply to one request goes, and the envelope fields it carries (those of the
 /// request, or of the task or plan record that answers it).
@@ -45,13 +46,14 @@ impl ReplyRoute {
 
 /// Publishes `reply` to the request `answered` (a request, task or plan id) along `route`.
 /// The reply's id is derived from `answered`, so a second reply to the same request (a
-/// redelivery, two instances racing) is dropped by the bus's duplicate window. Nothing is
-/// published (and a warning logged) when the request named no reply event.
+/// redelivery, two instances racing) is dropped by the bus's duplicate window. An error
+/// message is cut to [`MAX_REASON_BYTES`]. Nothing is published (and a warning logged) when
+/// the request named no reply event.
 pub(crate) async fn publish_reply(
     bus: &BusClient,
     answered: &str,
     route: ReplyRoute,
-    reply: ActionReply,
+    mut reply: ActionReply,
 ) -> Result<()> {
     let Some(event) = route.event.filter(|e| !e.trim().is_empty()) else {
         tracing::warn!(
@@ -60,6 +62,10 @@ pub(crate) async fn publish_reply(
         );
         return Ok(());
     };
+    // An error message may quote hostile input: an error reply stays small.
+    if let Some(error) = &mut reply.error {
+        *error = bounded(error, MAX_REASON_BYTES);
+    }
     let data = serde_json::to_value(reply).map_err(|e| Error::serialize("reply", e))?;
     let mut env = bus.envelope(route.topic.unwrap_or(Topic::ActionResults), event, data);
     env.id = format!("{answered}-reply");

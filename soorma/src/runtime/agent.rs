@@ -14,11 +14,11 @@ use super::handler::{Assemble, Handler, StartHook, registered_for};
 use super::service::{HandlerError, HandlerRequest, HandlerResponse, HandlerService, UserLayer};
 use crate::error::{Error, Result};
 use crate::platform::Platform;
-use crate::spi::bus::{EventFilter, SubscriptionSpec};
+use crate::spi::bus::{DEFAULT_MAX_DELIVER, EventFilter, SubscriptionSpec};
+use crate::spi::tenant::validate_tenant;
 use crate::util::{new_id, shutdown_signal};
 
 const DEFAULT_CONCURRENCY: usize = 1024;
-const DEFAULT_MAX_DELIVER: u32 = 5;
 
 /// Configures and starts an agent of any layer.
 ///
@@ -122,7 +122,9 @@ impl AgentBuilder {
         self
     }
 
-    /// Serves only events of `tenant` (default: every tenant).
+    /// Serves only events of `tenant` (default: every tenant). An invalid tenant id (see
+    /// [`validate_tenant`](crate::validate_tenant)) makes [`start`](Self::start) fail with
+    /// [`Error::InvalidArgument`].
     ///
     /// ```
     /// let tool = soorma::Tool::new("calculator").tenant("acme");
@@ -260,7 +262,9 @@ impl AgentBuilder {
 
     /// How many times an event is delivered at most: a retryable failure is redelivered until
     /// then, and dead-lettered after (default 5; at least 1, else [`start`](Self::start) fails
-    /// with [`Error::Misconfigured`]).
+    /// with [`Error::Misconfigured`]). On NATS it is also the durable consumer's `max_deliver`:
+    /// an event whose last delivery fails in any way (a handler's retryable error, a dead
+    /// letter that cannot be stored yet) is dead-lettered, never dropped or redelivered for ever.
     ///
     /// ```
     /// // Dead-letter an event after its third retryable failure.
@@ -431,6 +435,9 @@ impl AgentBuilder {
     /// # Ok(()) }
     /// ```
     pub async fn start(self, platform: &Platform) -> Result<AgentHandle> {
+        if let Some(tenant) = &self.tenant {
+            validate_tenant(tenant)?;
+        }
         let collected = self.collect_handlers();
         claim_unnamed(&self.name, &collected[self.handlers.len()..])?;
         let (handlers, wiring, mut problems) = assemble(collected);
@@ -515,7 +522,8 @@ impl AgentBuilder {
         );
         let mut loops = Vec::new();
         for (topic, filter) in filters {
-            let mut spec = SubscriptionSpec::new(self.name.clone(), topic, filter);
+            let mut spec = SubscriptionSpec::new(self.name.clone(), topic, filter)
+                .with_max_deliver(self.max_deliver);
             if let Some(t) = &self.tenant {
                 spec = spec.with_tenant(t.clone());
             }

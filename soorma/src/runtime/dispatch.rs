@@ -28,7 +28,7 @@ use super::service::{
 };
 use crate::protocol::reply::send_reply;
 use crate::spi::bus::{Delivery, Settlement, Subscription};
-use crate::util::BoxFuture;
+use crate::util::{BoxFuture, MAX_REASON_BYTES, bounded};
 
 /// The most events one agent handles at once ([`AgentBuilder::concurrency`](crate::AgentBuilder::concurrency)).
 pub(crate) const MAX_CONCURRENCY: usize = 1 << 20;
@@ -376,12 +376,14 @@ async fn retry_or_dead_letter(
     }
 }
 
-/// Publishes `event.dead_lettered` on `system-events` and returns the dead-letter settlement.
+/// Publishes `event.dead_lettered` on `system-events` and returns the dead-letter settlement;
+/// the reason (which may quote hostile input) is cut to [`MAX_REASON_BYTES`].
 async fn dead_letter(input: &HandlerInput, reason: String, attempt: u32) -> Settlement {
+    let reason = bounded(&reason, MAX_REASON_BYTES);
     let env = &input.envelope;
     let data = json!({
-        "event_id": env.id,
-        "event_type": env.event_type,
+        "event_id": bounded(&env.id, MAX_REASON_BYTES),
+        "event_type": bounded(&env.event_type, MAX_REASON_BYTES),
         "topic": env.topic,
         "agent": &*input.runtime.name,
         "reason": reason,

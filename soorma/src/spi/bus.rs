@@ -99,7 +99,19 @@ pub struct SubscriptionSpec {
     /// subscriptions (e.g. a client waiting for replies) only see events published while
     /// they are live.
     pub durable: bool,
+    /// How many times a durable subscription's event is delivered at most (default
+    /// [`DEFAULT_MAX_DELIVER`]); a platform dead-letters an event whose last delivery is
+    /// settled with [`Settlement::Retry`] rather than drop it.
+    pub max_deliver: u32,
 }
+
+/// How many times an event is delivered at most unless configured otherwise
+/// ([`SubscriptionSpec::with_max_deliver`], [`AgentBuilder::max_deliver`](crate::AgentBuilder::max_deliver)).
+///
+/// ```
+/// assert_eq!(soorma::bus::DEFAULT_MAX_DELIVER, 5);
+/// ```
+pub const DEFAULT_MAX_DELIVER: u32 = 5;
 
 impl SubscriptionSpec {
     /// A subscription for every tenant.
@@ -116,7 +128,22 @@ impl SubscriptionSpec {
             events,
             tenant: None,
             durable: true,
+            max_deliver: DEFAULT_MAX_DELIVER,
         }
+    }
+
+    /// Sets how many times an event is delivered at most (at least 1).
+    ///
+    /// ```
+    /// # use soorma::bus::{EventFilter, SubscriptionSpec};
+    /// let s = SubscriptionSpec::new("g", soorma::Topic::BusinessFacts, EventFilter::All).with_max_deliver(3);
+    /// assert_eq!(s.max_deliver, 3);
+    /// assert_eq!(SubscriptionSpec::new("g", soorma::Topic::BusinessFacts, EventFilter::All).with_max_deliver(0).max_deliver, 1);
+    /// ```
+    #[must_use]
+    pub fn with_max_deliver(mut self, attempts: u32) -> Self {
+        self.max_deliver = attempts.max(1);
+        self
     }
 
     /// Makes the subscription ephemeral: nothing is kept for it while it is not live.

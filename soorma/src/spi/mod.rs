@@ -1,6 +1,8 @@
 //! The engine SPI: what an engine implements — an [`EventBus`](bus::EventBus), a
-//! [`StateStore`](state::StateStore) and a [`Registry`](registry::Registry).
+//! [`StateStore`](state::StateStore) and a [`Registry`](registry::Registry) — and the rule for
+//! tenant ids they all apply ([`tenant::validate_tenant`]).
 
 pub mod bus;
 pub mod registry;
 pub mod state;
+pub mod tenant;

@@ -6,6 +6,7 @@ use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, OnceLock, PoisonError, RwLock, RwLockReadGuard, RwLockWriteGuard, Weak};
 use std::time::{Duration, Instant};
 
+use soorma_common::events::DEAD_LETTERED;
 use soorma_common::{EventEnvelope, Topic};
 use tokio::sync::broadcast::error::RecvError;
 use tokio::sync::{Mutex, OwnedSemaphorePermit, Semaphore, TryAcquireError, broadcast, mpsc};
@@ -14,7 +15,8 @@ use crate::error::{Error, Result};
 use crate::spi::bus::{
     Acker, Delivery, EventBus, EventFilter, Settlement, Subscription, SubscriptionSpec,
 };
-use crate::util::BoxFuture;
+use crate::spi::tenant::validate_tenant;
+use crate::util::{BoxFuture, new_id, now_rfc3339};
 
 type Tap = Arc<dyn Fn(&Arc<EventEnvelope>) + Send + Sync>;
 
@@ -258,6 +260,19 @@ struct DuplicateWindow {
     next: u64,
 }
 
+/// What the duplicate window remembers of an event: its id within its tenant, topic and type
+/// (as NATS keeps a de-duplication id only for messages of the same subject), so one tenant
+/// cannot suppress another's event by publishing its id first.
+fn duplicate_key(envelope: &EventEnvelope) -> String {
+    format!(
+        "{}\u{1f}{}\u{1f}{}\u{1f}{}",
+        envelope.tenant(),
+        envelope.topic,
+        envelope.event_type,
+        envelope.id
+    )
+}
+
 /// How long an id is remembered (NATS's default duplicate window).
 const DUPLICATE_WINDOW: Duration = Duration::from_secs(120);
 /// At most this many ids are remembered; under heavier load the window is shorter.
@@ -455,7 +470,8 @@ impl EmbeddedBus {
     /// Publishes `envelope`: into every matching group's queue (waiting for room in each, all
     /// or nothing), to every tap and to the observers.
     async fn deliver(&self, envelope: EventEnvelope) -> Result<()> {
-        if !self.recent().first_seen(&envelope.id) {
+        validate_tenant(envelope.tenant())?;
+        if !self.recent().first_seen(&duplicate_key(&envelope)) {
             tracing::debug!(event_id = %envelope.id, "duplicate event id within the window; dropped");
             return Ok(());
         }
@@ -480,7 +496,7 @@ impl EmbeddedBus {
             Ok(places) => places,
             Err(e) => {
                 // Not delivered anywhere: publishing it again must not be taken for a duplicate.
-                self.recent().forget(&envelope.id);
+                self.recent().forget(&duplicate_key(&envelope));
                 tracing::warn!(event_id = %envelope.id, event_type = %envelope.event_type, error = %e, "publish failed: a consumer group's queue stayed full");
                 return Err(e);
             }
@@ -628,11 +644,15 @@ impl EventBus for EmbeddedBus {
     }
 
     fn subscribe(&self, spec: SubscriptionSpec) -> BoxFuture<'_, Result<Box<dyn Subscription>>> {
+        if let Some(Err(e)) = spec.tenant.as_deref().map(validate_tenant) {
+            return Box::pin(std::future::ready(Err(e)));
+        }
         let queue = self.join(&spec);
         let sub: Box<dyn Subscription> = Box::new(EmbeddedSubscription {
             bus: self.clone(),
             topic: spec.topic,
             queue,
+            max_deliver: spec.max_deliver.max(1),
         });
         Box::pin(std::future::ready(Ok(sub)))
     }
@@ -642,6 +662,7 @@ struct EmbeddedSubscription {
     bus: EmbeddedBus,
     topic: Topic,
     queue: Arc<GroupQueue>,
+    max_deliver: u32,
 }
 
 impl Subscription for EmbeddedSubscription {
@@ -655,9 +676,11 @@ impl Subscription for EmbeddedSubscription {
                 place,
             } = queued;
             let acker = EmbeddedAcker {
+                bus: self.bus.clone(),
                 queue: Arc::downgrade(&self.queue),
                 envelope: envelope.clone(),
                 attempt,
+                max_deliver: self.max_deliver,
                 place,
             };
             Some(Delivery::new(envelope, attempt, Some(Box::new(acker))))
@@ -672,14 +695,54 @@ impl Drop for EmbeddedSubscription {
 }
 
 struct EmbeddedAcker {
+    bus: EmbeddedBus,
     queue: Weak<GroupQueue>,
     envelope: Arc<EventEnvelope>,
     attempt: u32,
+    max_deliver: u32,
     place: OwnedSemaphorePermit,
+}
+
+impl EmbeddedAcker {
+    /// Drops an event whose last delivery asked for a retry (as NATS dead-letters it) and
+    /// announces it as `event.dead_lettered` on `system-events`.
+    async fn give_up(self) -> Result<()> {
+        let Self {
+            bus,
+            queue,
+            envelope,
+            attempt,
+            max_deliver,
+            place,
+        } = self;
+        drop(place);
+        let group = queue.upgrade().map(|q| q.group.clone()).unwrap_or_default();
+        let reason = format!("still failing on delivery {attempt} of {max_deliver} (max_deliver)");
+        tracing::warn!(event_id = %envelope.id, %group, %reason, "dead-lettering event");
+        let notice =
+            EventEnvelope::new(new_id(), group.as_str(), Topic::SystemEvents, DEAD_LETTERED)
+                .with_tenant_id(envelope.tenant())
+                .with_time(now_rfc3339())
+                .with_data(serde_json::json!({
+                    "event_id": envelope.id,
+                    "event_type": envelope.event_type,
+                    "topic": envelope.topic,
+                    "consumer": group,
+                    "reason": reason,
+                    "attempt": attempt,
+                }));
+        if let Err(e) = bus.deliver(notice).await {
+            tracing::error!(error = %e, "could not publish the dead-letter notice");
+        }
+        Ok(())
+    }
 }
 
 impl Acker for EmbeddedAcker {
     fn settle(self: Box<Self>, settlement: Settlement) -> BoxFuture<'static, Result<()>> {
+        if matches!(settlement, Settlement::Retry { .. }) && self.attempt >= self.max_deliver {
+            return Box::pin(self.give_up());
+        }
         if let Settlement::Retry { delay } = settlement {
             // Redeliver to the same group after the delay, if it still has members. The event
             // keeps its place meanwhile: a retry counts against the queue (so there are never
@@ -689,6 +752,7 @@ impl Acker for EmbeddedAcker {
                 envelope,
                 attempt,
                 place,
+                ..
             } = *self;
             tokio::spawn(async move {
                 tokio::time::sleep(delay).await;
@@ -807,6 +871,37 @@ mod tests {
         .unwrap();
         let d = sub.next().await.unwrap();
         assert_eq!((d.envelope.id.as_str(), d.attempt), ("1", 2));
+    }
+
+    #[tokio::test]
+    async fn a_retry_on_the_last_delivery_dead_letters_with_a_notice() {
+        let bus = EmbeddedBus::new();
+        let mut notices = bus.observe(Some(Topic::SystemEvents)).await.unwrap();
+        let spec =
+            SubscriptionSpec::new("g", Topic::BusinessFacts, EventFilter::All).with_max_deliver(2);
+        let mut sub = bus.subscribe(spec).await.unwrap();
+        bus.publish(env("1", Topic::BusinessFacts, "x").with_tenant_id("acme"))
+            .await
+            .unwrap();
+        for attempt in 1..=2 {
+            let d = sub.next().await.unwrap();
+            assert_eq!(d.attempt, attempt);
+            d.settle(Settlement::Retry {
+                delay: Duration::from_millis(1),
+            })
+            .await
+            .unwrap();
+        }
+        let notice = notices.next().await.unwrap().envelope;
+        assert_eq!(
+            (notice.event_type.as_str(), notice.tenant()),
+            (DEAD_LETTERED, "acme")
+        );
+        assert!(notice.data["reason"].as_str().unwrap().contains("2 of 2"));
+        let again = tokio::time::timeout(Duration::from_millis(50), sub.next()).await;
+        assert!(again.is_err(), "delivered a third time");
+        let stats = &bus.queue_stats()[0];
+        assert_eq!((stats.queued, stats.in_use), (0, 0));
     }
 
     #[tokio::test]

@@ -3,6 +3,7 @@ use std::sync::{Arc, Mutex};
 
 use crate::error::{Error, Result};
 use crate::spi::state::{Revision, StateKey, StateStore, Versioned};
+use crate::spi::tenant::validate_tenant;
 use crate::util::BoxFuture;
 
 /// One bucket of one tenant: key → (value, revision).
@@ -65,37 +66,42 @@ fn ready<'a, T: Send + 'a>(v: T) -> BoxFuture<'a, T> {
     Box::pin(std::future::ready(v))
 }
 
-fn space(key: &StateKey) -> (&'static str, String) {
-    (key.bucket, key.tenant.clone())
+/// The space of `key`'s tenant (a tenant id NATS would reject is rejected here too).
+fn space(key: &StateKey) -> Result<(&'static str, String)> {
+    validate_tenant(&key.tenant)?;
+    Ok((key.bucket, key.tenant.clone()))
 }
 
 impl StateStore for MemoryStore {
     fn get<'a>(&'a self, key: &'a StateKey) -> BoxFuture<'a, Result<Option<Versioned<Vec<u8>>>>> {
-        let found = self.with(|inner| {
-            inner
-                .spaces
-                .get(&space(key))
-                .and_then(|s| s.get(&key.key))
-                .map(|(v, r)| Versioned {
-                    value: v.clone(),
-                    revision: *r,
-                })
-        });
-        ready(Ok(found))
+        ready(space(key).map(|space| {
+            self.with(|inner| {
+                inner
+                    .spaces
+                    .get(&space)
+                    .and_then(|s| s.get(&key.key))
+                    .map(|(v, r)| Versioned {
+                        value: v.clone(),
+                        revision: *r,
+                    })
+            })
+        }))
     }
 
     fn create<'a>(&'a self, key: &'a StateKey, value: Vec<u8>) -> BoxFuture<'a, Result<Revision>> {
-        ready(self.with(|inner| {
-            let revision = inner.last_revision + 1;
-            let entries = inner.spaces.entry(space(key)).or_default();
-            if entries.contains_key(&key.key) {
-                return Err(Error::Conflict {
-                    key: key.to_string(),
-                });
-            }
-            entries.insert(key.key.clone(), (value, revision));
-            inner.last_revision = revision;
-            Ok(revision)
+        ready(space(key).and_then(|space| {
+            self.with(|inner| {
+                let revision = inner.last_revision + 1;
+                let entries = inner.spaces.entry(space).or_default();
+                if entries.contains_key(&key.key) {
+                    return Err(Error::Conflict {
+                        key: key.to_string(),
+                    });
+                }
+                entries.insert(key.key.clone(), (value, revision));
+                inner.last_revision = revision;
+                Ok(revision)
+            })
         }))
     }
 
@@ -105,45 +111,50 @@ impl StateStore for MemoryStore {
         value: Vec<u8>,
         expected: Revision,
     ) -> BoxFuture<'a, Result<Revision>> {
-        ready(self.with(|inner| {
-            let revision = inner.last_revision + 1;
-            match inner
-                .spaces
-                .get_mut(&space(key))
-                .and_then(|s| s.get_mut(&key.key))
-            {
-                Some(entry) if entry.1 == expected => {
-                    *entry = (value, revision);
-                    inner.last_revision = revision;
-                    Ok(revision)
+        ready(space(key).and_then(|space| {
+            self.with(|inner| {
+                let revision = inner.last_revision + 1;
+                match inner
+                    .spaces
+                    .get_mut(&space)
+                    .and_then(|s| s.get_mut(&key.key))
+                {
+                    Some(entry) if entry.1 == expected => {
+                        *entry = (value, revision);
+                        inner.last_revision = revision;
+                        Ok(revision)
+                    }
+                    _ => Err(Error::Conflict {
+                        key: key.to_string(),
+                    }),
                 }
-                _ => Err(Error::Conflict {
-                    key: key.to_string(),
-                }),
-            }
+            })
         }))
     }
 
     fn put<'a>(&'a self, key: &'a StateKey, value: Vec<u8>) -> BoxFuture<'a, Result<Revision>> {
-        ready(self.with(|inner| {
-            let revision = inner.last_revision + 1;
-            inner
-                .spaces
-                .entry(space(key))
-                .or_default()
-                .insert(key.key.clone(), (value, revision));
-            inner.last_revision = revision;
-            Ok(revision)
+        ready(space(key).and_then(|space| {
+            self.with(|inner| {
+                let revision = inner.last_revision + 1;
+                inner
+                    .spaces
+                    .entry(space)
+                    .or_default()
+                    .insert(key.key.clone(), (value, revision));
+                inner.last_revision = revision;
+                Ok(revision)
+            })
         }))
     }
 
     fn delete<'a>(&'a self, key: &'a StateKey) -> BoxFuture<'a, Result<()>> {
-        self.with(|inner| {
-            if let Some(s) = inner.spaces.get_mut(&space(key)) {
-                s.remove(&key.key);
-            }
-        });
-        ready(Ok(()))
+        ready(space(key).map(|space| {
+            self.with(|inner| {
+                if let Some(s) = inner.spaces.get_mut(&space) {
+                    s.remove(&key.key);
+                }
+            })
+        }))
     }
 
     fn keys<'a>(
@@ -151,6 +162,9 @@ impl StateStore for MemoryStore {
         bucket: &'static str,
         tenant: &'a str,
     ) -> BoxFuture<'a, Result<Vec<String>>> {
+        if let Err(e) = validate_tenant(tenant) {
+            return ready(Err(e));
+        }
         let mut keys: Vec<String> = self.with(|inner| {
             inner
                 .spaces

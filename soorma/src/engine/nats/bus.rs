@@ -7,7 +7,8 @@ use async_nats::HeaderMap;
 use async_nats::jetstream::{self, AckKind, consumer, stream};
 use futures_util::{Stream, StreamExt};
 use serde_json::json;
-use soorma_common::{EventEnvelope, Topic};
+use soorma_common::events::DEAD_LETTERED;
+use soorma_common::{DEFAULT_TENANT, EventEnvelope, Topic};
 use tokio::sync::Mutex;
 
 use super::names;
@@ -16,10 +17,18 @@ use crate::error::{EngineErrorKind, Error, Result};
 use crate::spi::bus::{
     Acker, Delivery, EventBus, EventFilter, Settlement, Subscription, SubscriptionSpec,
 };
-use crate::util::{BoxFuture, new_id, now_rfc3339};
+use crate::spi::tenant::{MAX_TENANT_LEN, validate_tenant};
+use crate::util::{BoxFuture, MAX_REASON_BYTES, bounded, new_id, now_rfc3339};
 
 /// Header carrying the dead-letter reason on DLQ messages.
 pub const DEAD_LETTER_REASON_HEADER: &str = "Soorma-Dead-Letter-Reason";
+/// Header on a DLQ message whose original was too large to store with its headers: the
+/// original's size in bytes (the stored payload is its beginning).
+pub const DEAD_LETTER_TRUNCATED_HEADER: &str = "Soorma-Dead-Letter-Truncated";
+/// Room kept for the headers of a dead letter within the server's `max_payload`.
+const DEAD_LETTER_HEADROOM: usize = 8 * 1024;
+/// How long a dead letter that could not be stored waits before its original is redelivered.
+const DEAD_LETTER_RETRY: Duration = Duration::from_secs(1);
 
 struct Inner {
     client: async_nats::Client,
@@ -126,21 +135,43 @@ impl NatsBus {
         Ok(())
     }
 
-    /// Stores a message that cannot be handled in the DLQ stream, with the reason, and
-    /// publishes `event.dead_lettered` on `system-events`.
-    async fn dead_letter(
-        &self,
-        subject: &str,
-        payload: bytes::Bytes,
-        reason: &str,
-        consumer: &str,
-    ) -> Result<()> {
+    /// Stores a message that cannot be handled in the DLQ stream, with the reason (cut to
+    /// [`MAX_REASON_BYTES`]). An original too large to store with the headers within the
+    /// server's `max_payload` is stored truncated, marked with [`DEAD_LETTER_TRUNCATED_HEADER`].
+    async fn dead_letter(&self, original: &Original, reason: &str) -> Result<()> {
+        let Original {
+            subject,
+            payload,
+            consumer,
+            ..
+        } = original;
         self.ensure_dlq().await?;
         let cfg = &self.inner.config;
         let mut headers = HeaderMap::new();
-        headers.insert(DEAD_LETTER_REASON_HEADER, reason);
-        headers.insert("Soorma-Consumer", consumer);
-        headers.insert("Soorma-Original-Subject", subject);
+        if let Some(id) = &original.dedup_id {
+            headers.insert("Nats-Msg-Id", id.as_str());
+        }
+        headers.insert(
+            DEAD_LETTER_REASON_HEADER,
+            header_value(&bounded(reason, MAX_REASON_BYTES)).as_str(),
+        );
+        headers.insert("Soorma-Consumer", header_value(consumer).as_str());
+        headers.insert("Soorma-Original-Subject", header_value(subject).as_str());
+        let room = self
+            .inner
+            .client
+            .max_payload()
+            .saturating_sub(DEAD_LETTER_HEADROOM + subject.len() + consumer.len());
+        let payload = if payload.len() > room {
+            tracing::warn!(%subject, size = payload.len(), kept = room, "dead letter too large to store whole; storing its beginning");
+            headers.insert(
+                DEAD_LETTER_TRUNCATED_HEADER,
+                payload.len().to_string().as_str(),
+            );
+            payload.slice(..room)
+        } else {
+            payload.clone()
+        };
         let dlq_subject = format!(
             "{}-dlq.{}",
             cfg.subject_prefix,
@@ -158,6 +189,23 @@ impl NatsBus {
         Ok(())
     }
 
+    /// Dead-letters `original` and says how to settle it: terminated once stored; when the
+    /// store fails, redelivered (to try again) while deliveries remain, else terminated with
+    /// an error logged, so that nothing is redelivered for ever.
+    async fn store_or_retry(&self, original: &Original, reason: &str) -> AckKind {
+        match self.dead_letter(original, reason).await {
+            Ok(()) => AckKind::Term,
+            Err(e) if e.is_retryable() && original.attempt < original.max_deliver => {
+                tracing::warn!(consumer = %original.consumer, subject = %original.subject, error = %e, attempt = original.attempt, "could not store a dead letter; redelivering to try again");
+                AckKind::Nak(Some(DEAD_LETTER_RETRY))
+            }
+            Err(e) => {
+                tracing::error!(consumer = %original.consumer, subject = %original.subject, error = %e, %reason, "could not store a dead letter; the message is terminated and lost");
+                AckKind::Term
+            }
+        }
+    }
+
     async fn publish_envelope(&self, envelope: &EventEnvelope) -> Result<()> {
         let cfg = &self.inner.config;
         let subject = names::subject(
@@ -166,11 +214,13 @@ impl NatsBus {
             envelope.topic,
             &envelope.event_type,
         )?;
-        self.stream(envelope.topic, EngineErrorKind::Publish)
+        let stream = self
+            .stream(envelope.topic, EngineErrorKind::Publish)
             .await?;
-        let payload = serde_json::to_vec(envelope).map_err(|e| Error::serialize("event", e))?;
+        let payload: bytes::Bytes = serde_json::to_vec(envelope)
+            .map_err(|e| Error::serialize("event", e))?
+            .into();
         let mut headers = HeaderMap::new();
-        headers.insert("Nats-Msg-Id", envelope.id.as_str());
         if let Some(tp) = envelope
             .trace_id
             .as_deref()
@@ -178,14 +228,43 @@ impl NatsBus {
         {
             headers.insert("traceparent", tp.as_str());
         }
+        let mut with_id = headers.clone();
+        with_id.insert("Nats-Msg-Id", envelope.id.as_str());
+        let ack = self.send(&subject, with_id, payload.clone()).await?;
+        if ack.duplicate && !self.same_subject(&stream, ack.sequence, &subject).await {
+            // Anyone may set any `Nats-Msg-Id`: a message of another subject (another tenant)
+            // that took this id first must not suppress this one. Publish it without the id.
+            tracing::warn!(event_id = %envelope.id, %subject, "a message of another subject holds this event's de-duplication id; publishing without it");
+            self.send(&subject, headers, payload).await?;
+        }
+        Ok(())
+    }
+
+    async fn send(
+        &self,
+        subject: &str,
+        headers: HeaderMap,
+        payload: bytes::Bytes,
+    ) -> Result<jetstream::publish::PublishAck> {
         self.inner
             .js
-            .publish_with_headers(subject, headers, payload.into())
+            .publish_with_headers(subject.to_owned(), headers, payload)
             .await
             .map_err(|e| engine_error(EngineErrorKind::Publish, "publish", e))?
             .await
-            .map_err(|e| engine_error(EngineErrorKind::Publish, "publish not acknowledged", e))?;
-        Ok(())
+            .map_err(|e| engine_error(EngineErrorKind::Publish, "publish not acknowledged", e))
+    }
+
+    /// Whether the stored message at `sequence` (the one a publish was taken as a duplicate
+    /// of) was published on `subject`; `false` when it cannot be read.
+    async fn same_subject(&self, stream: &stream::Stream, sequence: u64, subject: &str) -> bool {
+        match stream.get_raw_message(sequence).await {
+            Ok(stored) => stored.subject.as_str() == subject,
+            Err(e) => {
+                tracing::debug!(error = %e, sequence, "cannot read the message a publish duplicates");
+                false
+            }
+        }
     }
 
     async fn subscribe_durable(&self, spec: SubscriptionSpec) -> Result<Box<dyn Subscription>> {
@@ -208,7 +287,7 @@ impl NatsBus {
                 ack_policy: consumer::AckPolicy::Explicit,
                 ack_wait: cfg.ack_wait,
                 deliver_policy: consumer::DeliverPolicy::New,
-                max_deliver: -1,
+                max_deliver: i64::from(spec.max_deliver.max(1)),
                 max_ack_pending: cfg.max_ack_pending,
                 num_replicas: cfg.replicas,
                 ..Default::default()
@@ -233,10 +312,25 @@ impl NatsBus {
                     e,
                 )
             })?;
+        // The server announces a message it stops delivering: dead-letter it, not lose it.
+        let advisory = format!(
+            "$JS.EVENT.ADVISORY.CONSUMER.MAX_DELIVERIES.{}.{name}",
+            names::stream_name(&cfg.stream_prefix, spec.topic)
+        );
+        let advisories = match self.inner.client.subscribe(advisory).await {
+            Ok(s) => Some(s),
+            Err(e) => {
+                tracing::warn!(consumer = %name, error = %e, "cannot subscribe to max-deliveries advisories; a message whose last delivery is never settled is not dead-lettered");
+                None
+            }
+        };
         Ok(Box::new(DurableSubscription {
             bus: self.clone(),
             consumer: name,
+            max_deliver: spec.max_deliver.max(1),
             messages,
+            advisories,
+            stream,
             // Well inside `ack_wait`, so a slow handler's event is not redelivered meanwhile.
             keep_alive: cfg.ack_wait / 3,
         }))
@@ -262,7 +356,10 @@ impl NatsBus {
             .map_err(|e| engine_error(EngineErrorKind::Subscribe, "flush", e))?;
         let merged: Pin<Box<dyn Stream<Item = async_nats::Message> + Send>> =
             Box::pin(futures_util::stream::select_all(subs));
-        Ok(Box::new(CoreSubscription { messages: merged }))
+        Ok(Box::new(CoreSubscription {
+            prefix: self.inner.config.subject_prefix.clone(),
+            messages: merged,
+        }))
     }
 }
 
@@ -316,10 +413,97 @@ impl EventBus for NatsBus {
 
 type MessageStream = consumer::pull::Stream;
 
+/// The tenant token of `subject` (`<prefix>.<tenant>.<topic>.<event>`).
+fn subject_tenant<'a>(prefix: &str, subject: &'a str) -> Option<&'a str> {
+    subject
+        .strip_prefix(prefix)?
+        .strip_prefix('.')?
+        .split('.')
+        .next()
+}
+
+/// The tenant a notice about a message on `subject` goes out under: the subject's tenant when
+/// valid, else the default tenant.
+fn notice_tenant<'a>(prefix: &str, subject: &'a str) -> &'a str {
+    subject_tenant(prefix, subject)
+        .filter(|t| validate_tenant(t).is_ok())
+        .unwrap_or(DEFAULT_TENANT)
+}
+
+/// The envelope a message on `subject` carries, or why it cannot be handled (of bounded size).
+/// The subject's tenant is authoritative: it must be a valid tenant id, and the envelope's
+/// tenant must be the same.
+fn decode(
+    prefix: &str,
+    subject: &str,
+    payload: &[u8],
+) -> std::result::Result<EventEnvelope, String> {
+    // serde_json's recursion limit (128) holds: deep nesting is an error, not a stack overflow.
+    let envelope: EventEnvelope = serde_json::from_slice(payload).map_err(|e| {
+        bounded(
+            &format!("undecodable event envelope: {e}"),
+            MAX_REASON_BYTES,
+        )
+    })?;
+    let tenant = subject_tenant(prefix, subject).unwrap_or_default();
+    if let Err(e) = validate_tenant(tenant) {
+        return Err(format!("invalid tenant in the subject: {e}"));
+    }
+    if envelope.tenant() != tenant {
+        return Err(format!(
+            "the envelope's tenant_id {:?} is not its subject's tenant `{tenant}` (the subject's tenant is authoritative)",
+            bounded(envelope.tenant(), 2 * MAX_TENANT_LEN)
+        ));
+    }
+    Ok(envelope)
+}
+
+/// A value NATS can carry in a header: one line.
+fn header_value(text: &str) -> String {
+    text.chars()
+        .map(|c| if c.is_control() { ' ' } else { c })
+        .collect()
+}
+
+/// A durable delivery as received, kept to dead-letter it.
+struct Original {
+    consumer: String,
+    subject: String,
+    payload: bytes::Bytes,
+    /// Which delivery this is (1 on the first).
+    attempt: u32,
+    max_deliver: u32,
+    /// The de-duplication id of its dead letter and notice, when every instance of the agent
+    /// may dead-letter it (a message the server gave up on).
+    dedup_id: Option<String>,
+}
+
+/// The server's advisory that a consumer stopped delivering a message after `max_deliver`
+/// deliveries that were not settled (the process died or hung on the last one).
+#[derive(serde::Deserialize)]
+struct MaxDeliveries {
+    stream_seq: u64,
+    deliveries: u64,
+}
+
+/// The next advisory, or never when there is no advisory subscription.
+async fn next_advisory(
+    advisories: &mut Option<async_nats::Subscriber>,
+) -> Option<async_nats::Message> {
+    match advisories {
+        Some(s) => s.next().await,
+        None => std::future::pending().await,
+    }
+}
+
 struct DurableSubscription {
     bus: NatsBus,
     consumer: String,
+    max_deliver: u32,
     messages: MessageStream,
+    /// The consumer's `MAX_DELIVERIES` advisories (`None` when they cannot be subscribed to).
+    advisories: Option<async_nats::Subscriber>,
+    stream: stream::Stream,
     keep_alive: Duration,
 }
 
@@ -327,7 +511,22 @@ impl Subscription for DurableSubscription {
     fn next(&mut self) -> BoxFuture<'_, Option<Delivery>> {
         Box::pin(async move {
             loop {
-                let msg = match self.messages.next().await? {
+                let next = tokio::select! {
+                    m = self.messages.next() => Ok(m),
+                    a = next_advisory(&mut self.advisories) => Err(a),
+                };
+                let next = match next {
+                    Ok(next) => next?,
+                    Err(Some(advisory)) => {
+                        self.abandoned(&advisory.payload).await;
+                        continue;
+                    }
+                    Err(None) => {
+                        self.advisories = None;
+                        continue;
+                    }
+                };
+                let msg = match next {
                     Ok(m) => m,
                     Err(e) => {
                         tracing::warn!(consumer = %self.consumer, error = %e, "consumer stream error; continuing");
@@ -339,27 +538,33 @@ impl Subscription for DurableSubscription {
                     .map(|i| u32::try_from(i.delivered).unwrap_or(u32::MAX))
                     .unwrap_or(1);
                 let (msg, acker) = msg.split();
-                match serde_json::from_slice::<EventEnvelope>(&msg.payload) {
+                let original = Original {
+                    consumer: self.consumer.clone(),
+                    subject: msg.subject.to_string(),
+                    payload: msg.payload,
+                    attempt,
+                    max_deliver: self.max_deliver,
+                    dedup_id: None,
+                };
+                let prefix = &self.bus.inner.config.subject_prefix;
+                match decode(prefix, &original.subject, &original.payload) {
                     Ok(envelope) => {
-                        let envelope = Arc::new(envelope);
                         let acker = NatsAcker {
                             bus: self.bus.clone(),
-                            consumer: self.consumer.clone(),
-                            subject: msg.subject.to_string(),
-                            payload: msg.payload.clone(),
+                            original,
                             acker,
                             keep_alive: self.keep_alive,
                         };
-                        return Some(Delivery::new(envelope, attempt, Some(Box::new(acker))));
+                        return Some(Delivery::new(
+                            Arc::new(envelope),
+                            attempt,
+                            Some(Box::new(acker)),
+                        ));
                     }
-                    Err(e) => {
-                        let reason = format!("undecodable event envelope: {e}");
-                        tracing::warn!(consumer = %self.consumer, subject = %msg.subject, %reason, "dead-lettering message");
-                        self.bus
-                            .reject_raw(&self.consumer, &msg.subject, msg.payload.clone(), &reason)
-                            .await;
-                        if let Err(e) = acker.ack_with(AckKind::Term).await {
-                            tracing::warn!(error = %e, "could not terminate undecodable message");
+                    Err(reason) => {
+                        let kind = self.bus.reject(&original, &reason).await;
+                        if let Err(e) = acker.ack_with(kind).await {
+                            tracing::warn!(consumer = %self.consumer, error = %e, "could not settle a rejected message");
                         }
                     }
                 }
@@ -368,35 +573,83 @@ impl Subscription for DurableSubscription {
     }
 }
 
+impl DurableSubscription {
+    /// Dead-letters the message a `MAX_DELIVERIES` advisory names: its last delivery was never
+    /// settled, so the server will not deliver it again. Every instance of the agent gets the
+    /// advisory; the dead letter and its notice have ids derived from the message, so the
+    /// streams keep one copy.
+    async fn abandoned(&self, advisory: &[u8]) {
+        let Ok(advisory) = serde_json::from_slice::<MaxDeliveries>(advisory) else {
+            tracing::debug!(consumer = %self.consumer, "ignoring an undecodable advisory");
+            return;
+        };
+        let stored = match self.stream.get_raw_message(advisory.stream_seq).await {
+            Ok(stored) => stored,
+            Err(e) => {
+                tracing::error!(consumer = %self.consumer, sequence = advisory.stream_seq, error = %e, "a message the server gave up on cannot be read; it is not dead-lettered");
+                return;
+            }
+        };
+        let attempt = u32::try_from(advisory.deliveries).unwrap_or(u32::MAX);
+        let original = Original {
+            consumer: self.consumer.clone(),
+            subject: stored.subject.to_string(),
+            payload: stored.payload,
+            // Its last delivery: storing the dead letter is not retried by redelivery.
+            attempt: attempt.max(self.max_deliver),
+            max_deliver: self.max_deliver,
+            dedup_id: Some(format!(
+                "{}-{}-{}",
+                self.consumer, advisory.stream_seq, advisory.deliveries
+            )),
+        };
+        let reason = format!(
+            "not settled on its last delivery ({attempt} of {}, max_deliver): the handling instance died or stalled",
+            self.max_deliver
+        );
+        self.bus.reject(&original, &reason).await;
+    }
+}
+
 impl NatsBus {
-    /// Dead-letters an undecodable message and announces it on `system-events`.
-    async fn reject_raw(&self, consumer: &str, subject: &str, payload: bytes::Bytes, reason: &str) {
-        if let Err(e) = self.dead_letter(subject, payload, reason, consumer).await {
-            tracing::error!(error = %e, "could not store dead letter");
+    /// Dead-letters a message no handler can take (undecodable, a bad tenant, out of
+    /// deliveries) and announces it as `event.dead_lettered` on `system-events`, under the
+    /// subject's tenant (the default tenant when that is invalid). Returns how to settle it.
+    async fn reject(&self, original: &Original, reason: &str) -> AckKind {
+        let prefix = &self.inner.config.subject_prefix;
+        tracing::warn!(consumer = %original.consumer, subject = %original.subject, %reason, "dead-lettering message");
+        let settle = self.store_or_retry(original, reason).await;
+        if !matches!(settle, AckKind::Term) {
+            // Redelivered to try storing it again: announced when that is settled.
+            return settle;
         }
         let notice = EventEnvelope::new(
-            new_id(),
-            consumer,
+            original
+                .dedup_id
+                .as_ref()
+                .map_or_else(new_id, |id| format!("{id}-notice")),
+            original.consumer.as_str(),
             Topic::SystemEvents,
-            "event.dead_lettered",
+            DEAD_LETTERED,
         )
+        .with_tenant_id(notice_tenant(prefix, &original.subject))
         .with_time(now_rfc3339())
         .with_data(json!({
-            "subject": subject,
-            "consumer": consumer,
-            "reason": reason,
+            "subject": bounded(&original.subject, MAX_REASON_BYTES),
+            "consumer": original.consumer,
+            "reason": bounded(reason, MAX_REASON_BYTES),
+            "attempt": original.attempt,
         }));
         if let Err(e) = self.publish_envelope(&notice).await {
             tracing::error!(error = %e, "could not publish the dead-letter notice");
         }
+        settle
     }
 }
 
 struct NatsAcker {
     bus: NatsBus,
-    consumer: String,
-    subject: String,
-    payload: bytes::Bytes,
+    original: Original,
     acker: jetstream::message::Acker,
     keep_alive: Duration,
 }
@@ -404,14 +657,22 @@ struct NatsAcker {
 impl Acker for NatsAcker {
     fn settle(self: Box<Self>, settlement: Settlement) -> BoxFuture<'static, Result<()>> {
         Box::pin(async move {
+            let original = &self.original;
             let kind = match settlement {
                 Settlement::Ack => AckKind::Ack,
-                Settlement::Retry { delay } => AckKind::Nak(Some(delay)),
+                Settlement::Retry { delay } if original.attempt < original.max_deliver => {
+                    AckKind::Nak(Some(delay))
+                }
+                Settlement::Retry { .. } => {
+                    // The server would not deliver it again: dead-letter it, not let it vanish.
+                    let reason = format!(
+                        "still failing on delivery {} of {} (max_deliver)",
+                        original.attempt, original.max_deliver
+                    );
+                    self.bus.reject(original, &reason).await
+                }
                 Settlement::DeadLetter { reason } => {
-                    self.bus
-                        .dead_letter(&self.subject, self.payload.clone(), &reason, &self.consumer)
-                        .await?;
-                    AckKind::Term
+                    self.bus.store_or_retry(original, &reason).await
                 }
             };
             self.acker
@@ -436,6 +697,7 @@ impl Acker for NatsAcker {
 }
 
 struct CoreSubscription {
+    prefix: String,
     messages: Pin<Box<dyn Stream<Item = async_nats::Message> + Send>>,
 }
 
@@ -444,13 +706,70 @@ impl Subscription for CoreSubscription {
         Box::pin(async move {
             loop {
                 let msg = self.messages.next().await?;
-                match serde_json::from_slice::<EventEnvelope>(&msg.payload) {
+                match decode(&self.prefix, &msg.subject, &msg.payload) {
                     Ok(env) => return Some(Delivery::new(Arc::new(env), 1, None)),
-                    Err(e) => {
-                        tracing::debug!(subject = %msg.subject, error = %e, "ignoring undecodable message")
+                    Err(reason) => {
+                        tracing::debug!(subject = %msg.subject, %reason, "ignoring a message that cannot be handled")
                     }
                 }
             }
         })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_subjects_tenant_is_authoritative() {
+        let env = |tenant: Option<&str>| {
+            let mut e = EventEnvelope::new("e1", "s", Topic::ActionRequests, "x.requested");
+            e.tenant_id = tenant.map(str::to_owned);
+            serde_json::to_vec(&e).unwrap()
+        };
+        let subject = |t: &str| format!("soorma.{t}.action-requests.x.requested");
+        assert!(decode("soorma", &subject("acme"), &env(Some("acme"))).is_ok());
+        assert!(decode("soorma", &subject("default"), &env(None)).is_ok());
+        for (subject_tenant, envelope_tenant) in [
+            ("acme", Some("globex")),
+            ("acme", None),
+            ("default", Some("acme")),
+            ("acme", Some("")),
+            ("ac@me", Some("ac@me")),
+        ] {
+            let reason =
+                decode("soorma", &subject(subject_tenant), &env(envelope_tenant)).unwrap_err();
+            assert!(reason.contains("tenant"), "{reason}");
+        }
+        let huge = EventEnvelope::new("e1", "s", Topic::ActionRequests, "x.requested")
+            .with_tenant_id("g".repeat(1_000_000));
+        let reason = decode(
+            "soorma",
+            &subject("acme"),
+            &serde_json::to_vec(&huge).unwrap(),
+        )
+        .unwrap_err();
+        assert!(reason.len() < 400, "{}", reason.len());
+    }
+
+    #[test]
+    fn undecodable_reasons_are_bounded_and_nesting_is_limited() {
+        let deep = format!(
+            r#"{{"id":"e","source":"s","type":"t","topic":"action-requests","data":{}{}}}"#,
+            "[".repeat(100_000),
+            "]".repeat(100_000)
+        );
+        let reason = decode("soorma", "soorma.default.a.b", deep.as_bytes()).unwrap_err();
+        assert!(reason.contains("recursion limit"), "{reason}");
+        let long_variant = format!(
+            r#"{{"id":"e","source":"s","topic":"{}","type":"t"}}"#,
+            "x".repeat(1_000_000)
+        );
+        let reason = decode("soorma", "soorma.default.a.b", long_variant.as_bytes()).unwrap_err();
+        assert!(reason.len() <= MAX_REASON_BYTES, "{}", reason.len());
+        assert_eq!(header_value("a\r\nb\u{0}c"), "a  b c");
+        assert_eq!(notice_tenant("soorma", "soorma.ac@me.a.b"), DEFAULT_TENANT);
+        assert_eq!(notice_tenant("soorma", "soorma.acme.a.b"), "acme");
     }
 }

@@ -23,7 +23,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 pub use async_nats;
-pub use bus::NatsBus;
+pub use bus::{DEAD_LETTER_REASON_HEADER, DEAD_LETTER_TRUNCATED_HEADER, NatsBus};
 pub use registry::NatsRegistry;
 pub use state::NatsStore;
 

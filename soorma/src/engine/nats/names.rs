@@ -3,20 +3,16 @@
 use soorma_common::Topic;
 
 use crate::error::{Error, Result};
+use crate::spi::tenant::validate_tenant;
 
 fn is_token_char(c: char) -> bool {
     c.is_ascii_alphanumeric() || c == '-' || c == '_'
 }
 
-/// Checks a tenant id can be one subject token / key token.
+/// Checks a tenant id can be one subject token / key token (the one tenant rule,
+/// [`validate_tenant`]).
 pub(crate) fn tenant_token(tenant: &str) -> Result<&str> {
-    if !tenant.is_empty() && tenant.chars().all(is_token_char) {
-        Ok(tenant)
-    } else {
-        Err(Error::InvalidArgument(format!(
-            "tenant `{tenant}` cannot be used on NATS: use ASCII letters, digits, `-` and `_`"
-        )))
-    }
+    validate_tenant(tenant)
 }
 
 /// Checks an event type can be the tail of a subject (dot-separated, no wildcards or spaces).

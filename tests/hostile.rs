@@ -1,0 +1,760 @@
+//! Hostile input and tenant isolation on a real `nats-server -js` (started per test): every kind
+//! of garbage ends in the dead-letter stream (or terminated) with a bounded reason and an
+//! `event.dead_lettered` notice, leaves nothing pending, and the agent keeps serving; a tenant
+//! whose NATS user may only publish on its own subjects cannot act, reply or write state as
+//! another tenant, nor suppress another tenant's message through de-duplication.
+
+use std::time::Duration;
+
+use serde_json::{Value, json};
+use soorma::EventEnvelope;
+use soorma::bus::{EventFilter, Settlement, SubscriptionSpec};
+use soorma::nats::async_nats::jetstream::{self, Context};
+use soorma::nats::async_nats::{self, HeaderMap};
+use soorma::nats::{NatsAuth, NatsConfig};
+use soorma::prelude::*;
+use soorma::state::StateKey;
+use soorma::testing::TestPlatform;
+use soorma_tests::agents;
+use soorma_tests::nats_server::NatsServer;
+
+const WAIT: Duration = Duration::from_secs(20);
+const SUBJECT: &str = "soorma.default.action-requests.calculate.requested";
+/// What a dead letter, its notice and an error reply stay within (the reason is cut to 1 KiB).
+const SMALL: usize = 4 * 1024;
+
+async fn connect(server: &NatsServer) -> Platform {
+    soorma::nats::connect(NatsConfig::new(server.url()))
+        .await
+        .expect("connect to the test nats-server")
+}
+
+/// A server, a test platform on it serving the calculator, and a raw JetStream context.
+async fn calculator_on_nats() -> (NatsServer, TestPlatform, Context) {
+    soorma_tests::init_tracing();
+    let server = NatsServer::start();
+    let platform = connect(&server).await;
+    let mut t = TestPlatform::with_platform(platform.clone()).await.unwrap();
+    t.start(agents::calculator()).await.unwrap();
+    let js = jetstream::new(platform.nats_client().unwrap().clone());
+    (server, t, js)
+}
+
+/// An id no other test run uses.
+fn unique_id() -> String {
+    use std::sync::atomic::{AtomicU64, Ordering};
+    static N: AtomicU64 = AtomicU64::new(0);
+    let nanos = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap_or_default()
+        .as_nanos();
+    format!(
+        "{nanos:x}{:x}{}",
+        std::process::id(),
+        N.fetch_add(1, Ordering::Relaxed)
+    )
+}
+
+async fn publish_raw(js: &Context, subject: &str, payload: Vec<u8>) {
+    js.publish(subject.to_owned(), payload.into())
+        .await
+        .unwrap()
+        .await
+        .unwrap();
+}
+
+/// A calculator request envelope on `subject`'s tenant with this `data`, as JSON bytes.
+fn request(tenant: Option<&str>, data: Value) -> Vec<u8> {
+    let mut env = EventEnvelope::new(
+        "hostile-1",
+        "attacker",
+        Topic::ActionRequests,
+        "calculate.requested",
+    )
+    .with_data(data)
+    .with_response_event("calc.done");
+    env.tenant_id = tenant.map(str::to_owned);
+    serde_json::to_vec(&env).unwrap()
+}
+
+/// Waits until every consumer of every stream has nothing pending or unacknowledged.
+async fn assert_nothing_pending(js: &Context) {
+    let deadline = tokio::time::Instant::now() + WAIT;
+    loop {
+        let mut busy = Vec::new();
+        let names: Vec<String> = {
+            use futures_util::TryStreamExt;
+            js.stream_names().try_collect().await.unwrap()
+        };
+        for name in names {
+            let stream = js.get_stream(&name).await.unwrap();
+            let consumers: Vec<_> = {
+                use futures_util::TryStreamExt;
+                stream.consumers().try_collect().await.unwrap()
+            };
+            for c in consumers {
+                if c.num_pending + c.num_ack_pending as u64 > 0 {
+                    busy.push(format!(
+                        "{name}/{}: {} pending, {} unacknowledged",
+                        c.name, c.num_pending, c.num_ack_pending
+                    ));
+                }
+            }
+        }
+        if busy.is_empty() {
+            return;
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "still pending: {busy:?}"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+/// The dead letters stored for `subject` (their payload sizes and headers).
+async fn dead_letters(js: &Context, subject: &str) -> Vec<(usize, HeaderMap)> {
+    let dlq_subject = subject.replacen("soorma.", "soorma-dlq.", 1);
+    stored(js, "SOORMA_DLQ", &dlq_subject).await
+}
+
+/// The messages `stream` holds on `subject` (their payload sizes and headers).
+async fn stored(js: &Context, stream: &str, subject: &str) -> Vec<(usize, HeaderMap)> {
+    let stream = js.get_stream(stream).await.unwrap();
+    let last = stream.get_info().await.unwrap().state.last_sequence;
+    let mut found = Vec::new();
+    for seq in 1..=last {
+        if let Ok(m) = stream.get_raw_message(seq).await
+            && m.subject.as_str() == subject
+        {
+            found.push((m.payload.len(), m.headers));
+        }
+    }
+    found
+}
+
+/// Sends garbage on `subject` and checks its fate: a notice (returned) under `tenant` with a
+/// reason containing `reason`, one bounded dead letter, nothing pending, and the calculator
+/// still serving.
+async fn garbage_is_dead_lettered(
+    subject: &str,
+    payload: Vec<u8>,
+    tenant: &str,
+    reason: &str,
+) -> (NatsServer, TestPlatform, Value) {
+    let (server, t, js) = calculator_on_nats().await;
+    publish_raw(&js, subject, payload).await;
+    let notice = t.expect_event("event.dead_lettered", WAIT).await.unwrap();
+    let text = notice.data["reason"]
+        .as_str()
+        .unwrap_or_default()
+        .to_owned();
+    assert!(text.contains(reason), "reason: {text}");
+    assert_eq!(notice.tenant(), tenant);
+    assert!(
+        serde_json::to_vec(&*notice).unwrap().len() < SMALL,
+        "the notice is large"
+    );
+    // Settled means stored (a handler's notice goes out before its dead letter is stored).
+    assert_nothing_pending(&js).await;
+    let stored = dead_letters(&js, subject).await;
+    assert_eq!(stored.len(), 1, "one dead letter");
+    let reason_header = stored[0]
+        .1
+        .get(soorma::nats::DEAD_LETTER_REASON_HEADER)
+        .unwrap()
+        .to_string();
+    assert!(
+        reason_header.len() <= 1024,
+        "reason header: {}",
+        reason_header.len()
+    );
+    assert_nothing_pending(&js).await;
+    still_serves(&t).await;
+    assert_nothing_pending(&js).await;
+    let data = notice.data.clone();
+    (server, t, data)
+}
+
+async fn still_serves(t: &TestPlatform) {
+    let r: Value = t
+        .client()
+        .invoke(
+            "calculate.requested",
+            json!({"expression": "20+22"}),
+            "calc.done",
+        )
+        .await
+        .unwrap();
+    assert_eq!(r["result"], 42.0);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn non_json_bytes_are_dead_lettered() {
+    garbage_is_dead_lettered(
+        SUBJECT,
+        b"\xff\xfe{not json at all".to_vec(),
+        "default",
+        "undecodable",
+    )
+    .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn deeply_nested_json_is_dead_lettered_without_overflowing_the_stack() {
+    // 100,000 nested arrays in the data: serde_json's recursion limit stops the decode.
+    let deep = format!(
+        r#"{{"id":"d1","source":"x","type":"calculate.requested","topic":"action-requests","data":{}{}}}"#,
+        "[".repeat(100_000),
+        "]".repeat(100_000)
+    );
+    garbage_is_dead_lettered(SUBJECT, deep.into_bytes(), "default", "recursion limit").await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_large_payload_of_the_wrong_type_is_dead_lettered_once_with_a_small_reply() {
+    // 900 KB where the calculator expects an object: serde's error quotes the whole string.
+    let payload = request(None, Value::String("x".repeat(900_000)));
+    let (_server, t, _) =
+        garbage_is_dead_lettered(SUBJECT, payload, "default", "invalid payload").await;
+    let replies = t.events_of_type("calc.done");
+    let error_reply = replies
+        .iter()
+        .find(|r| r.correlation_id.as_deref() == Some("hostile-1"))
+        .expect("an error reply to the bad request");
+    assert_eq!(error_reply.data["success"], false);
+    assert!(
+        serde_json::to_vec(&**error_reply).unwrap().len() < SMALL,
+        "the error reply is large"
+    );
+    // Handled once: no redelivery re-sends the reply or the notice.
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    assert_eq!(t.events_of_type("event.dead_lettered").len(), 1);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_payload_at_the_servers_limit_is_dead_lettered_truncated() {
+    let (server, t, js) = calculator_on_nats().await;
+    let max = t
+        .platform()
+        .nats_client()
+        .unwrap()
+        .server_info()
+        .max_payload;
+    // An envelope as large as the server takes: with the dead-letter headers it cannot be
+    // stored whole.
+    let frame = request(None, Value::String(String::new())).len();
+    let payload = request(None, Value::String("y".repeat(max - frame - 16)));
+    assert!(payload.len() <= max && payload.len() > max - 64);
+    publish_raw(&js, SUBJECT, payload.clone()).await;
+    let notice = t.expect_event("event.dead_lettered", WAIT).await.unwrap();
+    assert!(serde_json::to_vec(&*notice).unwrap().len() < SMALL);
+    assert_nothing_pending(&js).await;
+    let stored = dead_letters(&js, SUBJECT).await;
+    assert_eq!(stored.len(), 1);
+    let (size, headers) = &stored[0];
+    assert!(*size < payload.len());
+    assert_eq!(
+        headers
+            .get(soorma::nats::DEAD_LETTER_TRUNCATED_HEADER)
+            .map(|v| v.to_string()),
+        Some(payload.len().to_string())
+    );
+    assert_nothing_pending(&js).await;
+    still_serves(&t).await;
+    drop(server);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_invalid_tenant_in_the_subject_is_dead_lettered_with_a_default_tenant_notice() {
+    garbage_is_dead_lettered(
+        "soorma.ac@me.action-requests.calculate.requested",
+        request(Some("ac@me"), json!({"expression": "1+1"})),
+        "default",
+        "invalid tenant in the subject",
+    )
+    .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_invalid_tenant_in_the_envelope_is_dead_lettered_under_the_subjects_tenant() {
+    garbage_is_dead_lettered(
+        "soorma.acme.action-requests.calculate.requested",
+        request(Some("ac me\n"), json!({"expression": "1+1"})),
+        "acme",
+        "not its subject's tenant",
+    )
+    .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_envelope_tenant_other_than_the_subjects_is_dead_lettered() {
+    garbage_is_dead_lettered(
+        "soorma.acme.action-requests.calculate.requested",
+        request(Some("globex"), json!({"expression": "1+1"})),
+        "acme",
+        "not its subject's tenant `acme`",
+    )
+    .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn consumers_have_a_finite_max_deliver_and_the_last_failed_delivery_is_dead_lettered() {
+    let (server, t, js) = calculator_on_nats().await;
+    // The agent's consumer: max_deliver is the agent's (5 by default), not unlimited.
+    let stream = js.get_stream("SOORMA_ACTION_REQUESTS").await.unwrap();
+    let mut calc = stream
+        .get_consumer::<jetstream::consumer::pull::Config>("calculator__action-requests")
+        .await
+        .unwrap();
+    assert_eq!(calc.info().await.unwrap().config.max_deliver, 5);
+
+    // A subscriber that asks for a retry on every delivery: the last one is dead-lettered.
+    let bus = t.platform().bus();
+    let spec =
+        SubscriptionSpec::new("flaky", Topic::BusinessFacts, EventFilter::All).with_max_deliver(3);
+    let mut sub = bus.subscribe(spec).await.unwrap();
+    t.client()
+        .publish(Topic::BusinessFacts, "order.placed", json!({"id": 1}))
+        .await
+        .unwrap();
+    for attempt in 1..=3 {
+        let d = tokio::time::timeout(WAIT, sub.next())
+            .await
+            .unwrap()
+            .unwrap();
+        assert_eq!(d.attempt, attempt);
+        d.settle(Settlement::Retry {
+            delay: Duration::from_millis(10),
+        })
+        .await
+        .unwrap();
+    }
+    let notice = t.expect_event("event.dead_lettered", WAIT).await.unwrap();
+    assert!(
+        notice.data["reason"]
+            .as_str()
+            .unwrap()
+            .contains("max_deliver"),
+        "{}",
+        notice.data
+    );
+    assert_eq!(
+        dead_letters(&js, "soorma.default.business-facts.order.placed")
+            .await
+            .len(),
+        1
+    );
+    assert!(
+        tokio::time::timeout(Duration::from_millis(500), sub.next())
+            .await
+            .is_err(),
+        "delivered again"
+    );
+    assert_nothing_pending(&js).await;
+    drop(sub);
+    drop(server);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn embedded_rejects_exactly_the_tenants_nats_rejects() {
+    let server = NatsServer::start();
+    let nats = connect(&server).await;
+    let embedded = Platform::embedded();
+    let long = "t".repeat(soorma::MAX_TENANT_LEN);
+    let too_long = "t".repeat(soorma::MAX_TENANT_LEN + 1);
+    let tenants = [
+        "acme",
+        "acme-eu_1",
+        long.as_str(),
+        "",
+        "a.b",
+        "a b",
+        "a*",
+        "a>",
+        "ac@me",
+        "ünï",
+        "a\nb",
+        too_long.as_str(),
+    ];
+    for tenant in tenants {
+        let valid = soorma::validate_tenant(tenant).is_ok();
+        for platform in [&embedded, &nats] {
+            let env = EventEnvelope::new(unique_id(), "t", Topic::BusinessFacts, "x.happened")
+                .with_tenant_id(tenant);
+            let published = platform.bus().publish(env).await;
+            let stored = platform
+                .state()
+                .put(&StateKey::new("notes", tenant, "k"), b"{}".to_vec())
+                .await;
+            let subscribed = platform
+                .bus()
+                .subscribe(
+                    SubscriptionSpec::new("g", Topic::BusinessFacts, EventFilter::All)
+                        .with_tenant(tenant)
+                        .ephemeral(),
+                )
+                .await
+                .map(drop);
+            let client = platform
+                .client("c")
+                .with_tenant(tenant)
+                .publish(Topic::BusinessFacts, "x.happened", 1)
+                .await
+                .map(drop);
+            let agent = agents::calculator()
+                .tenant(tenant)
+                .start(platform)
+                .await
+                .map(|h| tokio::spawn(h.shutdown()));
+            for (what, outcome) in [
+                ("publish", published.map(drop)),
+                ("state", stored.map(drop)),
+                ("subscribe", subscribed),
+                ("client", client),
+                ("agent", agent.map(drop)),
+            ] {
+                match outcome {
+                    Ok(()) => assert!(valid, "{} accepted {what} for {tenant:?}", platform.kind()),
+                    Err(soorma::Error::InvalidArgument(_)) => {
+                        assert!(!valid, "{} rejected {what} for {tenant:?}", platform.kind())
+                    }
+                    Err(e) => panic!("{} {what} for {tenant:?}: {e}", platform.kind()),
+                }
+            }
+        }
+    }
+}
+
+/// A server whose `operator` user may do anything and whose `acme` user may only publish on
+/// acme's subjects (and receive the acknowledgements of its publishes): what an operator
+/// gives a tenant that publishes its own requests.
+fn server_with_tenant_users() -> NatsServer {
+    let dir = std::env::temp_dir().join(format!(
+        "soorma-hostile-{}-{}",
+        std::process::id(),
+        unique_id()
+    ));
+    std::fs::create_dir_all(&dir).unwrap();
+    let conf = dir.join("users.conf");
+    std::fs::write(
+        &conf,
+        r#"
+authorization {
+  users = [
+    { user: operator, password: operator-secret }
+    {
+      user: acme, password: acme-secret,
+      permissions: {
+        publish: { allow: ["soorma.acme.>"] }
+        subscribe: { allow: ["_INBOX.>"] }
+      }
+    }
+  ]
+}
+"#,
+    )
+    .unwrap();
+    NatsServer::start_with(&["-js", "-c", conf.to_str().unwrap()])
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_tenant_limited_to_its_subjects_cannot_act_reply_write_or_suppress_as_another() {
+    soorma_tests::init_tracing();
+    let server = server_with_tenant_users();
+    let operator = soorma::nats::connect(NatsConfig::new(server.url()).with_auth(
+        NatsAuth::UserPassword {
+            user: "operator".into(),
+            password: "operator-secret".into(),
+        },
+    ))
+    .await
+    .unwrap();
+    let mut t = TestPlatform::with_platform(operator.clone()).await.unwrap();
+    // A tool of globex only, one of acme only, and a worker (which stores task state) of
+    // every tenant.
+    t.start(agents::calculator().tenant("globex"))
+        .await
+        .unwrap();
+    t.start(agents::calculator().tenant("acme")).await.unwrap();
+    t.start(agents::batcher()).await.unwrap();
+    t.start(agents::upper_tool()).await.unwrap();
+    let acme = jetstream::new(
+        async_nats::ConnectOptions::with_user_and_password("acme".into(), "acme-secret".into())
+            .connect(server.url())
+            .await
+            .unwrap(),
+    );
+
+    // 1. On globex's subjects acme is refused by the server, so the globex tool never acts.
+    let refused = acme
+        .publish(
+            "soorma.globex.action-requests.calculate.requested",
+            request(Some("globex"), json!({"expression": "1+1"})).into(),
+        )
+        .await;
+    let refused = match refused {
+        Ok(ack) => tokio::time::timeout(Duration::from_secs(3), ack)
+            .await
+            .map_or(true, |r| r.is_err()),
+        Err(_) => true,
+    };
+    assert!(refused, "acme published on globex's subjects");
+
+    // 2. On its own subjects, claiming to be globex: dead-lettered, no reply, no state.
+    publish_raw(
+        &acme,
+        "soorma.acme.action-requests.calculate.requested",
+        request(Some("globex"), json!({"expression": "1+1"})),
+    )
+    .await;
+    let mut batch = EventEnvelope::new(
+        "hostile-batch",
+        "attacker",
+        Topic::ActionRequests,
+        "batch.requested",
+    )
+    .with_data(json!({"items": ["a"]}))
+    .with_response_event("batch.completed");
+    batch.tenant_id = Some("globex".into());
+    publish_raw(
+        &acme,
+        "soorma.acme.action-requests.batch.requested",
+        serde_json::to_vec(&batch).unwrap(),
+    )
+    .await;
+    let deadline = tokio::time::Instant::now() + WAIT;
+    while t.events_of_type("event.dead_lettered").len() < 2 {
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "not dead-lettered: {:?}",
+            t.events_of_type("event.dead_lettered")
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    for notice in t.events_of_type("event.dead_lettered") {
+        assert_eq!(notice.tenant(), "acme");
+        assert!(
+            notice.data["reason"]
+                .as_str()
+                .unwrap()
+                .contains("not its subject's tenant"),
+            "{}",
+            notice.data
+        );
+    }
+    let js = jetstream::new(operator.nats_client().unwrap().clone());
+    assert_nothing_pending(&js).await;
+    let as_globex: Vec<_> = t
+        .events()
+        .into_iter()
+        .filter(|e| e.tenant() == "globex")
+        .map(|e| e.event_type.clone())
+        .collect();
+    assert!(as_globex.is_empty(), "acted as globex: {as_globex:?}");
+    for bucket in [soorma::TASKS_BUCKET, soorma::SUBTASKS_BUCKET] {
+        assert!(
+            operator
+                .state()
+                .keys(bucket, "globex")
+                .await
+                .unwrap()
+                .is_empty(),
+            "state written under globex in {bucket}"
+        );
+    }
+
+    // 3. Acme takes the de-duplication id of globex's next request first (on its own
+    // subject): globex's request still gets through and is answered.
+    let globex_id = unique_id();
+    let mut headers = HeaderMap::new();
+    headers.insert("Nats-Msg-Id", globex_id.as_str());
+    acme.publish_with_headers(
+        "soorma.acme.action-requests.calculate.requested",
+        headers,
+        request(Some("acme"), json!({"expression": "6*7"})).into(),
+    )
+    .await
+    .unwrap()
+    .await
+    .unwrap();
+    let globex_request = EventEnvelope::new(
+        globex_id.clone(),
+        "globex-app",
+        Topic::ActionRequests,
+        "calculate.requested",
+    )
+    .with_tenant_id("globex")
+    .with_data(json!({"expression": "2*21"}))
+    .with_response_event("calc.done");
+    operator.bus().publish(globex_request).await.unwrap();
+    let reply = t
+        .expect_matching(
+            |e| e.event_type == "calc.done" && e.correlation_id.as_deref() == Some(&globex_id),
+            WAIT,
+            "globex's reply",
+        )
+        .await
+        .unwrap();
+    assert_eq!(reply.tenant(), "globex");
+    assert_eq!(reply.data["result"]["result"], 42.0, "{}", reply.data);
+    t.shutdown().await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_result_claiming_another_tenant_cannot_answer_its_sub_task() {
+    soorma_tests::init_tracing();
+    let server = NatsServer::start();
+    let platform = connect(&server).await;
+    let mut t = TestPlatform::with_platform(platform.clone()).await.unwrap();
+    // No tool runs: globex's task waits for its one sub-task.
+    t.start(agents::batcher()).await.unwrap();
+    let globex = t.client().with_tenant("globex").with_timeout(WAIT * 2);
+    let call = tokio::spawn(async move {
+        globex
+            .invoke::<Vec<String>>(
+                "batch.requested",
+                json!({"items": ["a"]}),
+                "batch.completed",
+            )
+            .await
+    });
+    let sub_request = t.expect_event("upper.requested", WAIT).await.unwrap();
+    let sub_task_id = sub_request.correlation_id.clone().unwrap();
+    let sub_key = StateKey::new(soorma::SUBTASKS_BUCKET, "globex", sub_task_id.clone());
+    let before = platform
+        .state()
+        .get(&sub_key)
+        .await
+        .unwrap()
+        .unwrap()
+        .revision;
+
+    // On acme's subject, an envelope claiming globex answers globex's sub-task.
+    let mut forged = EventEnvelope::new(
+        "forged-result",
+        "attacker",
+        Topic::ActionResults,
+        "upper.completed",
+    )
+    .with_correlation_id(sub_task_id.clone())
+    .with_data(json!({"request_id": sub_request.id, "success": true, "result": "HIJACKED"}));
+    forged.tenant_id = Some("globex".into());
+    let js = jetstream::new(platform.nats_client().unwrap().clone());
+    publish_raw(
+        &js,
+        "soorma.acme.action-results.upper.completed",
+        serde_json::to_vec(&forged).unwrap(),
+    )
+    .await;
+    let notice = t.expect_event("event.dead_lettered", WAIT).await.unwrap();
+    assert_eq!(notice.tenant(), "acme");
+    assert_nothing_pending(&js).await;
+    let after = platform
+        .state()
+        .get(&sub_key)
+        .await
+        .unwrap()
+        .unwrap()
+        .revision;
+    assert_eq!(before, after, "globex's sub-task was touched");
+
+    // The real result still completes the task.
+    let real = EventEnvelope::new(
+        "real-result",
+        "upper",
+        Topic::ActionResults,
+        "upper.completed",
+    )
+    .with_tenant_id("globex")
+    .with_correlation_id(sub_task_id)
+    .with_data(json!({"request_id": sub_request.id, "success": true, "result": "A"}));
+    platform.bus().publish(real).await.unwrap();
+    assert_eq!(call.await.unwrap().unwrap(), ["A"]);
+    t.shutdown().await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_dead_letter_that_cannot_be_stored_is_retried_then_terminated_not_looped() {
+    soorma_tests::init_tracing();
+    let server = NatsServer::start();
+    let platform = connect(&server).await;
+    let js = jetstream::new(platform.nats_client().unwrap().clone());
+    // Another stream owns the dead-letter subjects: the DLQ stream cannot be created.
+    js.create_stream(jetstream::stream::Config {
+        name: "SQUATTER".into(),
+        subjects: vec!["soorma-dlq.>".into()],
+        ..Default::default()
+    })
+    .await
+    .unwrap();
+    let mut t = TestPlatform::with_platform(platform.clone()).await.unwrap();
+    t.start(agents::calculator()).await.unwrap();
+    publish_raw(&js, SUBJECT, b"not json".to_vec()).await;
+    // Redelivered to try again (1 s apart) while deliveries remain, then terminated: one
+    // notice, on the last of the 5 deliveries.
+    let notice = t.expect_event("event.dead_lettered", WAIT).await.unwrap();
+    assert_eq!(notice.data["attempt"], 5, "{}", notice.data);
+    assert_nothing_pending(&js).await;
+    tokio::time::sleep(Duration::from_millis(1500)).await;
+    assert_eq!(t.events_of_type("event.dead_lettered").len(), 1);
+    still_serves(&t).await;
+    t.shutdown().await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_message_whose_last_delivery_is_never_settled_is_dead_lettered() {
+    soorma_tests::init_tracing();
+    let server = NatsServer::start();
+    let config = NatsConfig::new(server.url()).with_ack_wait(Duration::from_secs(1));
+    let platform = soorma::nats::connect(config).await.unwrap();
+    let t = TestPlatform::with_platform(platform.clone()).await.unwrap();
+    // Two instances of one group that take deliveries and never settle them: as if the
+    // process handling the event died each time.
+    let unsettled = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
+    let mut instances = Vec::new();
+    for _ in 0..2 {
+        let spec = SubscriptionSpec::new("stalls", Topic::BusinessFacts, EventFilter::All)
+            .with_max_deliver(2);
+        let mut sub = platform.bus().subscribe(spec).await.unwrap();
+        let unsettled = unsettled.clone();
+        instances.push(tokio::spawn(async move {
+            while let Some(d) = sub.next().await {
+                unsettled.lock().unwrap().push(d);
+            }
+        }));
+    }
+    t.client()
+        .publish(Topic::BusinessFacts, "order.placed", json!({"id": 1}))
+        .await
+        .unwrap();
+    let notice = t.expect_event("event.dead_lettered", WAIT).await.unwrap();
+    assert!(
+        notice.data["reason"]
+            .as_str()
+            .unwrap()
+            .contains("not settled on its last delivery"),
+        "{}",
+        notice.data
+    );
+    assert_eq!(
+        unsettled.lock().unwrap().len(),
+        2,
+        "delivered twice (max_deliver)"
+    );
+    // Both instances got the advisory; the streams keep one dead letter and one notice.
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    let js = jetstream::new(platform.nats_client().unwrap().clone());
+    let subject = "soorma.default.business-facts.order.placed";
+    assert_eq!(dead_letters(&js, subject).await.len(), 1);
+    let notices = stored(
+        &js,
+        "SOORMA_SYSTEM_EVENTS",
+        "soorma.default.system-events.event.dead_lettered",
+    )
+    .await;
+    assert_eq!(notices.len(), 1);
+    for instance in instances {
+        instance.abort();
+    }
+}
