@@ -177,7 +177,7 @@ pub mod nats {
     //! # Ok(()) }
     //! ```
     pub use crate::engine::nats::{
-        NatsAuth, NatsBus, NatsConfig, NatsRegistry, NatsStore, async_nats,
+        NatsAuth, NatsBus, NatsConfig, NatsRegistry, NatsStore, StorageType, async_nats,
     };
     pub use crate::platform::connect_nats as connect;
 }

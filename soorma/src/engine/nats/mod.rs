@@ -13,6 +13,7 @@
 //! # Ok(()) }
 //! ```
 
+mod assets;
 mod bus;
 pub(crate) mod names;
 mod registry;
@@ -23,6 +24,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 pub use async_nats;
+pub use async_nats::jetstream::stream::StorageType;
 pub use bus::NatsBus;
 pub use registry::NatsRegistry;
 pub use state::NatsStore;
@@ -62,7 +64,8 @@ pub enum NatsAuth {
 #[derive(Debug, Clone)]
 #[non_exhaustive]
 pub struct NatsConfig {
-    /// Server URL(s), comma-separated.
+    /// Server URL(s), comma-separated (`nats://a:4222,nats://b:4222`); every entry is one
+    /// server of the cluster, whitespace around entries is ignored.
     pub url: String,
     /// Credentials.
     pub auth: NatsAuth,
@@ -76,8 +79,12 @@ pub struct NatsConfig {
     pub event_max_age: Duration,
     /// How long a delivery may stay unacknowledged before redelivery (default 30 s).
     pub ack_wait: Duration,
-    /// Stream / bucket replicas (1 for a single server; 3 on a cluster).
+    /// Replicas of the streams and buckets the SDK creates (1 for a single server; 3 on a
+    /// cluster, at most 5). Consumers have as many replicas as their stream.
     pub replicas: usize,
+    /// Where the streams and buckets the SDK creates keep their data (default
+    /// [`StorageType::File`]).
+    pub storage: StorageType,
     /// Unacknowledged deliveries per consumer (default 4096).
     pub max_ack_pending: i64,
     /// How long a registry entry lives without a heartbeat (default 30 s).
@@ -98,21 +105,31 @@ impl NatsConfig {
             event_max_age: Duration::from_secs(24 * 3600),
             ack_wait: Duration::from_secs(30),
             replicas: 1,
+            storage: StorageType::File,
             max_ack_pending: 4096,
             registry_ttl: Duration::from_secs(30),
             heartbeat: Duration::from_secs(10),
         }
     }
 
-    /// Reads `SOORMA_NATS_URL` and the credentials (`SOORMA_NATS_TOKEN`, or `SOORMA_NATS_USER` +
-    /// `SOORMA_NATS_PASSWORD`, or `SOORMA_NATS_CREDS`); `None` when the URL is unset.
+    /// Reads `SOORMA_NATS_URL` (one URL or a comma-separated list), the credentials
+    /// (`SOORMA_NATS_TOKEN`, or `SOORMA_NATS_USER` + `SOORMA_NATS_PASSWORD`, or
+    /// `SOORMA_NATS_CREDS`) and the storage settings (`SOORMA_NATS_REPLICAS`,
+    /// `SOORMA_NATS_STORAGE`, `SOORMA_NATS_EVENT_MAX_AGE`, `SOORMA_NATS_ACK_WAIT`; see
+    /// `docs/nats.md`); `None` when the URL is unset. A value that does not parse is an
+    /// [`Error::Config`] naming the variable.
     ///
     /// ```
     /// # unsafe { std::env::remove_var("SOORMA_NATS_URL"); }
     /// assert!(soorma::nats::NatsConfig::from_env().unwrap().is_none());
     /// ```
     pub fn from_env() -> Result<Option<Self>> {
-        let var = |k: &str| std::env::var(k).ok().filter(|v| !v.trim().is_empty());
+        Self::from_vars(|k| std::env::var(k).ok())
+    }
+
+    /// [`from_env`](Self::from_env) over any source of variables.
+    fn from_vars(lookup: impl Fn(&str) -> Option<String>) -> Result<Option<Self>> {
+        let var = |k: &str| lookup(k).filter(|v| !v.trim().is_empty());
         let Some(url) = var(super::NATS_URL_ENV) else {
             return Ok(None);
         };
@@ -136,7 +153,73 @@ impl NatsConfig {
                 ));
             }
         };
-        Ok(Some(Self::new(url).with_auth(auth)))
+        let mut config = Self::new(url).with_auth(auth);
+        config.servers()?;
+        if let Some(v) = var(REPLICAS_ENV) {
+            config.replicas = parse_replicas(&v)
+                .map_err(|e| Error::Config(format!("{REPLICAS_ENV}=`{v}`: {e}")))?;
+        }
+        if let Some(v) = var(STORAGE_ENV) {
+            config.storage = match v.trim().to_ascii_lowercase().as_str() {
+                "file" => StorageType::File,
+                "memory" => StorageType::Memory,
+                _ => {
+                    return Err(Error::Config(format!(
+                        "{STORAGE_ENV}=`{v}`: use `file` or `memory`"
+                    )));
+                }
+            };
+        }
+        let duration = |name: &str| -> Result<Option<Duration>> {
+            var(name)
+                .map(|v| {
+                    parse_duration(&v).map_err(|e| Error::Config(format!("{name}=`{v}`: {e}")))
+                })
+                .transpose()
+        };
+        if let Some(d) = duration(EVENT_MAX_AGE_ENV)? {
+            config.event_max_age = d;
+        }
+        if let Some(d) = duration(ACK_WAIT_ENV)? {
+            if d.is_zero() {
+                return Err(Error::Config(format!("{ACK_WAIT_ENV} must not be 0")));
+            }
+            config.ack_wait = d;
+        }
+        Ok(Some(config))
+    }
+
+    /// The servers of [`url`](Self::url), each parsed; an entry that is not a NATS URL is an
+    /// [`Error::Config`] naming it.
+    ///
+    /// ```
+    /// let config = soorma::nats::NatsConfig::new("nats://a:4222, nats://b:4222 ,c");
+    /// assert_eq!(config.servers().unwrap().len(), 3);
+    /// let bad = soorma::nats::NatsConfig::new("nats://a:4222,nats://b:42x22");
+    /// assert!(bad.servers().unwrap_err().to_string().contains("nats://b:42x22"));
+    /// ```
+    pub fn servers(&self) -> Result<Vec<async_nats::ServerAddr>> {
+        let servers = self
+            .url
+            .split(',')
+            .map(str::trim)
+            .filter(|entry| !entry.is_empty())
+            .map(|entry| {
+                entry.parse::<async_nats::ServerAddr>().map_err(|e| {
+                    Error::Config(format!(
+                        "NATS server URL `{entry}` (in `{}`) is invalid: {e}",
+                        self.url
+                    ))
+                })
+            })
+            .collect::<Result<Vec<_>>>()?;
+        if servers.is_empty() {
+            return Err(Error::Config(format!(
+                "no NATS server URL in `{}`",
+                self.url
+            )));
+        }
+        Ok(servers)
     }
 
     /// Sets the credentials.
@@ -153,10 +236,38 @@ impl NatsConfig {
         self
     }
 
-    /// Sets the replica count for streams and buckets.
+    /// Sets the replica count of the streams and buckets the SDK creates (their consumers
+    /// follow their stream); more than 5 is refused when connecting.
     #[must_use]
     pub fn with_replicas(mut self, replicas: usize) -> Self {
         self.replicas = replicas.max(1);
+        self
+    }
+
+    /// Sets where the streams and buckets the SDK creates keep their data.
+    ///
+    /// ```
+    /// use soorma::nats::{NatsConfig, StorageType};
+    /// let config = NatsConfig::new("nats://127.0.0.1:4222").with_storage(StorageType::Memory);
+    /// assert_eq!(config.storage, StorageType::Memory);
+    /// ```
+    #[must_use]
+    pub fn with_storage(mut self, storage: StorageType) -> Self {
+        self.storage = storage;
+        self
+    }
+
+    /// Sets how long the event streams the SDK creates keep events.
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// let config = soorma::nats::NatsConfig::new("nats://127.0.0.1:4222")
+    ///     .with_event_max_age(Duration::from_secs(3600));
+    /// assert_eq!(config.event_max_age, Duration::from_secs(3600));
+    /// ```
+    #[must_use]
+    pub fn with_event_max_age(mut self, max_age: Duration) -> Self {
+        self.event_max_age = max_age;
         self
     }
 
@@ -179,9 +290,57 @@ impl NatsConfig {
     }
 }
 
+/// The replica count (`1`..=`5`, JetStream's limit).
+fn parse_replicas(v: &str) -> std::result::Result<usize, String> {
+    match v.trim().parse::<usize>() {
+        Ok(n @ 1..=5) => Ok(n),
+        _ => Err("use a replica count from 1 to 5".into()),
+    }
+}
+
+/// A duration: a whole number followed by `ms`, `s`, `m`, `h` or `d` (`90s`, `24h`); a bare
+/// number is seconds.
+fn parse_duration(v: &str) -> std::result::Result<Duration, String> {
+    let v = v.trim();
+    let split = v.find(|c: char| !c.is_ascii_digit()).unwrap_or(v.len());
+    let (digits, unit) = v.split_at(split);
+    let n: u64 = digits
+        .parse()
+        .map_err(|_| "use a whole number with a unit: `500ms`, `30s`, `15m`, `24h`, `7d`")?;
+    let seconds = |factor: u64| {
+        n.checked_mul(factor)
+            .map(Duration::from_secs)
+            .ok_or_else(|| "too long".to_owned())
+    };
+    match unit.trim() {
+        "ms" => Ok(Duration::from_millis(n)),
+        "" | "s" => seconds(1),
+        "m" => seconds(60),
+        "h" => seconds(3600),
+        "d" => seconds(86_400),
+        other => Err(format!("unknown unit `{other}`: use ms, s, m, h or d")),
+    }
+}
+
+/// `SOORMA_NATS_REPLICAS`: replicas of the streams and buckets the SDK creates.
+const REPLICAS_ENV: &str = "SOORMA_NATS_REPLICAS";
+/// `SOORMA_NATS_STORAGE`: `file` or `memory`.
+const STORAGE_ENV: &str = "SOORMA_NATS_STORAGE";
+/// `SOORMA_NATS_EVENT_MAX_AGE`: how long the event streams keep events.
+const EVENT_MAX_AGE_ENV: &str = "SOORMA_NATS_EVENT_MAX_AGE";
+/// `SOORMA_NATS_ACK_WAIT`: how long a delivery may stay unacknowledged.
+const ACK_WAIT_ENV: &str = "SOORMA_NATS_ACK_WAIT";
+
 /// Connects to NATS and returns the engine's parts. Fails with a clear error when the server
 /// is unreachable or JetStream is not enabled.
 pub(crate) async fn connect(config: NatsConfig) -> Result<EngineParts> {
+    let servers = config.servers()?;
+    if !(1..=5).contains(&config.replicas) {
+        return Err(Error::Config(format!(
+            "NATS replicas {}: use a replica count from 1 to 5",
+            config.replicas
+        )));
+    }
     let mut options = async_nats::ConnectOptions::new()
         .name("soorma")
         .connection_timeout(Duration::from_secs(5));
@@ -199,7 +358,7 @@ pub(crate) async fn connect(config: NatsConfig) -> Result<EngineParts> {
         })?,
     };
     let client = options
-        .connect(config.url.as_str())
+        .connect(servers)
         .await
         .map_err(|e| connect_error(&config.url, e))?;
     let js = async_nats::jetstream::new(client.clone());
@@ -323,6 +482,81 @@ mod tests {
         assert!(!engine_error(EngineErrorKind::StateWrite, "write `k`", put).is_retryable());
         let key = kv::EntryError::new(kv::EntryErrorKind::InvalidKey);
         assert!(!engine_error(EngineErrorKind::StateRead, "read `k`", key).is_retryable());
+    }
+
+    fn from_vars(vars: &[(&str, &str)]) -> Result<Option<NatsConfig>> {
+        NatsConfig::from_vars(|k| {
+            vars.iter()
+                .find(|(name, _)| *name == k)
+                .map(|(_, v)| (*v).to_owned())
+        })
+    }
+
+    #[test]
+    fn url_lists_parse_each_entry_and_name_a_bad_one() {
+        let config = from_vars(&[("SOORMA_NATS_URL", " nats://a:4222 ,nats://b:4223,, c ")])
+            .unwrap()
+            .unwrap();
+        let servers = config.servers().unwrap();
+        assert_eq!(servers.len(), 3);
+        assert_eq!(servers[1].port(), 4223);
+        assert_eq!(servers[2].host(), "c");
+        let err = from_vars(&[("SOORMA_NATS_URL", "nats://a:4222,nats://b:x")]).unwrap_err();
+        assert!(
+            matches!(&err, Error::Config(m) if m.contains("`nats://b:x`")),
+            "{err:?}"
+        );
+        let err = NatsConfig::new(" , ").servers().unwrap_err();
+        assert!(matches!(&err, Error::Config(m) if m.contains("no NATS server URL")));
+        assert!(from_vars(&[("SOORMA_NATS_URL", "  ")]).unwrap().is_none());
+    }
+
+    #[test]
+    fn storage_settings_come_from_the_environment() {
+        let url = ("SOORMA_NATS_URL", "nats://127.0.0.1:4222");
+        let defaults = from_vars(&[url]).unwrap().unwrap();
+        assert_eq!(defaults.replicas, 1);
+        assert_eq!(defaults.storage, StorageType::File);
+        assert_eq!(defaults.event_max_age, Duration::from_secs(24 * 3600));
+        let config = from_vars(&[
+            url,
+            ("SOORMA_NATS_REPLICAS", "3"),
+            ("SOORMA_NATS_STORAGE", "Memory"),
+            ("SOORMA_NATS_EVENT_MAX_AGE", "7d"),
+            ("SOORMA_NATS_ACK_WAIT", "45s"),
+        ])
+        .unwrap()
+        .unwrap();
+        assert_eq!(config.replicas, 3);
+        assert_eq!(config.storage, StorageType::Memory);
+        assert_eq!(config.event_max_age, Duration::from_secs(7 * 86_400));
+        assert_eq!(config.ack_wait, Duration::from_secs(45));
+        for (var, value) in [
+            ("SOORMA_NATS_REPLICAS", "0"),
+            ("SOORMA_NATS_REPLICAS", "6"),
+            ("SOORMA_NATS_REPLICAS", "three"),
+            ("SOORMA_NATS_STORAGE", "disk"),
+            ("SOORMA_NATS_EVENT_MAX_AGE", "1 week"),
+            ("SOORMA_NATS_ACK_WAIT", "0s"),
+            ("SOORMA_NATS_ACK_WAIT", "-5s"),
+        ] {
+            let err = from_vars(&[url, (var, value)]).unwrap_err();
+            assert!(
+                matches!(&err, Error::Config(m) if m.contains(var)),
+                "{var}={value}: {err:?}"
+            );
+        }
+    }
+
+    #[test]
+    fn durations_take_a_unit() {
+        assert_eq!(parse_duration("500ms"), Ok(Duration::from_millis(500)));
+        assert_eq!(parse_duration("90"), Ok(Duration::from_secs(90)));
+        assert_eq!(parse_duration(" 15m "), Ok(Duration::from_secs(900)));
+        assert_eq!(parse_duration("24h"), Ok(Duration::from_secs(86_400)));
+        assert!(parse_duration("").is_err());
+        assert!(parse_duration("5y").unwrap_err().contains("unknown unit"));
+        assert!(parse_duration("99999999999999999999d").is_err());
     }
 
     #[test]

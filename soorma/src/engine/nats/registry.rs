@@ -5,7 +5,7 @@ use async_nats::jetstream::{self, kv};
 use soorma_common::AgentDefinition;
 use tokio::task::JoinHandle;
 
-use super::{NatsConfig, engine_error, names};
+use super::{NatsConfig, assets, engine_error, names};
 use crate::error::{BoxError, EngineErrorKind, Error, Result};
 use crate::spi::registry::Registry;
 use crate::util::BoxFuture;
@@ -32,24 +32,18 @@ fn reg_err(what: &str, e: impl Into<BoxError>) -> Error {
 
 impl NatsRegistry {
     pub(crate) async fn new(js: jetstream::Context, config: Arc<NatsConfig>) -> Result<Self> {
-        let name = names::bucket_name(&config.bucket_prefix, "registry");
-        let store = js
-            .create_or_update_key_value(kv::Config {
-                bucket: name.clone(),
-                description: "soorma agent registry".into(),
-                history: 1,
-                max_age: config.registry_ttl,
-                storage: jetstream::stream::StorageType::File,
-                num_replicas: config.replicas,
-                ..Default::default()
-            })
-            .await
-            .map_err(|e| {
-                super::jetstream_unavailable(
-                    &config.url,
-                    format!("cannot create KV bucket `{name}`: {e}"),
-                )
-            })?;
+        let wanted = kv::Config {
+            bucket: names::bucket_name(&config.bucket_prefix, "registry"),
+            description: "soorma agent registry".into(),
+            history: 1,
+            max_age: config.registry_ttl,
+            storage: config.storage,
+            num_replicas: config.replicas,
+            ..Default::default()
+        };
+        let heartbeat = config.heartbeat;
+        let check = |c: &jetstream::stream::Config| expiring_bucket(c, heartbeat);
+        let store = assets::open_bucket(&js, wanted, &check, EngineErrorKind::Registry).await?;
         Ok(Self {
             client: js.client(),
             store,
@@ -61,6 +55,26 @@ impl NatsRegistry {
     fn key(agent_id: &str) -> Result<String> {
         names::kv_key("agents", agent_id)
     }
+}
+
+/// What the registry needs of its bucket: a KV bucket whose entries expire, later than the
+/// heartbeat renews them (entries of stopped agents leave; running agents' stay).
+fn expiring_bucket(
+    config: &jetstream::stream::Config,
+    heartbeat: std::time::Duration,
+) -> std::result::Result<(), String> {
+    assets::usable_bucket(config)?;
+    if config.max_age.is_zero() {
+        return Err("field `max_age` is 0: entries of stopped agents would never expire".into());
+    }
+    if config.max_age <= heartbeat {
+        return Err(format!(
+            "field `max_age` ({:?}) is not longer than the heartbeat ({heartbeat:?}): running \
+             agents' entries would expire",
+            config.max_age
+        ));
+    }
+    Ok(())
 }
 
 impl Drop for NatsRegistry {

@@ -4,7 +4,7 @@ use std::sync::Arc;
 use async_nats::jetstream::{self, kv};
 use tokio::sync::Mutex;
 
-use super::{NatsConfig, engine_error, names};
+use super::{NatsConfig, assets, engine_error, names};
 use crate::error::{BoxError, EngineErrorKind, Error, Result};
 use crate::spi::state::{Revision, StateKey, StateStore, Versioned};
 use crate::util::BoxFuture;
@@ -62,30 +62,15 @@ impl NatsStore {
             return Ok(b.clone());
         }
         let name = names::bucket_name(&self.config.bucket_prefix, bucket);
-        let store = match self.js.get_key_value(name.clone()).await {
-            Ok(s) => s,
-            Err(_) => {
-                let config = kv::Config {
-                    bucket: name.clone(),
-                    description: format!("soorma `{bucket}` state"),
-                    history: 1,
-                    storage: jetstream::stream::StorageType::File,
-                    num_replicas: self.config.replicas,
-                    ..Default::default()
-                };
-                match self.js.create_key_value(config).await {
-                    Ok(s) => s,
-                    // Another process may have created it in the meantime.
-                    Err(create_err) => self.js.get_key_value(name.clone()).await.map_err(|_| {
-                        engine_error(
-                            kind,
-                            format!("cannot create KV bucket `{name}`"),
-                            create_err,
-                        )
-                    })?,
-                }
-            }
+        let wanted = kv::Config {
+            bucket: name,
+            description: format!("soorma `{bucket}` state"),
+            history: 1,
+            storage: self.config.storage,
+            num_replicas: self.config.replicas,
+            ..Default::default()
         };
+        let store = assets::open_bucket(&self.js, wanted, &assets::usable_bucket, kind).await?;
         buckets.insert(bucket, store.clone());
         Ok(store)
     }
