@@ -591,3 +591,81 @@ async fn a_url_list_connects_and_a_bad_entry_is_named() {
         "{err:?}"
     );
 }
+
+async fn echo(req: Invocation<i64>) -> Result<i64, ToolError> {
+    Ok(req.data)
+}
+
+/// How many consumers the server has (all streams of the account).
+async fn consumer_count(platform: &Platform) -> usize {
+    let js = soorma::nats::async_nats::jetstream::new(platform.nats_client().unwrap().clone());
+    js.query_account().await.unwrap().consumers
+}
+
+/// 10,000 client calls (each from a fresh client for its tenant, as the gateway makes them) and
+/// 1,000 registry listings and discovery queries leave the server's consumer count where it was:
+/// clients wait for replies on core subscriptions and registry reads use no consumer.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn client_calls_and_registry_reads_leave_no_consumer_behind() {
+    let started = std::time::Instant::now();
+    let server = NatsServer::start();
+    let platform = connect(&server).await;
+    let tool = Tool::new("echo")
+        .use_registered_handlers(false)
+        .concurrency(64)
+        .handler(Handler::on_invoke("echo.requested", echo))
+        .start(&platform)
+        .await
+        .unwrap();
+    let client = platform.client("soak").with_timeout(WAIT);
+    // The first call creates the streams; the tool's consumer exists already.
+    let one: i64 = client
+        .invoke("echo.requested", 1, "echo.done")
+        .await
+        .unwrap();
+    assert_eq!(one, 1);
+    let before = consumer_count(&platform).await;
+    let mut highest = before;
+
+    for batch in 0..100_i64 {
+        let calls = (0..100_i64).map(|i| {
+            let n = batch * 100 + i;
+            // A new client per call, as the gateway makes one per request for its tenant.
+            let tenant = client.with_tenant(format!("t{}", n % 7));
+            async move {
+                let echoed: i64 = tenant.invoke("echo.requested", n, "echo.done").await?;
+                assert_eq!(echoed, n);
+                Ok::<(), soorma::Error>(())
+            }
+        });
+        for outcome in futures_util::future::join_all(calls).await {
+            outcome.unwrap();
+        }
+        let listings = (0..10).map(|_| async {
+            let agents = platform.registry().agents().await?;
+            let consumers = platform
+                .discovery()
+                .by_consumed_event("echo.requested")
+                .await?;
+            Ok::<_, soorma::Error>((agents.len(), consumers.len()))
+        });
+        for outcome in futures_util::future::join_all(listings).await {
+            assert_eq!(outcome.unwrap(), (1, 1));
+        }
+        if batch % 10 == 9 {
+            highest = highest.max(consumer_count(&platform).await);
+        }
+    }
+    let after = consumer_count(&platform).await;
+    assert_eq!(
+        (after, highest),
+        (before, before),
+        "the consumer count stays flat (before, after, highest seen)"
+    );
+    tool.shutdown().await.unwrap();
+    assert!(
+        started.elapsed() < Duration::from_secs(60),
+        "took {:?}",
+        started.elapsed()
+    );
+}

@@ -15,7 +15,6 @@ use crate::util::BoxFuture;
 #[derive(Clone)]
 pub struct NatsRegistry {
     store: kv::Store,
-    client: async_nats::Client,
     config: Arc<NatsConfig>,
     heartbeats: Arc<Mutex<HashMap<String, JoinHandle<()>>>>,
 }
@@ -45,7 +44,6 @@ impl NatsRegistry {
         let check = |c: &jetstream::stream::Config| expiring_bucket(c, heartbeat);
         let store = assets::open_bucket(&js, wanted, &check, EngineErrorKind::Registry).await?;
         Ok(Self {
-            client: js.client(),
             store,
             config,
             heartbeats: Arc::default(),
@@ -139,24 +137,30 @@ impl Registry for NatsRegistry {
         })
     }
 
+    /// The registered agents: the keys the bucket holds (one `STREAM.INFO` request), then each
+    /// key's entry (direct gets, a few at a time). No consumer is created.
     fn agents(&self) -> BoxFuture<'_, Result<Vec<AgentDefinition>>> {
         Box::pin(async move {
-            let keys = super::state::live_keys(&self.client, &self.store, ">")
+            use futures_util::{StreamExt, TryStreamExt};
+            let keys = super::state::stored_keys(&self.store, ">")
                 .await
                 .map_err(|e| reg_err("list agents", e))?;
+            let entries: Vec<(String, Option<kv::Entry>)> = futures_util::stream::iter(keys)
+                .map(|key| async move {
+                    let entry = self.store.entry(key.clone()).await;
+                    entry
+                        .map(|e| (key, e))
+                        .map_err(|e| reg_err("read agent", e))
+                })
+                .buffer_unordered(READ_CONCURRENCY)
+                .try_collect()
+                .await?;
             let mut agents = Vec::new();
-            for key in keys {
-                let Some(entry) = self
-                    .store
-                    .entry(key.clone())
-                    .await
-                    .map_err(|e| reg_err("read agent", e))?
-                else {
+            for (key, entry) in entries {
+                // Deregistered (purged) or expired since the listing.
+                let Some(entry) = entry.filter(|e| e.operation == kv::Operation::Put) else {
                     continue;
                 };
-                if entry.operation != kv::Operation::Put {
-                    continue;
-                }
                 match serde_json::from_slice::<AgentDefinition>(&entry.value) {
                     Ok(a) => agents.push(a),
                     Err(e) => {
@@ -169,3 +173,6 @@ impl Registry for NatsRegistry {
         })
     }
 }
+
+/// How many registry entries a listing reads at once.
+const READ_CONCURRENCY: usize = 16;

@@ -190,22 +190,35 @@ impl StateStore for NatsStore {
 /// subjects the stream holds (no message is read). Deleted keys keep their subject until
 /// purged, so a tenant whose keys were all deleted may be listed.
 async fn tenants(store: &kv::Store) -> std::result::Result<Vec<String>, BoxError> {
-    use futures_util::TryStreamExt;
-    let subjects: Vec<String> = store
-        .stream
-        .info_with_subjects(format!("{}*.*", store.prefix))
+    let mut tenants: Vec<String> = stored_keys(store, "*.*")
         .await?
-        .map_ok(|(subject, _count)| subject)
-        .try_collect()
-        .await?;
-    let mut tenants: Vec<String> = subjects
         .iter()
-        .filter_map(|s| s.strip_prefix(store.prefix.as_str()))
         .filter_map(|key| key.split_once('.').map(|(tenant, _)| tenant.to_owned()))
         .collect();
     tenants.sort();
     tenants.dedup();
     Ok(tenants)
+}
+
+/// The keys of `store` matching `pattern` (`*`/`>` wildcards) that have a message: one
+/// `STREAM.INFO` request with a subject filter, no consumer, no message read. A deleted or
+/// purged key keeps its subject (its marker) until the marker expires.
+pub(crate) async fn stored_keys(
+    store: &kv::Store,
+    pattern: &str,
+) -> std::result::Result<Vec<String>, BoxError> {
+    use futures_util::TryStreamExt;
+    let subjects: Vec<String> = store
+        .stream
+        .info_with_subjects(format!("{}{pattern}", store.prefix))
+        .await?
+        .map_ok(|(subject, _count)| subject)
+        .try_collect()
+        .await?;
+    Ok(subjects
+        .into_iter()
+        .filter_map(|s| s.strip_prefix(store.prefix.as_str()).map(str::to_owned))
+        .collect())
 }
 
 /// The live (not deleted) keys of `store` matching `pattern` (`*`/`>` wildcards), from the last
@@ -214,36 +227,57 @@ async fn tenants(store: &kv::Store) -> std::result::Result<Vec<String>, BoxError
 /// A consumer's pending count is no end marker while keys are being written (an update replaces
 /// a key's message; listings stopped short under concurrent updates), so this takes the set of
 /// subjects the stream holds first and reads until each has been seen; a later message of a
-/// subject overrides an earlier one.
+/// subject overrides an earlier one. The listing's consumer is deleted when it is done (the
+/// server would otherwise keep it until it has been idle for 30 s).
 pub(crate) async fn live_keys(
     client: &async_nats::Client,
     store: &kv::Store,
     pattern: &str,
 ) -> std::result::Result<Vec<String>, BoxError> {
-    use futures_util::{StreamExt, TryStreamExt};
-    let filter = format!("{}{pattern}", store.prefix);
-    let mut unseen: std::collections::HashSet<String> = store
-        .stream
-        .info_with_subjects(&filter)
+    let mut unseen: std::collections::HashSet<String> = stored_keys(store, pattern)
         .await?
-        .map_ok(|(subject, _count)| subject)
-        .try_collect()
-        .await?;
+        .into_iter()
+        .map(|key| format!("{}{key}", store.prefix))
+        .collect();
     if unseen.is_empty() {
         return Ok(Vec::new());
     }
+    let name = format!("soorma-keys-{}", crate::util::new_id());
     let consumer = store
         .stream
         .create_consumer(jetstream::consumer::push::OrderedConfig {
+            name: Some(name.clone()),
             deliver_subject: client.new_inbox(),
             description: Some("soorma key listing".into()),
-            filter_subject: filter,
+            filter_subject: format!("{}{pattern}", store.prefix),
             headers_only: true,
             replay_policy: jetstream::consumer::ReplayPolicy::Instant,
             deliver_policy: jetstream::consumer::DeliverPolicy::LastPerSubject,
             ..Default::default()
         })
         .await?;
+    let listed = read_live(consumer, &mut unseen).await;
+    if let Err(e) = store.stream.delete_consumer(&name).await {
+        tracing::debug!(consumer = %name, error = %e, "could not delete the key listing's consumer; the server removes it when idle");
+    }
+    Ok(listed?
+        .into_iter()
+        .filter(|(_, is_live)| *is_live)
+        .filter_map(|(subject, _)| {
+            subject
+                .strip_prefix(store.prefix.as_str())
+                .map(str::to_owned)
+        })
+        .collect())
+}
+
+/// Reads `consumer` until every subject of `unseen` has been seen (or nothing arrives for
+/// [`LISTING_IDLE`]): whether each subject's last entry is live.
+async fn read_live(
+    consumer: jetstream::consumer::Consumer<jetstream::consumer::push::OrderedConfig>,
+    unseen: &mut std::collections::HashSet<String>,
+) -> std::result::Result<HashMap<String, bool>, BoxError> {
+    use futures_util::StreamExt;
     let mut messages = consumer.messages().await?;
     let mut live: HashMap<String, bool> = HashMap::new();
     while !unseen.is_empty() {
@@ -259,13 +293,5 @@ pub(crate) async fn live_keys(
         unseen.remove(&subject);
         live.insert(subject, !removed);
     }
-    Ok(live
-        .into_iter()
-        .filter(|(_, is_live)| *is_live)
-        .filter_map(|(subject, _)| {
-            subject
-                .strip_prefix(store.prefix.as_str())
-                .map(str::to_owned)
-        })
-        .collect())
+    Ok(live)
 }
