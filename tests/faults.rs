@@ -457,6 +457,34 @@ async fn a_cluster_node_killed_mid_run_loses_and_doubles_no_task() {
     }
     assert!(seen >= 2, "the tool's and the worker's consumers");
 
+    // A stream the operator created at R3 is adopted by a deployment configured with 1 replica,
+    // and the consumers on it follow the stream (3 replicas).
+    js.create_stream(jetstream::stream::Config {
+        name: "PRE_ACTION_REQUESTS".into(),
+        subjects: vec!["pre.*.action-requests.>".into()],
+        num_replicas: 3,
+        storage: jetstream::stream::StorageType::Memory,
+        ..Default::default()
+    })
+    .await
+    .unwrap();
+    let pre = connect_when_ready(NatsConfig::new(cluster.urls()).with_prefix("pre")).await;
+    let pre_tool = inc_tool(Duration::ZERO, 1).start(&pre).await.unwrap();
+    let adopted = js.get_stream("PRE_ACTION_REQUESTS").await.unwrap();
+    assert_eq!(adopted.cached_info().config.num_replicas, 3);
+    assert_eq!(
+        adopted.cached_info().config.storage,
+        jetstream::stream::StorageType::Memory
+    );
+    let mut consumers = adopted.consumers();
+    let info = consumers
+        .next()
+        .await
+        .expect("the tool's consumer")
+        .unwrap();
+    assert_eq!(info.cluster.as_ref().map(|c| c.replicas.len()), Some(2));
+    pre_tool.shutdown().await.unwrap();
+
     let client = caller
         .client("cluster-caller")
         .with_timeout(Duration::from_secs(40));
@@ -505,6 +533,7 @@ async fn a_cluster_node_killed_mid_run_loses_and_doubles_no_task() {
     eprintln!("killing {leader}, the action-results stream leader, after {answered} replies");
     cluster.kill(&leader);
 
+    let killed_at = started.elapsed();
     let mut failures = Vec::new();
     for call in calls {
         let (what, outcome) = call.await.unwrap();
@@ -518,6 +547,10 @@ async fn a_cluster_node_killed_mid_run_loses_and_doubles_no_task() {
         failures.is_empty(),
         "killed {leader} after {answered} replies; {} calls failed: {failures:?}",
         failures.len()
+    );
+    eprintln!(
+        "killed after {killed_at:?}; every call answered after {:?}",
+        started.elapsed()
     );
     // Redeliveries that could double a reply have had their time.
     tokio::time::sleep(ACK_WAIT * 2).await;

@@ -142,7 +142,7 @@ impl Registry for NatsRegistry {
     fn agents(&self) -> BoxFuture<'_, Result<Vec<AgentDefinition>>> {
         Box::pin(async move {
             use futures_util::{StreamExt, TryStreamExt};
-            let keys = super::state::stored_keys(&self.store, ">")
+            let keys = super::state::stored_keys(&self.store, "agents.*")
                 .await
                 .map_err(|e| reg_err("list agents", e))?;
             let entries: Vec<(String, Option<kv::Entry>)> = futures_util::stream::iter(keys)
