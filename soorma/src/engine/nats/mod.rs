@@ -281,12 +281,36 @@ impl NatsConfig {
         self
     }
 
-    /// Sets the registry TTL and heartbeat interval.
+    /// Sets the registry TTL and heartbeat interval (the TTL must be longer; it is the `max_age`
+    /// of the registry bucket when soorma creates it).
     #[must_use]
     pub fn with_registry_ttl(mut self, ttl: Duration, heartbeat: Duration) -> Self {
         self.registry_ttl = ttl;
         self.heartbeat = heartbeat;
         self
+    }
+}
+
+impl NatsConfig {
+    /// The servers to connect to, once the settings are known to be usable.
+    fn validate(&self) -> Result<Vec<async_nats::ServerAddr>> {
+        let servers = self.servers()?;
+        if !(1..=5).contains(&self.replicas) {
+            return Err(Error::Config(format!(
+                "NATS replicas {}: use a replica count from 1 to 5",
+                self.replicas
+            )));
+        }
+        if self.heartbeat.is_zero() || self.registry_ttl <= self.heartbeat {
+            return Err(Error::Config(format!(
+                "the NATS registry TTL ({:?}) must be longer than the heartbeat ({:?}), which must not be 0",
+                self.registry_ttl, self.heartbeat
+            )));
+        }
+        if self.ack_wait.is_zero() {
+            return Err(Error::Config("the NATS ack wait must not be 0".into()));
+        }
+        Ok(servers)
     }
 }
 
@@ -334,13 +358,7 @@ const ACK_WAIT_ENV: &str = "SOORMA_NATS_ACK_WAIT";
 /// Connects to NATS and returns the engine's parts. Fails with a clear error when the server
 /// is unreachable or JetStream is not enabled.
 pub(crate) async fn connect(config: NatsConfig) -> Result<EngineParts> {
-    let servers = config.servers()?;
-    if !(1..=5).contains(&config.replicas) {
-        return Err(Error::Config(format!(
-            "NATS replicas {}: use a replica count from 1 to 5",
-            config.replicas
-        )));
-    }
+    let servers = config.validate()?;
     let mut options = async_nats::ConnectOptions::new()
         .name("soorma")
         .connection_timeout(Duration::from_secs(5));
@@ -546,6 +564,20 @@ mod tests {
                 "{var}={value}: {err:?}"
             );
         }
+    }
+
+    #[test]
+    fn unusable_settings_are_refused_before_connecting() {
+        let ok = NatsConfig::new("nats://127.0.0.1:4222");
+        assert_eq!(ok.validate().unwrap().len(), 1);
+        let too_many = ok.clone().with_replicas(7);
+        assert!(matches!(too_many.validate(), Err(Error::Config(m)) if m.contains("replicas 7")));
+        let ttl = ok
+            .clone()
+            .with_registry_ttl(Duration::from_secs(5), Duration::from_secs(5));
+        assert!(matches!(ttl.validate(), Err(Error::Config(m)) if m.contains("registry TTL")));
+        let ack = ok.with_ack_wait(Duration::ZERO);
+        assert!(matches!(ack.validate(), Err(Error::Config(m)) if m.contains("ack wait")));
     }
 
     #[test]
