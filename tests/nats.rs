@@ -300,6 +300,8 @@ async fn listing_keys_reads_one_tenant_and_skips_deleted_keys() {
     );
     assert_eq!(store.keys("notes", "globex").await.unwrap(), ["x"]);
     assert!(store.keys("notes", "initech").await.unwrap().is_empty());
+    // Each listing deleted its consumer.
+    assert_eq!(consumer_count(&platform).await, 0);
 }
 
 #[tokio::test]
