@@ -381,11 +381,6 @@ async fn stored_replies(platform: &Platform, subject: &str) -> (usize, HashMap<S
     use soorma::nats::async_nats::jetstream::{self, consumer};
     let js = jetstream::new(platform.nats_client().unwrap().clone());
     let stream = js.get_stream("SOORMA_ACTION_RESULTS").await.unwrap();
-    let mut total = 0;
-    let mut subjects = stream.info_with_subjects(subject).await.unwrap();
-    while let Some(entry) = subjects.next().await {
-        total += entry.unwrap().1;
-    }
     let consumer = stream
         .create_consumer(consumer::pull::OrderedConfig {
             filter_subject: subject.to_owned(),
@@ -395,17 +390,29 @@ async fn stored_replies(platform: &Platform, subject: &str) -> (usize, HashMap<S
         .unwrap();
     let mut messages = consumer.messages().await.unwrap();
     let mut replies = HashMap::new();
-    for _ in 0..total {
+    let mut total = 0;
+    // Every message the stream holds on `subject`: until none is pending.
+    loop {
         let message = tokio::time::timeout(Duration::from_secs(10), messages.next())
             .await
-            .expect("every stored reply is read")
+            .expect("the stored replies are read")
             .unwrap()
             .unwrap();
         let envelope: soorma::EventEnvelope = serde_json::from_slice(&message.payload).unwrap();
         *replies
             .entry(envelope.correlation_id.expect("correlated"))
             .or_default() += 1;
+        total += 1;
+        if message.info().unwrap().pending == 0 {
+            break;
+        }
     }
+    let mut counted = 0;
+    let mut subjects = stream.info_with_subjects(subject).await.unwrap();
+    while let Some(entry) = subjects.next().await {
+        counted += entry.unwrap().1;
+    }
+    eprintln!("{subject}: {total} replies read, {counted} counted by subject");
     (total, replies)
 }
 

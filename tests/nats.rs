@@ -391,6 +391,8 @@ async fn a_plan_survives_a_planner_restart() {
         .unwrap();
     let report = goal.await.unwrap().unwrap();
     assert_eq!(report["summary"], "2 sources about kv");
+    // The observer sees the reply too (the client may have had it first).
+    t.expect_event("research.done", WAIT).await.unwrap();
     assert_eq!(t.events_of_type("research.done").len(), 1);
     planner.shutdown().await.unwrap();
     tools.shutdown().await.unwrap();

@@ -458,6 +458,53 @@ fn is_permanent(error: &(dyn std::error::Error + 'static)) -> bool {
     false
 }
 
+/// How long a state operation is repeated while its bucket has no leader: longer than a
+/// cluster takes to elect a new one after losing a server (about 5 s).
+const FAILOVER: Duration = Duration::from_secs(15);
+
+/// Runs `op`, repeating it (100 ms doubling to 1 s, for up to [`FAILOVER`]) while no server
+/// answers it — a JetStream asset without a leader, as while a cluster elects one: such a
+/// request was not processed, so repeating it is safe. Handlers then ride out a failover
+/// instead of spending their retries on it.
+pub(crate) async fn during_failover<T, E, F>(mut op: impl FnMut() -> F) -> std::result::Result<T, E>
+where
+    E: std::error::Error + 'static,
+    F: std::future::Future<Output = std::result::Result<T, E>>,
+{
+    let deadline = tokio::time::Instant::now() + FAILOVER;
+    let mut delay = Duration::from_millis(100);
+    loop {
+        match op().await {
+            Err(e) if is_no_responders(&e) && tokio::time::Instant::now() + delay < deadline => {
+                tracing::debug!(error = %e, "no NATS server answered; repeating the request");
+                tokio::time::sleep(delay).await;
+                delay = (delay * 2).min(Duration::from_secs(1));
+            }
+            outcome => return outcome,
+        }
+    }
+}
+
+/// Whether no server answered a request (NATS "no responders").
+fn is_no_responders(error: &(dyn std::error::Error + 'static)) -> bool {
+    use async_nats::jetstream::context;
+    let mut current = Some(error);
+    while let Some(e) = current {
+        let none = e
+            .downcast_ref::<async_nats::RequestError>()
+            .is_some_and(|r| r.kind() == async_nats::RequestErrorKind::NoResponders)
+            || e.downcast_ref::<context::RequestError>()
+                .is_some_and(|r| r.kind() == context::RequestErrorKind::NoResponders)
+            // Some KV errors keep only the server's status text.
+            || e.to_string().contains("no responders");
+        if none {
+            return true;
+        }
+        current = e.source();
+    }
+    false
+}
+
 pub(crate) fn jetstream_unavailable(url: &str, e: impl std::fmt::Display) -> Error {
     Error::Config(format!(
         "JetStream is not available on the NATS server at {url} ({e}); start nats-server with `-js` (JetStream enabled)"
@@ -578,6 +625,38 @@ mod tests {
         assert!(matches!(ttl.validate(), Err(Error::Config(m)) if m.contains("registry TTL")));
         let ack = ok.with_ack_wait(Duration::ZERO);
         assert!(matches!(ack.validate(), Err(Error::Config(m)) if m.contains("ack wait")));
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn requests_nobody_answers_are_repeated_for_a_while() {
+        let calls = std::sync::atomic::AtomicU32::new(0);
+        let no_responders =
+            || async_nats::RequestError::new(async_nats::RequestErrorKind::NoResponders);
+        // Answered on the fourth try.
+        let outcome = during_failover(|| async {
+            match calls.fetch_add(1, std::sync::atomic::Ordering::Relaxed) {
+                0..=2 => Err(no_responders()),
+                n => Ok(n),
+            }
+        })
+        .await;
+        assert_eq!(outcome.unwrap(), 3);
+        // Other failures are not repeated; no answer at all gives up after FAILOVER.
+        calls.store(0, std::sync::atomic::Ordering::Relaxed);
+        let timed_out = during_failover(|| async {
+            calls.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+            Err::<(), _>(async_nats::RequestError::new(
+                async_nats::RequestErrorKind::TimedOut,
+            ))
+        })
+        .await;
+        assert!(timed_out.is_err());
+        assert_eq!(calls.load(std::sync::atomic::Ordering::Relaxed), 1);
+        let started = tokio::time::Instant::now();
+        let never = during_failover(|| async { Err::<(), _>(no_responders()) }).await;
+        assert!(never.is_err());
+        assert!(started.elapsed() <= FAILOVER);
+        assert!(started.elapsed() >= FAILOVER - Duration::from_secs(2));
     }
 
     #[test]

@@ -80,8 +80,8 @@ impl StateStore for NatsStore {
     fn get<'a>(&'a self, key: &'a StateKey) -> BoxFuture<'a, Result<Option<Versioned<Vec<u8>>>>> {
         Box::pin(async move {
             let store = self.bucket(key.bucket, EngineErrorKind::StateRead).await?;
-            let entry = store
-                .entry(names::kv_key(&key.tenant, &key.key)?)
+            let k = names::kv_key(&key.tenant, &key.key)?;
+            let entry = super::during_failover(|| store.entry(k.clone()))
                 .await
                 .map_err(|e| state_err(EngineErrorKind::StateRead, "read", key, e))?;
             Ok(entry
@@ -96,8 +96,11 @@ impl StateStore for NatsStore {
     fn create<'a>(&'a self, key: &'a StateKey, value: Vec<u8>) -> BoxFuture<'a, Result<Revision>> {
         Box::pin(async move {
             let store = self.bucket(key.bucket, EngineErrorKind::StateWrite).await?;
-            store
-                .create(names::kv_key(&key.tenant, &key.key)?, value.into())
+            let (k, value) = (
+                names::kv_key(&key.tenant, &key.key)?,
+                bytes::Bytes::from(value),
+            );
+            super::during_failover(|| store.create(&k, value.clone()))
                 .await
                 .map_err(|e| match e.kind() {
                     kv::CreateErrorKind::AlreadyExists => Error::Conflict {
@@ -116,12 +119,11 @@ impl StateStore for NatsStore {
     ) -> BoxFuture<'a, Result<Revision>> {
         Box::pin(async move {
             let store = self.bucket(key.bucket, EngineErrorKind::StateWrite).await?;
-            store
-                .update(
-                    names::kv_key(&key.tenant, &key.key)?,
-                    value.into(),
-                    expected,
-                )
+            let (k, value) = (
+                names::kv_key(&key.tenant, &key.key)?,
+                bytes::Bytes::from(value),
+            );
+            super::during_failover(|| store.update(&k, value.clone(), expected))
                 .await
                 .map_err(|e| match e.kind() {
                     kv::UpdateErrorKind::WrongLastRevision => Error::Conflict {
@@ -135,8 +137,11 @@ impl StateStore for NatsStore {
     fn put<'a>(&'a self, key: &'a StateKey, value: Vec<u8>) -> BoxFuture<'a, Result<Revision>> {
         Box::pin(async move {
             let store = self.bucket(key.bucket, EngineErrorKind::StateWrite).await?;
-            store
-                .put(names::kv_key(&key.tenant, &key.key)?, value.into())
+            let (k, value) = (
+                names::kv_key(&key.tenant, &key.key)?,
+                bytes::Bytes::from(value),
+            );
+            super::during_failover(|| store.put(&k, value.clone()))
                 .await
                 .map_err(|e| state_err(EngineErrorKind::StateWrite, "write", key, e))
         })
@@ -145,8 +150,8 @@ impl StateStore for NatsStore {
     fn delete<'a>(&'a self, key: &'a StateKey) -> BoxFuture<'a, Result<()>> {
         Box::pin(async move {
             let store = self.bucket(key.bucket, EngineErrorKind::StateWrite).await?;
-            store
-                .delete(names::kv_key(&key.tenant, &key.key)?)
+            let k = names::kv_key(&key.tenant, &key.key)?;
+            super::during_failover(|| store.delete(&k))
                 .await
                 .map_err(|e| state_err(EngineErrorKind::StateWrite, "delete", key, e))
         })
