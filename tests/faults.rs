@@ -1,5 +1,6 @@
 //! Fault tests against a real `nats-server`: worker processes killed (SIGKILL) mid fan-out and
-//! mid fan-in, competing worker processes, and the checks that nothing is lost or doubled.
+//! mid fan-in, competing worker processes, a cluster node killed mid-run, and the checks that
+//! nothing is lost or doubled.
 //!
 //! Worker processes are this test binary re-executed with `SOORMA_FAULT_ROLE` set (see
 //! [`fault_child_process`]); the tools and the observer run in the test process.
@@ -17,7 +18,7 @@ use soorma::ActionReply;
 use soorma::nats::NatsConfig;
 use soorma::prelude::*;
 use soorma::testing::TestPlatform;
-use soorma_tests::nats_server::NatsServer;
+use soorma_tests::nats_server::{NatsCluster, NatsServer};
 
 const ACK_WAIT: Duration = Duration::from_secs(2);
 const FINISH: Duration = Duration::from_secs(90);
@@ -357,4 +358,224 @@ async fn a_human_input_timeout_fires_after_the_planner_that_asked_was_killed() {
     assert!(err.to_string().contains("in time"), "{err}");
     assert_eq!(t.events_of_type("plan.timeout").len(), 1);
     t.shutdown().await.unwrap();
+}
+
+/// Connects once the cluster has elected its JetStream leaders (creating the registry bucket
+/// fails until then).
+async fn connect_when_ready(config: NatsConfig) -> Platform {
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(20);
+    loop {
+        match soorma::nats::connect(config.clone()).await {
+            Ok(p) => return p,
+            Err(_) if tokio::time::Instant::now() < deadline => {
+                tokio::time::sleep(Duration::from_millis(200)).await;
+            }
+            Err(e) => panic!("the cluster did not become ready: {e}"),
+        }
+    }
+}
+
+/// How many replies on `subject` the action-results stream keeps (after `Nats-Msg-Id`
+/// de-duplication), and how many of them each correlation id has.
+async fn stored_replies(platform: &Platform, subject: &str) -> (usize, HashMap<String, usize>) {
+    use soorma::nats::async_nats::jetstream::{self, consumer};
+    let js = jetstream::new(platform.nats_client().unwrap().clone());
+    let stream = js.get_stream("SOORMA_ACTION_RESULTS").await.unwrap();
+    let consumer = stream
+        .create_consumer(consumer::pull::OrderedConfig {
+            filter_subject: subject.to_owned(),
+            ..Default::default()
+        })
+        .await
+        .unwrap();
+    let mut messages = consumer.messages().await.unwrap();
+    let mut replies = HashMap::new();
+    let mut total = 0;
+    // Every message the stream holds on `subject`: until none is pending.
+    loop {
+        let message = tokio::time::timeout(Duration::from_secs(10), messages.next())
+            .await
+            .expect("the stored replies are read")
+            .unwrap()
+            .unwrap();
+        let envelope: soorma::EventEnvelope = serde_json::from_slice(&message.payload).unwrap();
+        *replies
+            .entry(envelope.correlation_id.expect("correlated"))
+            .or_default() += 1;
+        total += 1;
+        if message.info().unwrap().pending == 0 {
+            break;
+        }
+    }
+    let mut counted = 0;
+    let mut subjects = stream.info_with_subjects(subject).await.unwrap();
+    while let Some(entry) = subjects.next().await {
+        counted += entry.unwrap().1;
+    }
+    eprintln!("{subject}: {total} replies read, {counted} counted by subject");
+    (total, replies)
+}
+
+/// A 3-node cluster with replicas 3: the node leading the action-results stream is killed
+/// (SIGKILL) while 200 tasks (150 tool calls, 50 worker jobs fanning out to the tool) are in
+/// flight. Every call gets its right reply; the stream holds exactly one reply per task.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_cluster_node_killed_mid_run_loses_and_doubles_no_task() {
+    use soorma::nats::async_nats::jetstream;
+    use std::sync::Arc;
+    use std::sync::atomic::{AtomicUsize, Ordering};
+    soorma_tests::init_tracing();
+    let started = std::time::Instant::now();
+    let mut cluster = NatsCluster::start(3);
+    let config = NatsConfig::new(cluster.urls())
+        .with_replicas(3)
+        .with_ack_wait(ACK_WAIT);
+    let agents = connect_when_ready(config.clone()).await;
+    let caller = connect_when_ready(config).await;
+    let _tool = inc_tool(Duration::from_millis(40), 8)
+        .start(&agents)
+        .await
+        .unwrap();
+    let _worker = worker("w").start(&agents).await.unwrap();
+
+    // Streams, buckets and the consumers have 3 replicas (a leader and 2 followers).
+    let js = jetstream::new(caller.nats_client().unwrap().clone());
+    for name in [
+        "SOORMA_ACTION_REQUESTS",
+        "SOORMA_ACTION_RESULTS",
+        "KV_soorma_registry",
+    ] {
+        let stream = js.get_stream(name).await.unwrap();
+        let replicas = stream
+            .cached_info()
+            .cluster
+            .as_ref()
+            .map(|c| c.replicas.len());
+        assert_eq!(replicas, Some(2), "{name} has 3 replicas");
+    }
+    let requests = js.get_stream("SOORMA_ACTION_REQUESTS").await.unwrap();
+    let mut consumers = requests.consumers();
+    let mut seen = 0;
+    while let Some(info) = consumers.next().await {
+        let info = info.unwrap();
+        let replicas = info.cluster.as_ref().map(|c| c.replicas.len());
+        assert_eq!(replicas, Some(2), "consumer {} has 3 replicas", info.name);
+        seen += 1;
+    }
+    assert!(seen >= 2, "the tool's and the worker's consumers");
+
+    // A stream the operator created at R3 is adopted by a deployment configured with 1 replica,
+    // and the consumers on it follow the stream (3 replicas).
+    js.create_stream(jetstream::stream::Config {
+        name: "PRE_ACTION_REQUESTS".into(),
+        subjects: vec!["pre.*.action-requests.>".into()],
+        num_replicas: 3,
+        storage: jetstream::stream::StorageType::Memory,
+        ..Default::default()
+    })
+    .await
+    .unwrap();
+    let pre = connect_when_ready(NatsConfig::new(cluster.urls()).with_prefix("pre")).await;
+    let pre_tool = inc_tool(Duration::ZERO, 1).start(&pre).await.unwrap();
+    let adopted = js.get_stream("PRE_ACTION_REQUESTS").await.unwrap();
+    assert_eq!(adopted.cached_info().config.num_replicas, 3);
+    assert_eq!(
+        adopted.cached_info().config.storage,
+        jetstream::stream::StorageType::Memory
+    );
+    let mut consumers = adopted.consumers();
+    let info = consumers
+        .next()
+        .await
+        .expect("the tool's consumer")
+        .unwrap();
+    assert_eq!(info.cluster.as_ref().map(|c| c.replicas.len()), Some(2));
+    pre_tool.shutdown().await.unwrap();
+
+    let client = caller
+        .client("cluster-caller")
+        .with_timeout(Duration::from_secs(40));
+    let done = Arc::new(AtomicUsize::new(0));
+    let mut calls = Vec::new();
+    for i in 0..150_i64 {
+        let (client, done) = (client.clone(), done.clone());
+        calls.push(tokio::spawn(async move {
+            let reply = client.request("inc.requested", i, "inc.replied").await;
+            done.fetch_add(1, Ordering::Relaxed);
+            let value = reply.and_then(|r| r.into_result::<i64>());
+            (format!("inc {i}"), value.map(|v| v == i + 1))
+        }));
+    }
+    for j in 0..50_i64 {
+        let (client, done) = (client.clone(), done.clone());
+        let job = Job {
+            base: j * 1000,
+            n: 2,
+        };
+        calls.push(tokio::spawn(async move {
+            let reply = client.request("job.requested", job, "job.done").await;
+            done.fetch_add(1, Ordering::Relaxed);
+            let value = reply.and_then(|r| r.into_result::<JobDone>());
+            // (base + 1) + (base + 2)
+            (
+                format!("job {j}"),
+                value.map(|v| v.sum == 2 * j * 1000 + 3 && v.parts == 2),
+            )
+        }));
+    }
+
+    // Mid-run: a quarter of the calls answered.
+    wait_for("a quarter of the replies", || {
+        done.load(Ordering::Relaxed) >= calls.len() / 4
+    })
+    .await;
+    let results = js.get_stream("SOORMA_ACTION_RESULTS").await.unwrap();
+    let leader = results
+        .cached_info()
+        .cluster
+        .as_ref()
+        .and_then(|c| c.leader.clone())
+        .expect("the action-results stream has a leader");
+    let answered = done.load(Ordering::Relaxed);
+    eprintln!("killing {leader}, the action-results stream leader, after {answered} replies");
+    cluster.kill(&leader);
+
+    let killed_at = started.elapsed();
+    let mut failures = Vec::new();
+    for call in calls {
+        let (what, outcome) = call.await.unwrap();
+        match outcome {
+            Ok(true) => {}
+            Ok(false) => failures.push(format!("{what}: wrong result")),
+            Err(e) => failures.push(format!("{what}: {e}")),
+        }
+    }
+    assert!(
+        failures.is_empty(),
+        "killed {leader} after {answered} replies; {} calls failed: {failures:?}",
+        failures.len()
+    );
+    eprintln!(
+        "killed after {killed_at:?}; every call answered after {:?}",
+        started.elapsed()
+    );
+    // Redeliveries that could double a reply have had their time.
+    tokio::time::sleep(ACK_WAIT * 2).await;
+    for (subject, expected) in [
+        ("soorma.*.action-results.inc.replied", 150),
+        ("soorma.*.action-results.job.done", 50),
+    ] {
+        let (stored, replies) = stored_replies(&caller, subject).await;
+        let doubled: Vec<_> = replies.iter().filter(|(_, n)| **n > 1).collect();
+        assert!(
+            doubled.is_empty() && replies.len() == expected,
+            "{subject}: {stored} replies stored for {} of {expected} tasks; doubled: {doubled:?}",
+            replies.len()
+        );
+    }
+    assert!(
+        started.elapsed() < Duration::from_secs(60),
+        "took {:?}",
+        started.elapsed()
+    );
 }

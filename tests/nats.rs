@@ -300,6 +300,8 @@ async fn listing_keys_reads_one_tenant_and_skips_deleted_keys() {
     );
     assert_eq!(store.keys("notes", "globex").await.unwrap(), ["x"]);
     assert!(store.keys("notes", "initech").await.unwrap().is_empty());
+    // Each listing deleted its consumer.
+    assert_eq!(consumer_count(&platform).await, 0);
 }
 
 #[tokio::test]
@@ -389,6 +391,8 @@ async fn a_plan_survives_a_planner_restart() {
         .unwrap();
     let report = goal.await.unwrap().unwrap();
     assert_eq!(report["summary"], "2 sources about kv");
+    // The observer sees the reply too (the client may have had it first).
+    t.expect_event("research.done", WAIT).await.unwrap();
     assert_eq!(t.events_of_type("research.done").len(), 1);
     planner.shutdown().await.unwrap();
     tools.shutdown().await.unwrap();
@@ -430,4 +434,242 @@ async fn listing_keys_sees_every_key_while_they_are_being_updated() {
     }
     stop.store(true, std::sync::atomic::Ordering::Relaxed);
     writer.await.unwrap();
+}
+
+/// Streams and buckets an operator created beforehand, with other settings than the SDK's, are
+/// used as they are: starting agents rewrites none of them.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn existing_streams_and_buckets_are_adopted_as_they_are() {
+    use soorma::nats::async_nats::jetstream::{self, kv, stream};
+    let server = NatsServer::start();
+    let js = jetstream::new(
+        soorma::nats::async_nats::connect(server.url())
+            .await
+            .unwrap(),
+    );
+    js.create_stream(stream::Config {
+        name: "SOORMA_ACTION_REQUESTS".into(),
+        subjects: vec!["soorma.*.action-requests.>".into()],
+        storage: stream::StorageType::Memory,
+        max_age: Duration::from_secs(3600),
+        description: Some("the operator's".into()),
+        ..Default::default()
+    })
+    .await
+    .unwrap();
+    let registry_bucket = kv::Config {
+        bucket: "soorma_registry".into(),
+        history: 5,
+        max_age: Duration::from_secs(120),
+        storage: stream::StorageType::Memory,
+        ..Default::default()
+    };
+    js.create_key_value(registry_bucket).await.unwrap();
+
+    // Configured otherwise (file storage, 24 h): what exists wins.
+    let platform = connect(&server).await;
+    let calc = agents::calculator().start(&platform).await.unwrap();
+    let reply = platform
+        .client("adopter")
+        .with_timeout(WAIT)
+        .request(
+            "calculate.requested",
+            json!({"expression": "6*7"}),
+            "calc.done",
+        )
+        .await
+        .unwrap();
+    assert_eq!(
+        reply.into_result::<serde_json::Value>().unwrap()["result"],
+        42.0
+    );
+    calc.shutdown().await.unwrap();
+    // Started again: still as the operator made them.
+    let again = connect(&server).await;
+    agents::calculator()
+        .start(&again)
+        .await
+        .unwrap()
+        .shutdown()
+        .await
+        .unwrap();
+
+    let requests = js.get_stream("SOORMA_ACTION_REQUESTS").await.unwrap();
+    let config = &requests.cached_info().config;
+    assert_eq!(config.storage, stream::StorageType::Memory);
+    assert_eq!(config.max_age, Duration::from_secs(3600));
+    assert_eq!(config.description.as_deref(), Some("the operator's"));
+    let registry = js.get_stream("KV_soorma_registry").await.unwrap();
+    let config = &registry.cached_info().config;
+    assert_eq!(config.max_messages_per_subject, 5);
+    assert_eq!(config.max_age, Duration::from_secs(120));
+    assert_eq!(config.storage, stream::StorageType::Memory);
+    // What the SDK created follows its configuration.
+    let results = js.get_stream("SOORMA_ACTION_RESULTS").await.unwrap();
+    assert_eq!(
+        results.cached_info().config.storage,
+        stream::StorageType::File
+    );
+}
+
+/// An existing stream or bucket the SDK cannot work with is a configuration error naming it and
+/// the field (not "JetStream is not available").
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_existing_asset_the_sdk_cannot_use_is_a_named_configuration_error() {
+    use soorma::nats::async_nats::jetstream::{self, kv, stream};
+    let server = NatsServer::start();
+    let js = jetstream::new(
+        soorma::nats::async_nats::connect(server.url())
+            .await
+            .unwrap(),
+    );
+
+    // A registry whose entries never expire.
+    js.create_key_value(kv::Config {
+        bucket: "one_registry".into(),
+        ..Default::default()
+    })
+    .await
+    .unwrap();
+    let err = soorma::nats::connect(NatsConfig::new(server.url()).with_prefix("one"))
+        .await
+        .unwrap_err();
+    let msg = err.to_string();
+    assert!(matches!(err, Error::Config(_)), "{err:?}");
+    assert!(
+        msg.contains("KV bucket `one_registry`") && msg.contains("`max_age`"),
+        "{msg}"
+    );
+    assert!(!msg.contains("JetStream is not available"), "{msg}");
+
+    // An event stream that does not keep the SDK's subjects.
+    js.create_stream(stream::Config {
+        name: "TWO_ACTION_REQUESTS".into(),
+        subjects: vec!["two.acme.action-requests.>".into()],
+        ..Default::default()
+    })
+    .await
+    .unwrap();
+    let platform = soorma::nats::connect(NatsConfig::new(server.url()).with_prefix("two"))
+        .await
+        .unwrap();
+    let err = platform
+        .client("c")
+        .publish(Topic::ActionRequests, "calculate.requested", json!({}))
+        .await
+        .unwrap_err();
+    let msg = err.to_string();
+    assert!(matches!(err, Error::Config(_)), "{err:?}");
+    assert!(
+        msg.contains("stream `TWO_ACTION_REQUESTS`")
+            && msg.contains("`subjects`")
+            && msg.contains("two.*.action-requests.>"),
+        "{msg}"
+    );
+
+    // More replicas than servers: the server's refusal, naming the stream.
+    let platform = soorma::nats::connect(
+        NatsConfig::new(server.url())
+            .with_prefix("three")
+            .with_replicas(3),
+    )
+    .await
+    .unwrap_err();
+    assert!(
+        matches!(&platform, Error::Config(m) if m.contains("three_registry")),
+        "{platform:?}"
+    );
+}
+
+#[tokio::test]
+async fn a_url_list_connects_and_a_bad_entry_is_named() {
+    let server = NatsServer::start();
+    let list = format!("nats://127.0.0.1:1, {} ", server.url());
+    let platform = soorma::nats::connect(NatsConfig::new(list)).await.unwrap();
+    assert_eq!(platform.kind(), "nats");
+    let err = soorma::nats::connect(NatsConfig::new(format!("{},nats://h:99999", server.url())))
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(&err, Error::Config(m) if m.contains("`nats://h:99999`")),
+        "{err:?}"
+    );
+}
+
+async fn echo(req: Invocation<i64>) -> Result<i64, ToolError> {
+    Ok(req.data)
+}
+
+/// How many consumers the server has (all streams of the account).
+async fn consumer_count(platform: &Platform) -> usize {
+    let js = soorma::nats::async_nats::jetstream::new(platform.nats_client().unwrap().clone());
+    js.query_account().await.unwrap().consumers
+}
+
+/// 10,000 client calls (each from a fresh client for its tenant, as the gateway makes them) and
+/// 1,000 registry listings and discovery queries leave the server's consumer count where it was:
+/// clients wait for replies on core subscriptions and registry reads use no consumer.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn client_calls_and_registry_reads_leave_no_consumer_behind() {
+    let started = std::time::Instant::now();
+    let server = NatsServer::start();
+    let platform = connect(&server).await;
+    let tool = Tool::new("echo")
+        .use_registered_handlers(false)
+        .concurrency(64)
+        .handler(Handler::on_invoke("echo.requested", echo))
+        .start(&platform)
+        .await
+        .unwrap();
+    let client = platform.client("soak").with_timeout(WAIT);
+    // The first call creates the streams; the tool's consumer exists already.
+    let one: i64 = client
+        .invoke("echo.requested", 1, "echo.done")
+        .await
+        .unwrap();
+    assert_eq!(one, 1);
+    let before = consumer_count(&platform).await;
+    let mut highest = before;
+
+    for batch in 0..100_i64 {
+        let calls = (0..100_i64).map(|i| {
+            let n = batch * 100 + i;
+            // A new client per call, as the gateway makes one per request for its tenant.
+            let tenant = client.with_tenant(format!("t{}", n % 7));
+            async move {
+                let echoed: i64 = tenant.invoke("echo.requested", n, "echo.done").await?;
+                assert_eq!(echoed, n);
+                Ok::<(), soorma::Error>(())
+            }
+        });
+        for outcome in futures_util::future::join_all(calls).await {
+            outcome.unwrap();
+        }
+        let listings = (0..10).map(|_| async {
+            let agents = platform.registry().agents().await?;
+            let consumers = platform
+                .discovery()
+                .by_consumed_event("echo.requested")
+                .await?;
+            Ok::<_, soorma::Error>((agents.len(), consumers.len()))
+        });
+        for outcome in futures_util::future::join_all(listings).await {
+            assert_eq!(outcome.unwrap(), (1, 1));
+        }
+        if batch % 10 == 9 {
+            highest = highest.max(consumer_count(&platform).await);
+        }
+    }
+    let after = consumer_count(&platform).await;
+    assert_eq!(
+        (after, highest),
+        (before, before),
+        "the consumer count stays flat (before, after, highest seen)"
+    );
+    tool.shutdown().await.unwrap();
+    assert!(
+        started.elapsed() < Duration::from_secs(60),
+        "took {:?}",
+        started.elapsed()
+    );
 }

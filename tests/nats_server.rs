@@ -1,4 +1,5 @@
-//! Starts a real `nats-server -js` on a free loopback port with a temporary store directory.
+//! Starts a real `nats-server -js` on a free loopback port with a temporary store directory,
+//! or a cluster of them ([`NatsCluster`]).
 //!
 //! The binary comes from `SOORMA_NATS_SERVER` or `PATH`. A missing or too old (< 2.10) server is
 //! a test failure whose message says how to install one. Only the scenario harness
@@ -177,5 +178,64 @@ impl Drop for NatsServer {
     fn drop(&mut self) {
         self.kill();
         let _ = std::fs::remove_dir_all(&self.dir);
+    }
+}
+
+/// A JetStream cluster of `nats-server`s on loopback (`n1`, `n2`, ...), each with its own free
+/// client and route ports and store; every node routes to every other. Stopped on drop.
+pub struct NatsCluster {
+    nodes: Vec<(String, NatsServer)>,
+}
+
+impl NatsCluster {
+    /// Starts `size` nodes of the cluster `soorma-test`.
+    pub fn start(size: usize) -> Self {
+        let route_ports: Vec<u16> = (0..size).map(|_| free_port()).collect();
+        let routes = route_ports
+            .iter()
+            .map(|p| format!("nats://127.0.0.1:{p}"))
+            .collect::<Vec<_>>()
+            .join(",");
+        let nodes = route_ports
+            .iter()
+            .enumerate()
+            .map(|(i, port)| {
+                let name = format!("n{}", i + 1);
+                let listen = format!("nats://127.0.0.1:{port}");
+                let server = NatsServer::start_with(&[
+                    "-js",
+                    "--server_name",
+                    &name,
+                    "--cluster_name",
+                    "soorma-test",
+                    "--cluster",
+                    &listen,
+                    "--routes",
+                    &routes,
+                ]);
+                (name, server)
+            })
+            .collect();
+        Self { nodes }
+    }
+
+    /// The client URLs of the nodes still running, comma-separated.
+    pub fn urls(&self) -> String {
+        self.nodes
+            .iter()
+            .filter(|(_, s)| s.child.is_some())
+            .map(|(_, s)| s.url())
+            .collect::<Vec<_>>()
+            .join(",")
+    }
+
+    /// Kills (SIGKILL) the node named `name` (`n1`, ...).
+    pub fn kill(&mut self, name: &str) {
+        let (_, server) = self
+            .nodes
+            .iter_mut()
+            .find(|(n, _)| n == name)
+            .unwrap_or_else(|| panic!("no cluster node `{name}`"));
+        server.kill();
     }
 }

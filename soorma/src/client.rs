@@ -433,8 +433,12 @@ impl Client {
         if listening.contains(&(topic, event.to_owned())) {
             return Ok(());
         }
+        // Ephemeral: a reply matters only while someone waits for it, and nothing is left on
+        // the platform for the client (on NATS a core subscription, registered before the
+        // request is published, removed when the client is dropped).
         let mut spec =
-            SubscriptionSpec::new(self.inner.group.clone(), topic, EventFilter::only([event]));
+            SubscriptionSpec::new(self.inner.group.clone(), topic, EventFilter::only([event]))
+                .ephemeral();
         if let Some(t) = &self.inner.tenant {
             spec = spec.with_tenant(t.clone());
         }

@@ -179,7 +179,7 @@ pub mod nats {
     //! ```
     pub use crate::engine::nats::{
         DEAD_LETTER_REASON_HEADER, DEAD_LETTER_TRUNCATED_HEADER, NatsAuth, NatsBus, NatsConfig,
-        NatsRegistry, NatsStore, async_nats,
+        NatsRegistry, NatsStore, StorageType, async_nats,
     };
     pub use crate::platform::connect_nats as connect;
 }

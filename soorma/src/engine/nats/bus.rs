@@ -11,8 +11,7 @@ use soorma_common::events::DEAD_LETTERED;
 use soorma_common::{DEFAULT_TENANT, EventEnvelope, Topic};
 use tokio::sync::Mutex;
 
-use super::names;
-use super::{NatsConfig, engine_error};
+use super::{NatsConfig, assets, engine_error, names};
 use crate::error::{EngineErrorKind, Error, Result};
 use crate::spi::bus::{
     Acker, Delivery, EventBus, EventFilter, Settlement, Subscription, SubscriptionSpec,
@@ -84,21 +83,19 @@ impl NatsBus {
             return Ok(s.clone());
         }
         let cfg = &self.inner.config;
-        let s = self
-            .inner
-            .js
-            .get_or_create_stream(stream::Config {
-                name: names::stream_name(&cfg.stream_prefix, topic),
-                subjects: vec![format!("{}.*.{topic}.>", cfg.subject_prefix)],
-                max_age: cfg.event_max_age,
-                storage: stream::StorageType::File,
-                num_replicas: cfg.replicas,
-                duplicate_window: std::time::Duration::from_secs(120),
-                description: Some(format!("soorma `{topic}` events")),
-                ..Default::default()
-            })
-            .await
-            .map_err(|e| engine_error(kind, format!("cannot open the `{topic}` stream"), e))?;
+        let subject = format!("{}.*.{topic}.>", cfg.subject_prefix);
+        let wanted = stream::Config {
+            name: names::stream_name(&cfg.stream_prefix, topic),
+            subjects: vec![subject.clone()],
+            max_age: cfg.event_max_age,
+            storage: cfg.storage,
+            num_replicas: cfg.replicas,
+            duplicate_window: std::time::Duration::from_secs(120),
+            description: Some(format!("soorma `{topic}` events")),
+            ..Default::default()
+        };
+        let check = |c: &stream::Config| assets::usable_event_stream(c, &subject);
+        let s = assets::open_stream(&self.inner.js, wanted, &check, kind).await?;
         self.inner
             .streams
             .write()
@@ -113,24 +110,17 @@ impl NatsBus {
             return Ok(());
         }
         let cfg = &self.inner.config;
-        self.inner
-            .js
-            .get_or_create_stream(stream::Config {
-                name: format!("{}_DLQ", cfg.stream_prefix),
-                subjects: vec![format!("{}-dlq.>", cfg.subject_prefix)],
-                storage: stream::StorageType::File,
-                num_replicas: cfg.replicas,
-                description: Some("soorma dead letters".into()),
-                ..Default::default()
-            })
-            .await
-            .map_err(|e| {
-                engine_error(
-                    EngineErrorKind::Ack,
-                    "cannot create the dead-letter stream",
-                    e,
-                )
-            })?;
+        let subject = format!("{}-dlq.>", cfg.subject_prefix);
+        let wanted = stream::Config {
+            name: format!("{}_DLQ", cfg.stream_prefix),
+            subjects: vec![subject.clone()],
+            storage: cfg.storage,
+            num_replicas: cfg.replicas,
+            description: Some("soorma dead letters".into()),
+            ..Default::default()
+        };
+        let check = |c: &stream::Config| assets::usable_stream(c, &subject);
+        assets::open_stream(&self.inner.js, wanted, &check, EngineErrorKind::Ack).await?;
         *ready = true;
         Ok(())
     }
@@ -289,7 +279,8 @@ impl NatsBus {
                 deliver_policy: consumer::DeliverPolicy::New,
                 max_deliver: i64::from(spec.max_deliver.max(1)),
                 max_ack_pending: cfg.max_ack_pending,
-                num_replicas: cfg.replicas,
+                // As many replicas as the stream (adopted streams keep theirs).
+                num_replicas: 0,
                 ..Default::default()
             })
             .await

@@ -13,6 +13,7 @@
 //! # Ok(()) }
 //! ```
 
+mod assets;
 mod bus;
 pub(crate) mod names;
 mod registry;
@@ -23,6 +24,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 pub use async_nats;
+pub use async_nats::jetstream::stream::StorageType;
 pub use bus::{DEAD_LETTER_REASON_HEADER, DEAD_LETTER_TRUNCATED_HEADER, NatsBus};
 pub use registry::NatsRegistry;
 pub use state::NatsStore;
@@ -62,7 +64,8 @@ pub enum NatsAuth {
 #[derive(Debug, Clone)]
 #[non_exhaustive]
 pub struct NatsConfig {
-    /// Server URL(s), comma-separated.
+    /// Server URL(s), comma-separated (`nats://a:4222,nats://b:4222`); every entry is one
+    /// server of the cluster, whitespace around entries is ignored.
     pub url: String,
     /// Credentials.
     pub auth: NatsAuth,
@@ -76,8 +79,12 @@ pub struct NatsConfig {
     pub event_max_age: Duration,
     /// How long a delivery may stay unacknowledged before redelivery (default 30 s).
     pub ack_wait: Duration,
-    /// Stream / bucket replicas (1 for a single server; 3 on a cluster).
+    /// Replicas of the streams and buckets the SDK creates (1 for a single server; 3 on a
+    /// cluster, at most 5). Consumers have as many replicas as their stream.
     pub replicas: usize,
+    /// Where the streams and buckets the SDK creates keep their data (default
+    /// [`StorageType::File`]).
+    pub storage: StorageType,
     /// Unacknowledged deliveries per consumer (default 4096).
     pub max_ack_pending: i64,
     /// How long a registry entry lives without a heartbeat (default 30 s).
@@ -98,21 +105,31 @@ impl NatsConfig {
             event_max_age: Duration::from_secs(24 * 3600),
             ack_wait: Duration::from_secs(30),
             replicas: 1,
+            storage: StorageType::File,
             max_ack_pending: 4096,
             registry_ttl: Duration::from_secs(30),
             heartbeat: Duration::from_secs(10),
         }
     }
 
-    /// Reads `SOORMA_NATS_URL` and the credentials (`SOORMA_NATS_TOKEN`, or `SOORMA_NATS_USER` +
-    /// `SOORMA_NATS_PASSWORD`, or `SOORMA_NATS_CREDS`); `None` when the URL is unset.
+    /// Reads `SOORMA_NATS_URL` (one URL or a comma-separated list), the credentials
+    /// (`SOORMA_NATS_TOKEN`, or `SOORMA_NATS_USER` + `SOORMA_NATS_PASSWORD`, or
+    /// `SOORMA_NATS_CREDS`) and the storage settings (`SOORMA_NATS_REPLICAS`,
+    /// `SOORMA_NATS_STORAGE`, `SOORMA_NATS_EVENT_MAX_AGE`, `SOORMA_NATS_ACK_WAIT`; see
+    /// `docs/nats.md`); `None` when the URL is unset. A value that does not parse is an
+    /// [`Error::Config`] naming the variable.
     ///
     /// ```
     /// # unsafe { std::env::remove_var("SOORMA_NATS_URL"); }
     /// assert!(soorma::nats::NatsConfig::from_env().unwrap().is_none());
     /// ```
     pub fn from_env() -> Result<Option<Self>> {
-        let var = |k: &str| std::env::var(k).ok().filter(|v| !v.trim().is_empty());
+        Self::from_vars(|k| std::env::var(k).ok())
+    }
+
+    /// [`from_env`](Self::from_env) over any source of variables.
+    fn from_vars(lookup: impl Fn(&str) -> Option<String>) -> Result<Option<Self>> {
+        let var = |k: &str| lookup(k).filter(|v| !v.trim().is_empty());
         let Some(url) = var(super::NATS_URL_ENV) else {
             return Ok(None);
         };
@@ -136,7 +153,73 @@ impl NatsConfig {
                 ));
             }
         };
-        Ok(Some(Self::new(url).with_auth(auth)))
+        let mut config = Self::new(url).with_auth(auth);
+        config.servers()?;
+        if let Some(v) = var(REPLICAS_ENV) {
+            config.replicas = parse_replicas(&v)
+                .map_err(|e| Error::Config(format!("{REPLICAS_ENV}=`{v}`: {e}")))?;
+        }
+        if let Some(v) = var(STORAGE_ENV) {
+            config.storage = match v.trim().to_ascii_lowercase().as_str() {
+                "file" => StorageType::File,
+                "memory" => StorageType::Memory,
+                _ => {
+                    return Err(Error::Config(format!(
+                        "{STORAGE_ENV}=`{v}`: use `file` or `memory`"
+                    )));
+                }
+            };
+        }
+        let duration = |name: &str| -> Result<Option<Duration>> {
+            var(name)
+                .map(|v| {
+                    parse_duration(&v).map_err(|e| Error::Config(format!("{name}=`{v}`: {e}")))
+                })
+                .transpose()
+        };
+        if let Some(d) = duration(EVENT_MAX_AGE_ENV)? {
+            config.event_max_age = d;
+        }
+        if let Some(d) = duration(ACK_WAIT_ENV)? {
+            if d.is_zero() {
+                return Err(Error::Config(format!("{ACK_WAIT_ENV} must not be 0")));
+            }
+            config.ack_wait = d;
+        }
+        Ok(Some(config))
+    }
+
+    /// The servers of [`url`](Self::url), each parsed; an entry that is not a NATS URL is an
+    /// [`Error::Config`] naming it.
+    ///
+    /// ```
+    /// let config = soorma::nats::NatsConfig::new("nats://a:4222, nats://b:4222 ,c");
+    /// assert_eq!(config.servers().unwrap().len(), 3);
+    /// let bad = soorma::nats::NatsConfig::new("nats://a:4222,nats://b:42x22");
+    /// assert!(bad.servers().unwrap_err().to_string().contains("nats://b:42x22"));
+    /// ```
+    pub fn servers(&self) -> Result<Vec<async_nats::ServerAddr>> {
+        let servers = self
+            .url
+            .split(',')
+            .map(str::trim)
+            .filter(|entry| !entry.is_empty())
+            .map(|entry| {
+                entry.parse::<async_nats::ServerAddr>().map_err(|e| {
+                    Error::Config(format!(
+                        "NATS server URL `{entry}` (in `{}`) is invalid: {e}",
+                        self.url
+                    ))
+                })
+            })
+            .collect::<Result<Vec<_>>>()?;
+        if servers.is_empty() {
+            return Err(Error::Config(format!(
+                "no NATS server URL in `{}`",
+                self.url
+            )));
+        }
+        Ok(servers)
     }
 
     /// Sets the credentials.
@@ -153,10 +236,38 @@ impl NatsConfig {
         self
     }
 
-    /// Sets the replica count for streams and buckets.
+    /// Sets the replica count of the streams and buckets the SDK creates (their consumers
+    /// follow their stream); more than 5 is refused when connecting.
     #[must_use]
     pub fn with_replicas(mut self, replicas: usize) -> Self {
         self.replicas = replicas.max(1);
+        self
+    }
+
+    /// Sets where the streams and buckets the SDK creates keep their data.
+    ///
+    /// ```
+    /// use soorma::nats::{NatsConfig, StorageType};
+    /// let config = NatsConfig::new("nats://127.0.0.1:4222").with_storage(StorageType::Memory);
+    /// assert_eq!(config.storage, StorageType::Memory);
+    /// ```
+    #[must_use]
+    pub fn with_storage(mut self, storage: StorageType) -> Self {
+        self.storage = storage;
+        self
+    }
+
+    /// Sets how long the event streams the SDK creates keep events.
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// let config = soorma::nats::NatsConfig::new("nats://127.0.0.1:4222")
+    ///     .with_event_max_age(Duration::from_secs(3600));
+    /// assert_eq!(config.event_max_age, Duration::from_secs(3600));
+    /// ```
+    #[must_use]
+    pub fn with_event_max_age(mut self, max_age: Duration) -> Self {
+        self.event_max_age = max_age;
         self
     }
 
@@ -170,7 +281,8 @@ impl NatsConfig {
         self
     }
 
-    /// Sets the registry TTL and heartbeat interval.
+    /// Sets the registry TTL and heartbeat interval (the TTL must be longer; it is the `max_age`
+    /// of the registry bucket when soorma creates it).
     #[must_use]
     pub fn with_registry_ttl(mut self, ttl: Duration, heartbeat: Duration) -> Self {
         self.registry_ttl = ttl;
@@ -179,9 +291,74 @@ impl NatsConfig {
     }
 }
 
+impl NatsConfig {
+    /// The servers to connect to, once the settings are known to be usable.
+    fn validate(&self) -> Result<Vec<async_nats::ServerAddr>> {
+        let servers = self.servers()?;
+        if !(1..=5).contains(&self.replicas) {
+            return Err(Error::Config(format!(
+                "NATS replicas {}: use a replica count from 1 to 5",
+                self.replicas
+            )));
+        }
+        if self.heartbeat.is_zero() || self.registry_ttl <= self.heartbeat {
+            return Err(Error::Config(format!(
+                "the NATS registry TTL ({:?}) must be longer than the heartbeat ({:?}), which must not be 0",
+                self.registry_ttl, self.heartbeat
+            )));
+        }
+        if self.ack_wait.is_zero() {
+            return Err(Error::Config("the NATS ack wait must not be 0".into()));
+        }
+        Ok(servers)
+    }
+}
+
+/// The replica count (`1`..=`5`, JetStream's limit).
+fn parse_replicas(v: &str) -> std::result::Result<usize, String> {
+    match v.trim().parse::<usize>() {
+        Ok(n @ 1..=5) => Ok(n),
+        _ => Err("use a replica count from 1 to 5".into()),
+    }
+}
+
+/// A duration: a whole number followed by `ms`, `s`, `m`, `h` or `d` (`90s`, `24h`); a bare
+/// number is seconds.
+fn parse_duration(v: &str) -> std::result::Result<Duration, String> {
+    let v = v.trim();
+    let split = v.find(|c: char| !c.is_ascii_digit()).unwrap_or(v.len());
+    let (digits, unit) = v.split_at(split);
+    let n: u64 = digits
+        .parse()
+        .map_err(|_| "use a whole number with a unit: `500ms`, `30s`, `15m`, `24h`, `7d`")?;
+    let seconds = |factor: u64| {
+        n.checked_mul(factor)
+            .map(Duration::from_secs)
+            .ok_or_else(|| "too long".to_owned())
+    };
+    match unit.trim() {
+        "ms" => Ok(Duration::from_millis(n)),
+        "" | "s" => seconds(1),
+        "m" => seconds(60),
+        "h" => seconds(3600),
+        "d" => seconds(86_400),
+        other => Err(format!("unknown unit `{other}`: use ms, s, m, h or d")),
+    }
+}
+
+/// `SOORMA_NATS_REPLICAS`: replicas of the streams and buckets the SDK creates.
+const REPLICAS_ENV: &str = "SOORMA_NATS_REPLICAS";
+/// `SOORMA_NATS_STORAGE`: `file` or `memory`.
+const STORAGE_ENV: &str = "SOORMA_NATS_STORAGE";
+/// `SOORMA_NATS_EVENT_MAX_AGE`: how long the event streams keep events.
+const EVENT_MAX_AGE_ENV: &str = "SOORMA_NATS_EVENT_MAX_AGE";
+/// `SOORMA_NATS_ACK_WAIT`: how long a delivery may stay unacknowledged.
+const ACK_WAIT_ENV: &str = "SOORMA_NATS_ACK_WAIT";
+
 /// Connects to NATS and returns the engine's parts. Fails with a clear error when the server
 /// is unreachable or JetStream is not enabled.
 pub(crate) async fn connect(config: NatsConfig) -> Result<EngineParts> {
+    let servers = config.validate()?;
     let mut options = async_nats::ConnectOptions::new()
         .name("soorma")
         .connection_timeout(Duration::from_secs(5));
@@ -199,7 +376,7 @@ pub(crate) async fn connect(config: NatsConfig) -> Result<EngineParts> {
         })?,
     };
     let client = options
-        .connect(config.url.as_str())
+        .connect(servers)
         .await
         .map_err(|e| connect_error(&config.url, e))?;
     let js = async_nats::jetstream::new(client.clone());
@@ -281,6 +458,53 @@ fn is_permanent(error: &(dyn std::error::Error + 'static)) -> bool {
     false
 }
 
+/// How long a state operation is repeated while its bucket has no leader: longer than a
+/// cluster takes to elect a new one after losing a server (about 5 s).
+const FAILOVER: Duration = Duration::from_secs(15);
+
+/// Runs `op`, repeating it (100 ms doubling to 1 s, for up to [`FAILOVER`]) while no server
+/// answers it — a JetStream asset without a leader, as while a cluster elects one: such a
+/// request was not processed, so repeating it is safe. Handlers then ride out a failover
+/// instead of spending their retries on it.
+pub(crate) async fn during_failover<T, E, F>(mut op: impl FnMut() -> F) -> std::result::Result<T, E>
+where
+    E: std::error::Error + 'static,
+    F: std::future::Future<Output = std::result::Result<T, E>>,
+{
+    let deadline = tokio::time::Instant::now() + FAILOVER;
+    let mut delay = Duration::from_millis(100);
+    loop {
+        match op().await {
+            Err(e) if is_no_responders(&e) && tokio::time::Instant::now() + delay < deadline => {
+                tracing::debug!(error = %e, "no NATS server answered; repeating the request");
+                tokio::time::sleep(delay).await;
+                delay = (delay * 2).min(Duration::from_secs(1));
+            }
+            outcome => return outcome,
+        }
+    }
+}
+
+/// Whether no server answered a request (NATS "no responders").
+fn is_no_responders(error: &(dyn std::error::Error + 'static)) -> bool {
+    use async_nats::jetstream::context;
+    let mut current = Some(error);
+    while let Some(e) = current {
+        let none = e
+            .downcast_ref::<async_nats::RequestError>()
+            .is_some_and(|r| r.kind() == async_nats::RequestErrorKind::NoResponders)
+            || e.downcast_ref::<context::RequestError>()
+                .is_some_and(|r| r.kind() == context::RequestErrorKind::NoResponders)
+            // Some KV errors keep only the server's status text.
+            || e.to_string().contains("no responders");
+        if none {
+            return true;
+        }
+        current = e.source();
+    }
+    false
+}
+
 pub(crate) fn jetstream_unavailable(url: &str, e: impl std::fmt::Display) -> Error {
     Error::Config(format!(
         "JetStream is not available on the NATS server at {url} ({e}); start nats-server with `-js` (JetStream enabled)"
@@ -323,6 +547,127 @@ mod tests {
         assert!(!engine_error(EngineErrorKind::StateWrite, "write `k`", put).is_retryable());
         let key = kv::EntryError::new(kv::EntryErrorKind::InvalidKey);
         assert!(!engine_error(EngineErrorKind::StateRead, "read `k`", key).is_retryable());
+    }
+
+    fn from_vars(vars: &[(&str, &str)]) -> Result<Option<NatsConfig>> {
+        NatsConfig::from_vars(|k| {
+            vars.iter()
+                .find(|(name, _)| *name == k)
+                .map(|(_, v)| (*v).to_owned())
+        })
+    }
+
+    #[test]
+    fn url_lists_parse_each_entry_and_name_a_bad_one() {
+        let config = from_vars(&[("SOORMA_NATS_URL", " nats://a:4222 ,nats://b:4223,, c ")])
+            .unwrap()
+            .unwrap();
+        let servers = config.servers().unwrap();
+        assert_eq!(servers.len(), 3);
+        assert_eq!(servers[1].port(), 4223);
+        assert_eq!(servers[2].host(), "c");
+        let err = from_vars(&[("SOORMA_NATS_URL", "nats://a:4222,nats://b:x")]).unwrap_err();
+        assert!(
+            matches!(&err, Error::Config(m) if m.contains("`nats://b:x`")),
+            "{err:?}"
+        );
+        let err = NatsConfig::new(" , ").servers().unwrap_err();
+        assert!(matches!(&err, Error::Config(m) if m.contains("no NATS server URL")));
+        assert!(from_vars(&[("SOORMA_NATS_URL", "  ")]).unwrap().is_none());
+    }
+
+    #[test]
+    fn storage_settings_come_from_the_environment() {
+        let url = ("SOORMA_NATS_URL", "nats://127.0.0.1:4222");
+        let defaults = from_vars(&[url]).unwrap().unwrap();
+        assert_eq!(defaults.replicas, 1);
+        assert_eq!(defaults.storage, StorageType::File);
+        assert_eq!(defaults.event_max_age, Duration::from_secs(24 * 3600));
+        let config = from_vars(&[
+            url,
+            ("SOORMA_NATS_REPLICAS", "3"),
+            ("SOORMA_NATS_STORAGE", "Memory"),
+            ("SOORMA_NATS_EVENT_MAX_AGE", "7d"),
+            ("SOORMA_NATS_ACK_WAIT", "45s"),
+        ])
+        .unwrap()
+        .unwrap();
+        assert_eq!(config.replicas, 3);
+        assert_eq!(config.storage, StorageType::Memory);
+        assert_eq!(config.event_max_age, Duration::from_secs(7 * 86_400));
+        assert_eq!(config.ack_wait, Duration::from_secs(45));
+        for (var, value) in [
+            ("SOORMA_NATS_REPLICAS", "0"),
+            ("SOORMA_NATS_REPLICAS", "6"),
+            ("SOORMA_NATS_REPLICAS", "three"),
+            ("SOORMA_NATS_STORAGE", "disk"),
+            ("SOORMA_NATS_EVENT_MAX_AGE", "1 week"),
+            ("SOORMA_NATS_ACK_WAIT", "0s"),
+            ("SOORMA_NATS_ACK_WAIT", "-5s"),
+        ] {
+            let err = from_vars(&[url, (var, value)]).unwrap_err();
+            assert!(
+                matches!(&err, Error::Config(m) if m.contains(var)),
+                "{var}={value}: {err:?}"
+            );
+        }
+    }
+
+    #[test]
+    fn unusable_settings_are_refused_before_connecting() {
+        let ok = NatsConfig::new("nats://127.0.0.1:4222");
+        assert_eq!(ok.validate().unwrap().len(), 1);
+        let too_many = ok.clone().with_replicas(7);
+        assert!(matches!(too_many.validate(), Err(Error::Config(m)) if m.contains("replicas 7")));
+        let ttl = ok
+            .clone()
+            .with_registry_ttl(Duration::from_secs(5), Duration::from_secs(5));
+        assert!(matches!(ttl.validate(), Err(Error::Config(m)) if m.contains("registry TTL")));
+        let ack = ok.with_ack_wait(Duration::ZERO);
+        assert!(matches!(ack.validate(), Err(Error::Config(m)) if m.contains("ack wait")));
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn requests_nobody_answers_are_repeated_for_a_while() {
+        let calls = std::sync::atomic::AtomicU32::new(0);
+        let no_responders =
+            || async_nats::RequestError::new(async_nats::RequestErrorKind::NoResponders);
+        // Answered on the fourth try.
+        let outcome = during_failover(|| async {
+            match calls.fetch_add(1, std::sync::atomic::Ordering::Relaxed) {
+                0..=2 => Err(no_responders()),
+                n => Ok(n),
+            }
+        })
+        .await;
+        assert_eq!(outcome.unwrap(), 3);
+        // Other failures are not repeated; no answer at all gives up after FAILOVER.
+        calls.store(0, std::sync::atomic::Ordering::Relaxed);
+        let timed_out = during_failover(|| async {
+            calls.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+            Err::<(), _>(async_nats::RequestError::new(
+                async_nats::RequestErrorKind::TimedOut,
+            ))
+        })
+        .await;
+        assert!(timed_out.is_err());
+        assert_eq!(calls.load(std::sync::atomic::Ordering::Relaxed), 1);
+        let started = tokio::time::Instant::now();
+        let never = during_failover(|| async { Err::<(), _>(no_responders()) }).await;
+        assert!(never.is_err());
+        assert!(started.elapsed() <= FAILOVER);
+        assert!(started.elapsed() >= FAILOVER - Duration::from_secs(2));
+    }
+
+    #[test]
+    fn durations_take_a_unit() {
+        assert_eq!(parse_duration("500ms"), Ok(Duration::from_millis(500)));
+        assert_eq!(parse_duration("90"), Ok(Duration::from_secs(90)));
+        assert_eq!(parse_duration(" 15m "), Ok(Duration::from_secs(900)));
+        assert_eq!(parse_duration("24h"), Ok(Duration::from_secs(86_400)));
+        assert!(parse_duration("").is_err());
+        assert!(parse_duration("5y").unwrap_err().contains("unknown unit"));
+        assert!(parse_duration("99999999999999999999d").is_err());
     }
 
     #[test]

@@ -5,7 +5,7 @@ use async_nats::jetstream::{self, kv};
 use soorma_common::AgentDefinition;
 use tokio::task::JoinHandle;
 
-use super::{NatsConfig, engine_error, names};
+use super::{NatsConfig, assets, engine_error, names};
 use crate::error::{BoxError, EngineErrorKind, Error, Result};
 use crate::spi::registry::Registry;
 use crate::util::BoxFuture;
@@ -15,7 +15,6 @@ use crate::util::BoxFuture;
 #[derive(Clone)]
 pub struct NatsRegistry {
     store: kv::Store,
-    client: async_nats::Client,
     config: Arc<NatsConfig>,
     heartbeats: Arc<Mutex<HashMap<String, JoinHandle<()>>>>,
 }
@@ -32,26 +31,19 @@ fn reg_err(what: &str, e: impl Into<BoxError>) -> Error {
 
 impl NatsRegistry {
     pub(crate) async fn new(js: jetstream::Context, config: Arc<NatsConfig>) -> Result<Self> {
-        let name = names::bucket_name(&config.bucket_prefix, "registry");
-        let store = js
-            .create_or_update_key_value(kv::Config {
-                bucket: name.clone(),
-                description: "soorma agent registry".into(),
-                history: 1,
-                max_age: config.registry_ttl,
-                storage: jetstream::stream::StorageType::File,
-                num_replicas: config.replicas,
-                ..Default::default()
-            })
-            .await
-            .map_err(|e| {
-                super::jetstream_unavailable(
-                    &config.url,
-                    format!("cannot create KV bucket `{name}`: {e}"),
-                )
-            })?;
+        let wanted = kv::Config {
+            bucket: names::bucket_name(&config.bucket_prefix, "registry"),
+            description: "soorma agent registry".into(),
+            history: 1,
+            max_age: config.registry_ttl,
+            storage: config.storage,
+            num_replicas: config.replicas,
+            ..Default::default()
+        };
+        let heartbeat = config.heartbeat;
+        let check = |c: &jetstream::stream::Config| expiring_bucket(c, heartbeat);
+        let store = assets::open_bucket(&js, wanted, &check, EngineErrorKind::Registry).await?;
         Ok(Self {
-            client: js.client(),
             store,
             config,
             heartbeats: Arc::default(),
@@ -61,6 +53,26 @@ impl NatsRegistry {
     fn key(agent_id: &str) -> Result<String> {
         names::kv_key("agents", agent_id)
     }
+}
+
+/// What the registry needs of its bucket: a KV bucket whose entries expire, later than the
+/// heartbeat renews them (entries of stopped agents leave; running agents' stay).
+fn expiring_bucket(
+    config: &jetstream::stream::Config,
+    heartbeat: std::time::Duration,
+) -> std::result::Result<(), String> {
+    assets::usable_bucket(config)?;
+    if config.max_age.is_zero() {
+        return Err("field `max_age` is 0: entries of stopped agents would never expire".into());
+    }
+    if config.max_age <= heartbeat {
+        return Err(format!(
+            "field `max_age` ({:?}) is not longer than the heartbeat ({heartbeat:?}): running \
+             agents' entries would expire",
+            config.max_age
+        ));
+    }
+    Ok(())
 }
 
 impl Drop for NatsRegistry {
@@ -125,24 +137,30 @@ impl Registry for NatsRegistry {
         })
     }
 
+    /// The registered agents: the keys the bucket holds (one `STREAM.INFO` request), then each
+    /// key's entry (direct gets, a few at a time). No consumer is created.
     fn agents(&self) -> BoxFuture<'_, Result<Vec<AgentDefinition>>> {
         Box::pin(async move {
-            let keys = super::state::live_keys(&self.client, &self.store, ">")
+            use futures_util::{StreamExt, TryStreamExt};
+            let keys = super::state::stored_keys(&self.store, "agents.*")
                 .await
                 .map_err(|e| reg_err("list agents", e))?;
+            let entries: Vec<(String, Option<kv::Entry>)> = futures_util::stream::iter(keys)
+                .map(|key| async move {
+                    let entry = self.store.entry(key.clone()).await;
+                    entry
+                        .map(|e| (key, e))
+                        .map_err(|e| reg_err("read agent", e))
+                })
+                .buffer_unordered(READ_CONCURRENCY)
+                .try_collect()
+                .await?;
             let mut agents = Vec::new();
-            for key in keys {
-                let Some(entry) = self
-                    .store
-                    .entry(key.clone())
-                    .await
-                    .map_err(|e| reg_err("read agent", e))?
-                else {
+            for (key, entry) in entries {
+                // Deregistered (purged) or expired since the listing.
+                let Some(entry) = entry.filter(|e| e.operation == kv::Operation::Put) else {
                     continue;
                 };
-                if entry.operation != kv::Operation::Put {
-                    continue;
-                }
                 match serde_json::from_slice::<AgentDefinition>(&entry.value) {
                     Ok(a) => agents.push(a),
                     Err(e) => {
@@ -155,3 +173,6 @@ impl Registry for NatsRegistry {
         })
     }
 }
+
+/// How many registry entries a listing reads at once.
+const READ_CONCURRENCY: usize = 16;

@@ -4,7 +4,7 @@ use std::sync::Arc;
 use async_nats::jetstream::{self, kv};
 use tokio::sync::Mutex;
 
-use super::{NatsConfig, engine_error, names};
+use super::{NatsConfig, assets, engine_error, names};
 use crate::error::{BoxError, EngineErrorKind, Error, Result};
 use crate::spi::state::{Revision, StateKey, StateStore, Versioned};
 use crate::util::BoxFuture;
@@ -62,30 +62,15 @@ impl NatsStore {
             return Ok(b.clone());
         }
         let name = names::bucket_name(&self.config.bucket_prefix, bucket);
-        let store = match self.js.get_key_value(name.clone()).await {
-            Ok(s) => s,
-            Err(_) => {
-                let config = kv::Config {
-                    bucket: name.clone(),
-                    description: format!("soorma `{bucket}` state"),
-                    history: 1,
-                    storage: jetstream::stream::StorageType::File,
-                    num_replicas: self.config.replicas,
-                    ..Default::default()
-                };
-                match self.js.create_key_value(config).await {
-                    Ok(s) => s,
-                    // Another process may have created it in the meantime.
-                    Err(create_err) => self.js.get_key_value(name.clone()).await.map_err(|_| {
-                        engine_error(
-                            kind,
-                            format!("cannot create KV bucket `{name}`"),
-                            create_err,
-                        )
-                    })?,
-                }
-            }
+        let wanted = kv::Config {
+            bucket: name,
+            description: format!("soorma `{bucket}` state"),
+            history: 1,
+            storage: self.config.storage,
+            num_replicas: self.config.replicas,
+            ..Default::default()
         };
+        let store = assets::open_bucket(&self.js, wanted, &assets::usable_bucket, kind).await?;
         buckets.insert(bucket, store.clone());
         Ok(store)
     }
@@ -95,8 +80,8 @@ impl StateStore for NatsStore {
     fn get<'a>(&'a self, key: &'a StateKey) -> BoxFuture<'a, Result<Option<Versioned<Vec<u8>>>>> {
         Box::pin(async move {
             let store = self.bucket(key.bucket, EngineErrorKind::StateRead).await?;
-            let entry = store
-                .entry(names::kv_key(&key.tenant, &key.key)?)
+            let k = names::kv_key(&key.tenant, &key.key)?;
+            let entry = super::during_failover(|| store.entry(k.clone()))
                 .await
                 .map_err(|e| state_err(EngineErrorKind::StateRead, "read", key, e))?;
             Ok(entry
@@ -111,8 +96,11 @@ impl StateStore for NatsStore {
     fn create<'a>(&'a self, key: &'a StateKey, value: Vec<u8>) -> BoxFuture<'a, Result<Revision>> {
         Box::pin(async move {
             let store = self.bucket(key.bucket, EngineErrorKind::StateWrite).await?;
-            store
-                .create(names::kv_key(&key.tenant, &key.key)?, value.into())
+            let (k, value) = (
+                names::kv_key(&key.tenant, &key.key)?,
+                bytes::Bytes::from(value),
+            );
+            super::during_failover(|| store.create(&k, value.clone()))
                 .await
                 .map_err(|e| match e.kind() {
                     kv::CreateErrorKind::AlreadyExists => Error::Conflict {
@@ -131,12 +119,11 @@ impl StateStore for NatsStore {
     ) -> BoxFuture<'a, Result<Revision>> {
         Box::pin(async move {
             let store = self.bucket(key.bucket, EngineErrorKind::StateWrite).await?;
-            store
-                .update(
-                    names::kv_key(&key.tenant, &key.key)?,
-                    value.into(),
-                    expected,
-                )
+            let (k, value) = (
+                names::kv_key(&key.tenant, &key.key)?,
+                bytes::Bytes::from(value),
+            );
+            super::during_failover(|| store.update(&k, value.clone(), expected))
                 .await
                 .map_err(|e| match e.kind() {
                     kv::UpdateErrorKind::WrongLastRevision => Error::Conflict {
@@ -150,8 +137,11 @@ impl StateStore for NatsStore {
     fn put<'a>(&'a self, key: &'a StateKey, value: Vec<u8>) -> BoxFuture<'a, Result<Revision>> {
         Box::pin(async move {
             let store = self.bucket(key.bucket, EngineErrorKind::StateWrite).await?;
-            store
-                .put(names::kv_key(&key.tenant, &key.key)?, value.into())
+            let (k, value) = (
+                names::kv_key(&key.tenant, &key.key)?,
+                bytes::Bytes::from(value),
+            );
+            super::during_failover(|| store.put(&k, value.clone()))
                 .await
                 .map_err(|e| state_err(EngineErrorKind::StateWrite, "write", key, e))
         })
@@ -160,8 +150,8 @@ impl StateStore for NatsStore {
     fn delete<'a>(&'a self, key: &'a StateKey) -> BoxFuture<'a, Result<()>> {
         Box::pin(async move {
             let store = self.bucket(key.bucket, EngineErrorKind::StateWrite).await?;
-            store
-                .delete(names::kv_key(&key.tenant, &key.key)?)
+            let k = names::kv_key(&key.tenant, &key.key)?;
+            super::during_failover(|| store.delete(&k))
                 .await
                 .map_err(|e| state_err(EngineErrorKind::StateWrite, "delete", key, e))
         })
@@ -205,22 +195,35 @@ impl StateStore for NatsStore {
 /// subjects the stream holds (no message is read). Deleted keys keep their subject until
 /// purged, so a tenant whose keys were all deleted may be listed.
 async fn tenants(store: &kv::Store) -> std::result::Result<Vec<String>, BoxError> {
-    use futures_util::TryStreamExt;
-    let subjects: Vec<String> = store
-        .stream
-        .info_with_subjects(format!("{}*.*", store.prefix))
+    let mut tenants: Vec<String> = stored_keys(store, "*.*")
         .await?
-        .map_ok(|(subject, _count)| subject)
-        .try_collect()
-        .await?;
-    let mut tenants: Vec<String> = subjects
         .iter()
-        .filter_map(|s| s.strip_prefix(store.prefix.as_str()))
         .filter_map(|key| key.split_once('.').map(|(tenant, _)| tenant.to_owned()))
         .collect();
     tenants.sort();
     tenants.dedup();
     Ok(tenants)
+}
+
+/// The keys of `store` matching `pattern` (`*`/`>` wildcards) that have a message: one
+/// `STREAM.INFO` request with a subject filter, no consumer, no message read. A deleted or
+/// purged key keeps its subject (its marker) until the marker expires.
+pub(crate) async fn stored_keys(
+    store: &kv::Store,
+    pattern: &str,
+) -> std::result::Result<Vec<String>, BoxError> {
+    use futures_util::TryStreamExt;
+    let subjects: Vec<String> = store
+        .stream
+        .info_with_subjects(format!("{}{pattern}", store.prefix))
+        .await?
+        .map_ok(|(subject, _count)| subject)
+        .try_collect()
+        .await?;
+    Ok(subjects
+        .into_iter()
+        .filter_map(|s| s.strip_prefix(store.prefix.as_str()).map(str::to_owned))
+        .collect())
 }
 
 /// The live (not deleted) keys of `store` matching `pattern` (`*`/`>` wildcards), from the last
@@ -229,36 +232,57 @@ async fn tenants(store: &kv::Store) -> std::result::Result<Vec<String>, BoxError
 /// A consumer's pending count is no end marker while keys are being written (an update replaces
 /// a key's message; listings stopped short under concurrent updates), so this takes the set of
 /// subjects the stream holds first and reads until each has been seen; a later message of a
-/// subject overrides an earlier one.
+/// subject overrides an earlier one. The listing's consumer is deleted when it is done (the
+/// server would otherwise keep it until it has been idle for 30 s).
 pub(crate) async fn live_keys(
     client: &async_nats::Client,
     store: &kv::Store,
     pattern: &str,
 ) -> std::result::Result<Vec<String>, BoxError> {
-    use futures_util::{StreamExt, TryStreamExt};
-    let filter = format!("{}{pattern}", store.prefix);
-    let mut unseen: std::collections::HashSet<String> = store
-        .stream
-        .info_with_subjects(&filter)
+    let mut unseen: std::collections::HashSet<String> = stored_keys(store, pattern)
         .await?
-        .map_ok(|(subject, _count)| subject)
-        .try_collect()
-        .await?;
+        .into_iter()
+        .map(|key| format!("{}{key}", store.prefix))
+        .collect();
     if unseen.is_empty() {
         return Ok(Vec::new());
     }
+    let name = format!("soorma-keys-{}", crate::util::new_id());
     let consumer = store
         .stream
         .create_consumer(jetstream::consumer::push::OrderedConfig {
+            name: Some(name.clone()),
             deliver_subject: client.new_inbox(),
             description: Some("soorma key listing".into()),
-            filter_subject: filter,
+            filter_subject: format!("{}{pattern}", store.prefix),
             headers_only: true,
             replay_policy: jetstream::consumer::ReplayPolicy::Instant,
             deliver_policy: jetstream::consumer::DeliverPolicy::LastPerSubject,
             ..Default::default()
         })
         .await?;
+    let listed = read_live(consumer, &mut unseen).await;
+    if let Err(e) = store.stream.delete_consumer(&name).await {
+        tracing::debug!(consumer = %name, error = %e, "could not delete the key listing's consumer; the server removes it when idle");
+    }
+    Ok(listed?
+        .into_iter()
+        .filter(|(_, is_live)| *is_live)
+        .filter_map(|(subject, _)| {
+            subject
+                .strip_prefix(store.prefix.as_str())
+                .map(str::to_owned)
+        })
+        .collect())
+}
+
+/// Reads `consumer` until every subject of `unseen` has been seen (or nothing arrives for
+/// [`LISTING_IDLE`]): whether each subject's last entry is live.
+async fn read_live(
+    consumer: jetstream::consumer::Consumer<jetstream::consumer::push::OrderedConfig>,
+    unseen: &mut std::collections::HashSet<String>,
+) -> std::result::Result<HashMap<String, bool>, BoxError> {
+    use futures_util::StreamExt;
     let mut messages = consumer.messages().await?;
     let mut live: HashMap<String, bool> = HashMap::new();
     while !unseen.is_empty() {
@@ -274,13 +298,5 @@ pub(crate) async fn live_keys(
         unseen.remove(&subject);
         live.insert(subject, !removed);
     }
-    Ok(live
-        .into_iter()
-        .filter(|(_, is_live)| *is_live)
-        .filter_map(|(subject, _)| {
-            subject
-                .strip_prefix(store.prefix.as_str())
-                .map(str::to_owned)
-        })
-        .collect())
+    Ok(live)
 }
