@@ -490,6 +490,10 @@ pub struct PlanRecord {
     /// Whether the reply to the goal was published.
     #[serde(default)]
     pub reply_sent: bool,
+    /// The id of the handled event whose write ended the plan: the one handler that replies
+    /// to the goal (again, on a redelivery of that event, while the reply is unsent).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub ended_by: Option<String>,
     /// How many actions the plan has published (action ids are derived from it).
     #[serde(default)]
     pub actions: u32,
@@ -578,6 +582,7 @@ impl PlanRecord {
             result: None,
             error: None,
             reply_sent: false,
+            ended_by: None,
             actions: 0,
             last_trigger: None,
             history: Vec::new(),
