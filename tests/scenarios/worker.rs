@@ -492,3 +492,67 @@ async fn each_completion_of_a_concurrent_fan_in_is_published_once(
     }
     t.shutdown().await.unwrap();
 }
+
+scenario!(a_late_result_for_an_ended_task_leaves_the_reply_to_the_handler_that_ended_it);
+async fn a_late_result_for_an_ended_task_leaves_the_reply_to_the_handler_that_ended_it(
+    mut t: TestPlatform,
+    wait: Duration,
+) {
+    t.start(fan_in()).await.unwrap();
+    let bus = t.client().bus();
+    let task_id = bus
+        .request("big.requested", 2u32, "big.completed")
+        .await
+        .unwrap();
+    wait_until(wait, || t.events_of_type("ghost.requested").len() == 2).await;
+    let requests = t.events_of_type("ghost.requested");
+    for (i, req) in requests.iter().enumerate() {
+        bus.publish_envelope(result_for(req, i as i64, None))
+            .await
+            .unwrap();
+    }
+    t.expect_event("big.completed", wait).await.unwrap();
+    // As if the handler that ended the task had not yet marked its reply sent (it is
+    // publishing it, or died doing so).
+    let key = soorma::state::StateKey::new(soorma::TASKS_BUCKET, "default", task_id);
+    let store = t.platform().state().clone();
+    let load = || async {
+        let stored = store.get(&key).await.unwrap().unwrap();
+        serde_json::from_slice::<soorma::TaskRecord>(&stored.value).unwrap()
+    };
+    let mut record = tokio::time::timeout(wait, async {
+        loop {
+            let record = load().await;
+            if record.reply_sent {
+                return record;
+            }
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+    })
+    .await
+    .expect("the reply is marked sent");
+    assert!(record.ended_by.is_some(), "the ending event is recorded");
+    record.reply_sent = false;
+    store
+        .put(&key, serde_json::to_vec(&record).unwrap())
+        .await
+        .unwrap();
+    // A late copy of a sub-task's result, with an id of its own: its handler finds the group
+    // complete and calls `complete` again.
+    let mut late = result_for(&requests[0], 0, None);
+    late.id = format!("{}-late", late.id);
+    let late_id = late.id.clone();
+    bus.publish_envelope(late).await.unwrap();
+    wait_until(wait, || {
+        t.events_of_type("ghost.completed")
+            .iter()
+            .any(|e| e.id == late_id)
+    })
+    .await;
+    tokio::time::sleep(wait / 10).await;
+    assert!(
+        !load().await.reply_sent,
+        "the late result's handler republished the task's reply"
+    );
+    t.shutdown().await.unwrap();
+}
