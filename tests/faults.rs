@@ -9,12 +9,15 @@ use std::collections::{HashMap, HashSet};
 use std::io::{BufRead, BufReader};
 use std::process::{Child, Command, Stdio};
 
+use std::sync::Arc;
 use std::time::Duration;
 
 use futures_util::StreamExt;
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 use soorma::ActionReply;
+use soorma::BoxFuture;
+use soorma::bus::{EventBus, Subscription, SubscriptionSpec};
 use soorma::nats::NatsConfig;
 use soorma::prelude::*;
 use soorma::testing::TestPlatform;
@@ -105,7 +108,23 @@ async fn fault_child_process() {
         .await
         .expect("child connects");
     let mut running = Vec::new();
-    if instance == "approval-planner" {
+    if instance == "dies-before-replying" {
+        // Dies the moment it would publish a completion: after the write that ended the task,
+        // before the reply.
+        let parts = soorma::EngineParts::new(
+            "nats",
+            Arc::new(DiesBeforeReplying(platform.bus().clone())),
+            platform.state().clone(),
+            platform.registry().clone(),
+        );
+        let dying = Platform::from_parts(parts);
+        running.push(
+            worker(&instance)
+                .start(&dying)
+                .await
+                .expect("worker starts"),
+        );
+    } else if instance == "approval-planner" {
         for agent in soorma_tests::agents::approval_agents() {
             running.push(agent.start(&platform).await.expect("planner starts"));
         }
@@ -121,12 +140,55 @@ async fn fault_child_process() {
     tokio::time::sleep(Duration::from_secs(3600)).await;
 }
 
+/// A bus that kills its process (abort: no shutdown, no acks) when asked to publish a
+/// `job.done` reply.
+struct DiesBeforeReplying(Arc<dyn EventBus>);
+
+impl EventBus for DiesBeforeReplying {
+    fn publish(&self, envelope: soorma::EventEnvelope) -> BoxFuture<'_, soorma::Result<()>> {
+        if envelope.event_type == "job.done" {
+            std::process::abort();
+        }
+        self.0.publish(envelope)
+    }
+
+    fn subscribe(
+        &self,
+        spec: SubscriptionSpec,
+    ) -> BoxFuture<'_, soorma::Result<Box<dyn Subscription>>> {
+        self.0.subscribe(spec)
+    }
+
+    fn observe(
+        &self,
+        topic: Option<Topic>,
+    ) -> BoxFuture<'_, soorma::Result<Box<dyn Subscription>>> {
+        self.0.observe(topic)
+    }
+}
+
 /// A worker process; killed with SIGKILL on drop.
 struct WorkerProcess(Child);
 
 impl WorkerProcess {
     fn spawn(server: &NatsServer, instance: &str) -> Self {
-        let mut child = Command::new(std::env::current_exe().expect("test binary"))
+        let mut process = Self::start(server, instance);
+        let (tx, rx) = std::sync::mpsc::channel();
+        let stdout = process.0.stdout.take().expect("stdout");
+        std::thread::spawn(move || {
+            for line in BufReader::new(stdout).lines().map_while(Result::ok) {
+                if line.contains("READY ") {
+                    let _ = tx.send(());
+                }
+            }
+        });
+        rx.recv_timeout(Duration::from_secs(60))
+            .expect("worker process became ready");
+        process
+    }
+
+    fn start(server: &NatsServer, instance: &str) -> Self {
+        let child = Command::new(std::env::current_exe().expect("test binary"))
             .args([
                 "--exact",
                 "fault_child_process",
@@ -139,19 +201,19 @@ impl WorkerProcess {
             .stderr(Stdio::null())
             .spawn()
             .expect("spawn worker process");
-        let stdout = child.stdout.take().expect("stdout");
-        let child = child;
-        let (tx, rx) = std::sync::mpsc::channel();
-        std::thread::spawn(move || {
-            for line in BufReader::new(stdout).lines().map_while(Result::ok) {
-                if line.contains("READY ") {
-                    let _ = tx.send(());
-                }
-            }
-        });
-        rx.recv_timeout(Duration::from_secs(60))
-            .expect("worker process became ready");
         Self(child)
+    }
+
+    /// Waits (up to [`FINISH`]) for the process to exit by itself.
+    async fn exits(&mut self) {
+        let deadline = tokio::time::Instant::now() + FINISH;
+        while !matches!(self.0.try_wait(), Ok(Some(_))) {
+            assert!(
+                tokio::time::Instant::now() < deadline,
+                "timed out waiting for the worker process to exit"
+            );
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
     }
 
     /// SIGKILL: no shutdown, no acks, no deregistration.
@@ -578,4 +640,52 @@ async fn a_cluster_node_killed_mid_run_loses_and_doubles_no_task() {
         "took {:?}",
         started.elapsed()
     );
+}
+
+/// A worker process killed between the write that ends a task and the reply: the completion
+/// is published after a restart, once, by the redelivery of the result whose write ended the
+/// task (no other result replies for it).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_worker_killed_between_ending_a_task_and_replying_replies_after_a_restart() {
+    soorma_tests::init_tracing();
+    let server = NatsServer::start();
+    let platform = soorma::nats::connect(config(&server)).await.unwrap();
+    let mut t = TestPlatform::with_platform(platform).await.unwrap();
+    t.start(inc_tool(Duration::ZERO, 8)).await.unwrap();
+    let (jobs, n) = (5, 3);
+    let mut dying = WorkerProcess::spawn(&server, "dies-before-replying");
+    let expected = submit(&t, jobs, n).await;
+    dying.exits().await; // at its first reply
+    let ended = stored_task_statuses(t.platform(), &expected)
+        .await
+        .into_iter()
+        .filter(|(status, reply_sent)| *status != soorma::TaskStatus::Running && !reply_sent)
+        .count();
+    assert!(ended >= 1, "a task ended without its reply");
+    assert!(t.events_of_type("job.done").is_empty(), "no reply went out");
+
+    let _restarted = WorkerProcess::spawn(&server, "after-restart");
+    wait_for("every completion", || {
+        t.events_of_type("job.done").len() >= expected.len()
+    })
+    .await;
+    tokio::time::sleep(ACK_WAIT * 2).await; // any redelivery that could double a completion
+    assert_each_completed_once(&t, &expected, n).await;
+    t.shutdown().await.unwrap();
+}
+
+/// The status and `reply_sent` of the stored tasks.
+async fn stored_task_statuses(
+    platform: &Platform,
+    tasks: &HashMap<String, i64>,
+) -> Vec<(soorma::TaskStatus, bool)> {
+    let mut out = Vec::new();
+    for id in tasks.keys() {
+        let key = soorma::state::StateKey::new(soorma::TASKS_BUCKET, "default", id.clone());
+        if let Some(stored) = platform.state().get(&key).await.unwrap() {
+            let record: soorma::TaskRecord = serde_json::from_slice(&stored.value).unwrap();
+            out.push((record.status, record.reply_sent));
+        }
+    }
+    out
 }

@@ -1,5 +1,7 @@
 //! `soorma events tail`: live events of the shared platform.
 
+use std::collections::{HashMap, VecDeque};
+
 use soorma::{EventEnvelope, Topic};
 
 use crate::CliError;
@@ -8,6 +10,73 @@ use crate::platform::connect;
 
 /// How many characters of an event's compact JSON data a line shows.
 pub const DATA_WIDTH: usize = 120;
+
+/// How many recent event ids `events tail` remembers to spot a copy of an event it printed.
+pub const SEEN_IDS: usize = 10_000;
+
+/// The recent event ids seen, to mark an event delivered again: the same id seen again (a
+/// republish after a crash, two publishers racing), or a delivery the platform counts as a
+/// redelivery. Remembers the last `capacity` ids (oldest forgotten first).
+///
+/// ```
+/// use soorma_cli::events::Copies;
+///
+/// let mut copies = Copies::new(2);
+/// assert_eq!(copies.count("a", 1), 1);
+/// assert_eq!(copies.count("a", 1), 2); // the same id again
+/// assert_eq!(copies.count("b", 3), 3); // the platform's delivery count
+/// assert_eq!(copies.count("c", 1), 1);
+/// assert_eq!(copies.count("a", 1), 1); // forgotten: only the last 2 ids are kept
+/// ```
+#[derive(Debug)]
+pub struct Copies {
+    counts: HashMap<String, u32>,
+    order: VecDeque<String>,
+    capacity: usize,
+}
+
+impl Copies {
+    /// Remembers up to `capacity` ids (at least one).
+    pub fn new(capacity: usize) -> Self {
+        Self {
+            counts: HashMap::new(),
+            order: VecDeque::new(),
+            capacity: capacity.max(1),
+        }
+    }
+
+    /// Records a delivery of the event `id`, the platform's `attempt` at delivering it (1 for
+    /// a first delivery); returns how many times it has now been delivered (1: the first time).
+    pub fn count(&mut self, id: &str, attempt: u32) -> u32 {
+        if let Some(n) = self.counts.get_mut(id) {
+            *n = n.saturating_add(1).max(attempt);
+            return *n;
+        }
+        while self.order.len() >= self.capacity {
+            if let Some(old) = self.order.pop_front() {
+                self.counts.remove(&old);
+            }
+        }
+        let n = attempt.max(1);
+        self.counts.insert(id.to_owned(), n);
+        self.order.push_back(id.to_owned());
+        n
+    }
+}
+
+/// The marker of an event delivered `copies` times (nothing for the first delivery).
+///
+/// ```
+/// assert_eq!(soorma_cli::events::redelivered_marker(1), "");
+/// assert_eq!(soorma_cli::events::redelivered_marker(2), "  (redelivered ×2)");
+/// ```
+pub fn redelivered_marker(copies: u32) -> String {
+    if copies > 1 {
+        format!("  (redelivered ×{copies})")
+    } else {
+        String::new()
+    }
+}
 
 /// What to tail and how to print it.
 #[derive(Debug, Clone, Default)]
@@ -72,6 +141,7 @@ pub async fn tail(options: TailOptions) -> Result<(), CliError> {
     );
     let signal = crate::shutdown_signal();
     tokio::pin!(signal);
+    let mut copies = Copies::new(SEEN_IDS);
     loop {
         let delivery = tokio::select! {
             _ = &mut signal => return Ok(()),
@@ -84,16 +154,38 @@ pub async fn tail(options: TailOptions) -> Result<(), CliError> {
         if !options.matches(env) {
             continue;
         }
+        let n = copies.count(&env.id, delivery.attempt);
         let line = if options.json {
-            serde_json::to_string(&**env).map_err(|source| CliError::Json {
+            json_line(env, n).map_err(|source| CliError::Json {
                 what: "an event",
                 source,
             })?
         } else {
-            format_line(env)
+            format!("{}{}", format_line(env), redelivered_marker(n))
         };
         outln!("{line}")?;
     }
+}
+
+/// The envelope as one JSON line; an event delivered more than once also has
+/// `"redelivered": <copies>`.
+///
+/// ```
+/// use soorma::{EventEnvelope, Topic};
+///
+/// let env = EventEnvelope::new("e1", "shop", Topic::BusinessFacts, "order.placed");
+/// assert!(!soorma_cli::events::json_line(&env, 1)?.contains("redelivered"));
+/// assert!(soorma_cli::events::json_line(&env, 2)?.contains(r#""redelivered":2"#));
+/// # Ok::<(), serde_json::Error>(())
+/// ```
+pub fn json_line(env: &EventEnvelope, copies: u32) -> Result<String, serde_json::Error> {
+    let mut value = serde_json::to_value(env)?;
+    if copies > 1
+        && let serde_json::Value::Object(map) = &mut value
+    {
+        map.insert("redelivered".into(), copies.into());
+    }
+    serde_json::to_string(&value)
 }
 
 /// One readable line: time, topic, event type, source, correlation id and compact data

@@ -250,7 +250,8 @@ pub struct CardArgs {
 /// `soorma events ...`.
 #[derive(Debug, Subcommand)]
 pub enum EventsCommand {
-    /// Print live events as they are published, until Ctrl-C.
+    /// Print live events as they are published, until Ctrl-C. An event seen again (same id)
+    /// or redelivered is marked `(redelivered ×N)` (`"redelivered": N` with --json).
     Tail(TailArgs),
 }
 

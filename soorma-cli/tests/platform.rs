@@ -446,6 +446,65 @@ async fn events_tail_prints_only_the_events_asked_for() {
     assert!(status.success(), "{status}");
 }
 
+/// An event published again with the same id (a republish after a crash) is printed again,
+/// marked, on the readable and the JSON lines.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn events_tail_marks_an_event_seen_again() {
+    let server = NatsServer::start();
+    let url = server.url();
+    let platform = nats_platform(&server).await;
+    let mut tails: Vec<Running> = [&["events", "tail"][..], &["events", "tail", "--json"][..]]
+        .into_iter()
+        .map(|args| Running::spawn(soorma(Some(&url), args)))
+        .collect();
+    for tail in &tails {
+        wait_for(&tail.stderr, Duration::from_secs(20), |l| {
+            l.starts_with("tailing ")
+        });
+    }
+    let bus = platform.client("tester").bus();
+    let fact = |id: &str, n: u32| {
+        soorma::EventEnvelope::new(id, "tester", Topic::BusinessFacts, "x.happened")
+            .with_data(json!({"n": n}))
+    };
+    let (env, other) = (fact("fact-1", 1), fact("fact-2", 2));
+    for e in [&env, &other, &env, &env] {
+        bus.publish_envelope(e.clone()).await.unwrap();
+    }
+    let lines: Vec<Vec<String>> = tails
+        .iter()
+        .map(|tail| {
+            (0..4)
+                .map(|_| wait_for(&tail.stdout, Duration::from_secs(10), |_| true))
+                .collect()
+        })
+        .collect();
+    let (text, json_lines) = (&lines[0], &lines[1]);
+    assert!(!text[0].contains("redelivered"), "{}", text[0]);
+    assert!(!text[1].contains("redelivered"), "{}", text[1]);
+    assert!(text[2].ends_with("  (redelivered ×2)"), "{}", text[2]);
+    assert!(text[3].ends_with("  (redelivered ×3)"), "{}", text[3]);
+    let marks: Vec<Option<u64>> = json_lines
+        .iter()
+        .map(|l| {
+            let v: serde_json::Value = serde_json::from_str(l).unwrap();
+            assert_eq!(
+                v["id"],
+                json!(if v["data"]["n"] == 1 {
+                    &env.id
+                } else {
+                    &other.id
+                })
+            );
+            v.get("redelivered").and_then(serde_json::Value::as_u64)
+        })
+        .collect();
+    assert_eq!(marks, [None, None, Some(2), Some(3)]);
+    for tail in &mut tails {
+        assert!(tail.terminate().success());
+    }
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn events_tail_json_with_topic_and_correlation_filters() {
     let server = NatsServer::start();

@@ -342,6 +342,11 @@ pub struct TaskRecord {
     /// Whether the completion / failure reply has been published.
     #[serde(default)]
     pub reply_sent: bool,
+    /// The id of the handled event whose write ended the task: the one handler that replies.
+    /// Another handler that finds the task ended leaves the reply to it; a redelivery of that
+    /// event (its handler may have died between the write and the reply) replies again.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub ended_by: Option<String>,
     /// Next delegation sequence number.
     #[serde(default)]
     pub next_seq: u32,
@@ -388,6 +393,7 @@ impl TaskRecord {
             result: None,
             error: None,
             reply_sent: false,
+            ended_by: None,
             next_seq: 0,
             created_at: None,
             updated_at: None,
@@ -484,6 +490,10 @@ pub struct PlanRecord {
     /// Whether the reply to the goal was published.
     #[serde(default)]
     pub reply_sent: bool,
+    /// The id of the handled event whose write ended the plan: the one handler that replies
+    /// to the goal (again, on a redelivery of that event, while the reply is unsent).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub ended_by: Option<String>,
     /// How many actions the plan has published (action ids are derived from it).
     #[serde(default)]
     pub actions: u32,
@@ -572,6 +582,7 @@ impl PlanRecord {
             result: None,
             error: None,
             reply_sent: false,
+            ended_by: None,
             actions: 0,
             last_trigger: None,
             history: Vec::new(),

@@ -52,6 +52,11 @@ pub(crate) fn rfc3339_after(after: std::time::Duration) -> String {
     format_rfc3339(d.as_secs(), d.subsec_millis())
 }
 
+/// A time in milliseconds since the Unix epoch, as RFC 3339 UTC with milliseconds.
+pub(crate) fn rfc3339_of_millis(ms: u64) -> String {
+    format_rfc3339(ms / 1000, u32::try_from(ms % 1000).unwrap_or(0))
+}
+
 fn format_rfc3339(secs: u64, millis: u32) -> String {
     let days = (secs / 86_400) as i64;
     let rem = secs % 86_400;

@@ -5,9 +5,9 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use serde_json::{Value, json};
-use soorma::AgentBuilder;
 use soorma::prelude::*;
 use soorma::testing::TestPlatform;
+use soorma::{AgentBuilder, EventEnvelope};
 use soorma_tests::agents::{approval_agents, research_planner, research_tools};
 
 scenario!(planner_runs_its_state_machine_with_conditions_and_templates);
@@ -616,5 +616,65 @@ async fn tracker_answers_where_a_plan_is_what_happened_and_which_tasks_ran(
         .await
         .unwrap();
     assert!(other.plan(&plan_id).await.unwrap().is_none());
+    t.shutdown().await.unwrap();
+}
+
+scenario!(a_late_event_for_an_ended_plan_leaves_the_goal_reply_to_the_handler_that_ended_it);
+async fn a_late_event_for_an_ended_plan_leaves_the_goal_reply_to_the_handler_that_ended_it(
+    mut t: TestPlatform,
+    wait: Duration,
+) {
+    t.start(research_tools()).await.unwrap();
+    t.start(research_planner(false)).await.unwrap();
+    let client = t.client().with_timeout(wait);
+    let _: Value = client
+        .invoke("research.goal", json!({"topic": "rust"}), "research.done")
+        .await
+        .unwrap();
+    let completed = t.expect_event("plan.completed", wait).await.unwrap();
+    let plan_id = completed.data["plan_id"].as_str().unwrap().to_owned();
+    // As if the handler that ended the plan had not yet marked its reply sent (it is publishing
+    // it, or died doing so).
+    let key = soorma::state::StateKey::new(soorma::planner::PLANS_BUCKET, "default", &plan_id);
+    let store = t.platform().state().clone();
+    let load = || async {
+        let stored = store.get(&key).await.unwrap().unwrap();
+        serde_json::from_slice::<soorma::common::PlanRecord>(&stored.value).unwrap()
+    };
+    // The reply is marked sent after it is published: wait for the mark.
+    let mut record = tokio::time::timeout(wait, async {
+        loop {
+            let record = load().await;
+            if record.reply_sent {
+                return record;
+            }
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+    })
+    .await
+    .expect("the reply is marked sent");
+    assert!(record.ended_by.is_some(), "the ending event is recorded");
+    record.reply_sent = false;
+    store
+        .put(&key, serde_json::to_vec(&record).unwrap())
+        .await
+        .unwrap();
+    // A late copy of the last action's reply, with an id of its own (another publisher's).
+    let late = EventEnvelope::new(
+        "late-analysis",
+        "analyzer",
+        Topic::ActionResults,
+        "analyze.completed",
+    )
+    .with_correlation_id(plan_id.clone())
+    .with_plan_id(plan_id.clone())
+    .with_data(json!({"request_id": plan_id, "success": true, "result": {}}));
+    client.bus().publish_envelope(late).await.unwrap();
+    t.expect_event("analyze.completed", wait).await.unwrap();
+    tokio::time::sleep(wait / 10).await;
+    assert!(
+        !load().await.reply_sent,
+        "the late event's handler republished the goal's reply"
+    );
     t.shutdown().await.unwrap();
 }

@@ -259,6 +259,38 @@ async fn a_task_past_its_deadline_fails_naming_the_sub_task_it_waits_for(
     t.shutdown().await.unwrap();
 }
 
+scenario!(a_deadline_event_carries_the_time_it_fired_and_the_time_it_was_due);
+async fn a_deadline_event_carries_the_time_it_fired_and_the_time_it_was_due(
+    mut t: TestPlatform,
+    wait: Duration,
+) {
+    t.start(
+        Worker::new("patient")
+            .use_registered_handlers(false)
+            .handler(Handler::task(wait_long))
+            .handler(Handler::on_result("nobody.completed", nobody_replied)),
+    )
+    .await
+    .unwrap();
+    let _ = t.client().call(Combine { n: 1 }).timeout(wait).await;
+    let fired = t.expect_event("task.deadline", wait).await.unwrap();
+    let time = fired.time.clone().expect("stamped");
+    let due = fired.data["deadline_at"].as_str().expect("deadline_at");
+    // RFC 3339 UTC with milliseconds: the strings order as the times do.
+    assert!(time.as_str() >= due, "stamped {time}, due {due}");
+    let scheduled_for = fired.data["scheduled_for"].as_str().expect("scheduled_for");
+    assert!(
+        time.as_str() >= scheduled_for,
+        "stamped {time}, due {scheduled_for}"
+    );
+    // Computed from the same clock just after `deadline_at`.
+    assert!(
+        scheduled_for >= due,
+        "scheduled for {scheduled_for}, due {due}"
+    );
+    t.shutdown().await.unwrap();
+}
+
 scenario!(a_group_names_every_wiring_mistake_before_anything_starts);
 async fn a_group_names_every_wiring_mistake_before_anything_starts(
     t: TestPlatform,

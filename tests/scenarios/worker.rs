@@ -1,6 +1,8 @@
 //! Workers (`on_task` / `on_result`): delegation, fan-out and fan-in (exactly once, under
 //! duplicates and concurrency), failures, and asking a person.
 
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use serde_json::{Value, json};
@@ -385,5 +387,172 @@ async fn results_for_unknown_or_foreign_sub_tasks_are_dead_lettered_without_touc
         .unwrap();
     let out = call.await.unwrap().unwrap();
     assert_eq!(out, ["A"]);
+    t.shutdown().await.unwrap();
+}
+
+/// Sub-tasks per task of [`fanner`].
+const PARTS: u32 = 5;
+
+/// A worker fanning each task out to [`PARTS`] sub-tasks, answered concurrently; its result
+/// handler completes the task when the group is in (as the guide shows), so concurrent results
+/// of one task may all find the group complete.
+fn fanner() -> AgentBuilder {
+    Worker::new("fanner")
+        .use_registered_handlers(false)
+        .concurrency(64)
+        .handler(Handler::on_task("fan5.requested", fan5))
+        .handler(Handler::on_result("fan5.part.done", fan5_part_done))
+}
+
+async fn fan5(mut task: TaskContext<u32>) -> soorma::Result<()> {
+    let base = task.data;
+    let parts: Vec<Delegation> = (0..PARTS)
+        .map(|i| Delegation::new("fan5.part.requested", &(base + i), "fan5.part.done"))
+        .collect();
+    task.delegate_parallel(parts).await?;
+    Ok(())
+}
+
+async fn fan5_part_done(result: ResultContext<u32>) -> soorma::Result<()> {
+    let mut task = result.record_in_parent().await?;
+    if let Some(all) = task.group_results(result.group_id()).await? {
+        let sum: u64 = all.iter().filter_map(|s| s.result.as_ref()?.as_u64()).sum();
+        task.complete(sum).await?;
+    }
+    Ok(())
+}
+
+/// A tool answering the sub-tasks of [`fanner`] concurrently, after a short delay, so that
+/// the results of one task come in at once.
+fn part_tool() -> AgentBuilder {
+    Tool::new("fan5-part")
+        .use_registered_handlers(false)
+        .concurrency(64)
+        .handler(Handler::on_invoke("fan5.part.requested", part))
+}
+
+async fn part(req: Invocation<u32>) -> Result<u32, ToolError> {
+    // The parts of one task were requested together: answer them together.
+    tokio::time::sleep(Duration::from_millis(20)).await;
+    Ok(req.data)
+}
+
+scenario!(each_completion_of_a_concurrent_fan_in_is_published_once);
+async fn each_completion_of_a_concurrent_fan_in_is_published_once(
+    mut t: TestPlatform,
+    wait: Duration,
+) {
+    const TASKS: u32 = 100;
+    t.start(fanner()).await.unwrap();
+    t.start(part_tool()).await.unwrap();
+    // Every copy delivered, counted per task (the test platform's own log keeps one per id):
+    // on NATS a core subscriber, which sees what JetStream's de-duplication hides.
+    let mut observer = t
+        .platform()
+        .bus()
+        .observe(Some(Topic::ActionResults))
+        .await
+        .unwrap();
+    let seen: Arc<Mutex<HashMap<String, Vec<Arc<EventEnvelope>>>>> = Arc::default();
+    let counting = tokio::spawn({
+        let seen = seen.clone();
+        async move {
+            while let Some(delivery) = observer.next().await {
+                let env = delivery.envelope;
+                if env.event_type == "fan5.completed" {
+                    let id = env.correlation_id.clone().unwrap_or_default();
+                    seen.lock().unwrap().entry(id).or_default().push(env);
+                }
+            }
+        }
+    });
+    let bus = t.client().bus();
+    let mut expected = HashMap::new();
+    for i in 0..TASKS {
+        let base = i * 10;
+        let id = bus
+            .request("fan5.requested", base, "fan5.completed")
+            .await
+            .unwrap();
+        expected.insert(id, u64::from(PARTS * base + PARTS * (PARTS - 1) / 2));
+    }
+    wait_until(wait * 3, || seen.lock().unwrap().len() == expected.len()).await;
+    // Give a second copy of any completion time to show.
+    tokio::time::sleep(wait / 10).await;
+    counting.abort();
+    let seen = seen.lock().unwrap().clone();
+    let doubled = seen.values().filter(|copies| copies.len() > 1).count();
+    assert_eq!(
+        doubled, 0,
+        "{doubled} of {TASKS} completions were published more than once"
+    );
+    for (id, copies) in &seen {
+        let sum: u64 = serde_json::from_value(reply_of(&copies[0]).result.unwrap()).unwrap();
+        assert_eq!(Some(&sum), expected.get(id), "the sum of task {id}");
+    }
+    t.shutdown().await.unwrap();
+}
+
+scenario!(a_late_result_for_an_ended_task_leaves_the_reply_to_the_handler_that_ended_it);
+async fn a_late_result_for_an_ended_task_leaves_the_reply_to_the_handler_that_ended_it(
+    mut t: TestPlatform,
+    wait: Duration,
+) {
+    t.start(fan_in()).await.unwrap();
+    let bus = t.client().bus();
+    let task_id = bus
+        .request("big.requested", 2u32, "big.completed")
+        .await
+        .unwrap();
+    wait_until(wait, || t.events_of_type("ghost.requested").len() == 2).await;
+    let requests = t.events_of_type("ghost.requested");
+    for (i, req) in requests.iter().enumerate() {
+        bus.publish_envelope(result_for(req, i as i64, None))
+            .await
+            .unwrap();
+    }
+    t.expect_event("big.completed", wait).await.unwrap();
+    // As if the handler that ended the task had not yet marked its reply sent (it is
+    // publishing it, or died doing so).
+    let key = soorma::state::StateKey::new(soorma::TASKS_BUCKET, "default", task_id);
+    let store = t.platform().state().clone();
+    let load = || async {
+        let stored = store.get(&key).await.unwrap().unwrap();
+        serde_json::from_slice::<soorma::TaskRecord>(&stored.value).unwrap()
+    };
+    let mut record = tokio::time::timeout(wait, async {
+        loop {
+            let record = load().await;
+            if record.reply_sent {
+                return record;
+            }
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+    })
+    .await
+    .expect("the reply is marked sent");
+    assert!(record.ended_by.is_some(), "the ending event is recorded");
+    record.reply_sent = false;
+    store
+        .put(&key, serde_json::to_vec(&record).unwrap())
+        .await
+        .unwrap();
+    // A late copy of a sub-task's result, with an id of its own: its handler finds the group
+    // complete and calls `complete` again.
+    let mut late = result_for(&requests[0], 0, None);
+    late.id = format!("{}-late", late.id);
+    let late_id = late.id.clone();
+    bus.publish_envelope(late).await.unwrap();
+    wait_until(wait, || {
+        t.events_of_type("ghost.completed")
+            .iter()
+            .any(|e| e.id == late_id)
+    })
+    .await;
+    tokio::time::sleep(wait / 10).await;
+    assert!(
+        !load().await.reply_sent,
+        "the late result's handler republished the task's reply"
+    );
     t.shutdown().await.unwrap();
 }

@@ -1,6 +1,8 @@
 //! Durable timers: an event to publish at a due time, kept in the `timers` bucket until it
 //! fires (or is cancelled), so a restarted process fires the timers of the one that stopped.
 //! Timer events have stable ids: when two processes fire the same timer, the bus keeps one.
+//! A timer event is stamped when it fires: its envelope's `time` is the firing time, and its
+//! payload (a JSON object) gets `scheduled_for`, the time it was due.
 //!
 //! Each platform has one timer service: one task firing the timers it knows in due order
 //! (one schedule entry per timer, however often it is armed). It starts with the first agent
@@ -21,7 +23,7 @@ use super::Platform;
 use crate::error::Result;
 use crate::spi::bus::EventBus;
 use crate::spi::state::{self, StateKey, StateStore};
-use crate::util::BoxFuture;
+use crate::util::{BoxFuture, now_rfc3339, rfc3339_of_millis};
 
 /// The state bucket holding pending timers (`<tenant>.<timer id>`).
 pub const TIMERS_BUCKET: &str = "timers";
@@ -171,8 +173,9 @@ impl Shared {
         if record.due_at_ms > now_ms() {
             return self.arm(key, record.due_at_ms, 0);
         }
-        let id = record.envelope.id.clone();
-        match self.bus.publish(record.envelope).await {
+        let envelope = stamped(record.envelope, record.due_at_ms, now_rfc3339());
+        let id = envelope.id.clone();
+        match self.bus.publish(envelope).await {
             Ok(()) => {
                 tracing::debug!(timer = %id, "timer fired");
                 if let Err(e) = self.state.delete(&key).await {
@@ -217,6 +220,16 @@ impl Shared {
         }
         Ok(armed)
     }
+}
+
+/// A timer's event as it fires at `fired_at`: the envelope's time is the firing time, and an
+/// object payload gets `scheduled_for` (the due time, RFC 3339).
+fn stamped(mut envelope: EventEnvelope, due_at_ms: u64, fired_at: String) -> EventEnvelope {
+    if let serde_json::Value::Object(data) = &mut envelope.data {
+        data.insert("scheduled_for".into(), rfc3339_of_millis(due_at_ms).into());
+    }
+    envelope.time = Some(fired_at);
+    envelope
 }
 
 enum Run {
@@ -469,6 +482,26 @@ mod tests {
         ensure_running(&next).await;
         tokio::time::sleep(Duration::from_millis(100)).await;
         assert_eq!(bus.published(), ["t"]);
+    }
+
+    #[test]
+    fn a_fired_timer_event_carries_the_time_it_fired_and_the_time_it_was_due() {
+        let scheduled = timer("acme", "t")
+            .with_time("2026-01-01T00:00:00.000Z")
+            .with_data(serde_json::json!({"task_id": "x"}));
+        // Due at 2026-01-01T00:00:05.250Z, fired a little later.
+        let due = 1_767_225_605_250;
+        let fired = stamped(scheduled, due, "2026-01-01T00:00:05.300Z".into());
+        assert_eq!(fired.time.as_deref(), Some("2026-01-01T00:00:05.300Z"));
+        assert_eq!(fired.data["scheduled_for"], "2026-01-01T00:00:05.250Z");
+        assert_eq!(fired.data["task_id"], "x");
+        // A payload that is not an object is kept as it is.
+        let fired = stamped(
+            timer("acme", "t").with_data(serde_json::json!(7)),
+            due,
+            "z".into(),
+        );
+        assert_eq!(fired.data, serde_json::json!(7));
     }
 
     #[tokio::test]

@@ -611,9 +611,21 @@ impl PlanContext {
         step: impl Fn(&Plan, &mut PlanRecord) -> Result<Effects>,
     ) -> Result<()> {
         let plan = self.plan.clone();
+        let handled = self.envelope.id.clone();
         let mut effects = None;
         self.update_record(|record| {
-            let fx = step(&plan, record)?;
+            let was_ended = ended(record);
+            let mut fx = step(&plan, record)?;
+            if ended(record) {
+                if !was_ended {
+                    // This write ends the plan: this handler is the one that replies.
+                    record.ended_by = Some(handled.clone());
+                } else if record.ended_by.as_deref().is_some_and(|by| by != handled) {
+                    // Ended by another event's handler, which replies (a redelivery of that
+                    // event republishes the reply while it is unsent).
+                    fx.reply = None;
+                }
+            }
             let changed = fx.changed;
             if changed {
                 record.updated_at = Some(crate::util::now_rfc3339());
@@ -760,4 +772,9 @@ pub(crate) async fn fail_plan(input: &HandlerInput, error: String, goal: bool) -
         }
         None => Ok(false),
     }
+}
+
+/// Whether the plan has ended (its reply is due or sent).
+fn ended(record: &PlanRecord) -> bool {
+    matches!(record.status, PlanStatus::Completed | PlanStatus::Failed)
 }

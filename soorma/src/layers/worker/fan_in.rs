@@ -473,6 +473,19 @@ async fn route(input: HandlerInput, specs: Arc<Vec<Arc<FanInSpec>>>) -> HandlerO
     // The result that completed the group runs the fan-in; a redelivery of a result of a
     // complete group whose task is still running runs it again (its first run was cut short).
     let rerun = input.attempt > 1 && group.is_complete() && !stored.value.status.is_terminal();
+    if input.attempt > 1 && stored.value.status.is_terminal() && !stored.value.reply_sent {
+        // A redelivery of the result whose fan-in ended the task, cut short before the reply
+        // was known to be out: reply again (no other result replies for it).
+        let stored = Arc::unwrap_or_clone(stored);
+        let mut task = TaskContext::restored(
+            stored.value,
+            stored.revision,
+            input.envelope.clone(),
+            input.runtime.clone(),
+        );
+        task.resend_owed_reply().await.map_err(retryable)?;
+        return Ok(None);
+    }
     if !(completed_group || rerun) {
         // Every other result stops here, without a copy of the task (see `Marked::task`).
         return Ok(None);

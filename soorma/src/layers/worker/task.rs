@@ -1049,6 +1049,8 @@ impl<T, S: TaskState> TaskContext<T, S> {
                 }
             }
             rec.updated_at = Some(now.clone());
+            // Recorded in the write that ends the task: this handler is the one that replies.
+            rec.ended_by = Some(self.envelope.id.clone());
         };
         let key = self.key();
         let mut won = None;
@@ -1093,24 +1095,52 @@ impl<T, S: TaskState> TaskContext<T, S> {
                 tracing::debug!(error = %e, task_id = %self.record.task_id, "could not cancel the task's deadline");
             }
         }
-        if won || !self.record.reply_sent {
-            // Also when another handler ended the task but its reply is not known to have gone
-            // out (that process may have died in between): the reply keeps its id, so the bus
-            // drops the copy if the first one was published.
-            let reply = match (self.record.status, &self.record.result, &self.record.error) {
-                (TaskStatus::Failed, _, error) => {
-                    ActionReply::failure(&self.record.task_id, error.clone().unwrap_or_default())
-                }
-                (_, result, _) => {
-                    ActionReply::success(&self.record.task_id, result.clone().unwrap_or_default())
-                }
-            };
-            self.reply(reply).await?;
-            self.mark_reply_sent().await?;
+        if won || self.owes_reply() {
+            self.send_final_reply().await?;
         } else {
-            tracing::debug!(task_id = %self.record.task_id, "task already ended and replied");
+            tracing::debug!(task_id = %self.record.task_id, "task already ended; its reply is another handler's");
         }
         Ok(won)
+    }
+
+    /// Whether this handler owes the ended task's reply although its write did not end the
+    /// task: the reply is not known to be out and the event being handled is the one whose
+    /// write ended it (a redelivery: its first handling may have died between the write and
+    /// the reply). A task stored before `ended_by` existed is replied to by any handler.
+    fn owes_reply(&self) -> bool {
+        let record = &self.record;
+        record.status.is_terminal()
+            && !record.reply_sent
+            && match &record.ended_by {
+                Some(by) => *by == self.envelope.id,
+                None => true,
+            }
+    }
+
+    /// Republishes the reply of the ended task when this handler owes it (see
+    /// [`owes_reply`](Self::owes_reply)); returns whether it did.
+    pub(crate) async fn resend_owed_reply(&mut self) -> Result<bool> {
+        if !self.owes_reply() {
+            return Ok(false);
+        }
+        tracing::debug!(task_id = %self.record.task_id, "republishing the reply of a task ended by an earlier delivery");
+        self.send_final_reply().await?;
+        Ok(true)
+    }
+
+    /// Publishes the ended task's reply, then marks it sent. The reply's id is derived from the
+    /// task, so a republish after a crash is dropped by the bus's duplicate window.
+    async fn send_final_reply(&mut self) -> Result<()> {
+        let reply = match (self.record.status, &self.record.result, &self.record.error) {
+            (TaskStatus::Failed, _, error) => {
+                ActionReply::failure(&self.record.task_id, error.clone().unwrap_or_default())
+            }
+            (_, result, _) => {
+                ActionReply::success(&self.record.task_id, result.clone().unwrap_or_default())
+            }
+        };
+        self.reply(reply).await?;
+        self.mark_reply_sent().await
     }
 
     async fn mark_reply_sent(&mut self) -> Result<()> {
