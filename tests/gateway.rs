@@ -1418,3 +1418,101 @@ async fn an_invalid_tenant_is_invalid_params() {
     assert!(ok.get("error").is_none(), "{ok}");
     s.shutdown().await;
 }
+
+/// What the napping handler of [`cancel_task_stops_the_agents_handler`] did.
+#[derive(Clone, Default)]
+struct Napped {
+    started: std::sync::Arc<std::sync::atomic::AtomicUsize>,
+    dropped: std::sync::Arc<std::sync::atomic::AtomicUsize>,
+    finished: std::sync::Arc<std::sync::atomic::AtomicUsize>,
+}
+
+/// Counts when dropped: with the handler's future if the task is canceled.
+struct CountOnDrop(std::sync::Arc<std::sync::atomic::AtomicUsize>);
+
+impl Drop for CountOnDrop {
+    fn drop(&mut self) {
+        self.0.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+    }
+}
+
+async fn nap_tracked(req: Invocation<Nap>, State(n): State<Napped>) -> Result<String, ToolError> {
+    use std::sync::atomic::Ordering::SeqCst;
+    n.started.fetch_add(1, SeqCst);
+    let _guard = CountOnDrop(n.dropped.clone());
+    tokio::time::sleep(Duration::from_millis(req.data.nap_ms)).await;
+    n.finished.fetch_add(1, SeqCst);
+    Ok("late".into())
+}
+
+/// CancelTask stops the agent's handler (its future is dropped within a second), for the
+/// task's own tenant only.
+async fn cancel_task_stops_the_agents_handler(platform: Platform) {
+    use std::sync::atomic::Ordering::SeqCst;
+    let napped = Napped::default();
+    let agent = Tool::new("multi")
+        .use_registered_handlers(false)
+        .with_state(napped.clone())
+        .handler(Handler::on_invoke("slow.requested", nap_tracked))
+        .start(&platform)
+        .await
+        .unwrap();
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let gateway = Gateway::new(&platform)
+        .agent("multi")
+        .spawn(listener)
+        .await
+        .unwrap();
+    let s = Setup {
+        agents: vec![agent],
+        gateway,
+        http: http_client(),
+    };
+    let id = s.start_slow(&[], Some("acme"), 30_000).await;
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(20);
+    while napped.started.load(SeqCst) == 0 {
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "the handler never started"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    // Another tenant cannot cancel it.
+    let other = s
+        .rpc_as(&[], "CancelTask", json!({"id": id, "tenant": "globex"}))
+        .await;
+    assert_eq!(error_code(&other), -32001, "{other}");
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    assert_eq!(napped.dropped.load(SeqCst), 0);
+
+    let asked = tokio::time::Instant::now();
+    let canceled = s
+        .rpc_as(&[], "CancelTask", json!({"id": id, "tenant": "acme"}))
+        .await;
+    assert_eq!(
+        canceled["result"]["status"]["state"], "TASK_STATE_CANCELED",
+        "{canceled}"
+    );
+    while napped.dropped.load(SeqCst) == 0 {
+        assert!(
+            asked.elapsed() < Duration::from_secs(1),
+            "the agent's handler still runs a second after CancelTask"
+        );
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    assert_eq!(napped.finished.load(SeqCst), 0);
+    tokio::time::timeout(Duration::from_secs(5), s.shutdown())
+        .await
+        .expect("the agent waited for the canceled handler");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn embedded_cancel_task_stops_the_agents_handler() {
+    cancel_task_stops_the_agents_handler(Platform::embedded()).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn nats_cancel_task_stops_the_agents_handler() {
+    let server = NatsServer::start();
+    cancel_task_stops_the_agents_handler(nats(&server).await).await;
+}
