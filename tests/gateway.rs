@@ -11,6 +11,7 @@ use soorma::http::HttpConfig;
 use soorma::prelude::*;
 use soorma::{AgentHandle, Platform};
 use soorma_examples::calculator::{batch_calculator, calculator};
+use soorma_tests::agents::{Tracked, sleeper};
 use soorma_tests::nats_server::NatsServer;
 use soorma_tests::raw_http;
 
@@ -1419,41 +1420,11 @@ async fn an_invalid_tenant_is_invalid_params() {
     s.shutdown().await;
 }
 
-/// What the napping handler of [`cancel_task_stops_the_agents_handler`] did.
-#[derive(Clone, Default)]
-struct Napped {
-    started: std::sync::Arc<std::sync::atomic::AtomicUsize>,
-    dropped: std::sync::Arc<std::sync::atomic::AtomicUsize>,
-    finished: std::sync::Arc<std::sync::atomic::AtomicUsize>,
-}
-
-/// Counts when dropped: with the handler's future if the task is canceled.
-struct CountOnDrop(std::sync::Arc<std::sync::atomic::AtomicUsize>);
-
-impl Drop for CountOnDrop {
-    fn drop(&mut self) {
-        self.0.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
-    }
-}
-
-async fn nap_tracked(req: Invocation<Nap>, State(n): State<Napped>) -> Result<String, ToolError> {
-    use std::sync::atomic::Ordering::SeqCst;
-    n.started.fetch_add(1, SeqCst);
-    let _guard = CountOnDrop(n.dropped.clone());
-    tokio::time::sleep(Duration::from_millis(req.data.nap_ms)).await;
-    n.finished.fetch_add(1, SeqCst);
-    Ok("late".into())
-}
-
 /// CancelTask stops the agent's handler (its future is dropped within a second), for the
 /// task's own tenant only.
 async fn cancel_task_stops_the_agents_handler(platform: Platform) {
-    use std::sync::atomic::Ordering::SeqCst;
-    let napped = Napped::default();
-    let agent = Tool::new("multi")
-        .use_registered_handlers(false)
-        .with_state(napped.clone())
-        .handler(Handler::on_invoke("slow.requested", nap_tracked))
+    let slept = Tracked::default();
+    let agent = sleeper("multi", "slow.requested", &slept)
         .start(&platform)
         .await
         .unwrap();
@@ -1469,23 +1440,15 @@ async fn cancel_task_stops_the_agents_handler(platform: Platform) {
         http: http_client(),
     };
     let id = s.start_slow(&[], Some("acme"), 30_000).await;
-    let deadline = tokio::time::Instant::now() + Duration::from_secs(20);
-    while napped.started.load(SeqCst) == 0 {
-        assert!(
-            tokio::time::Instant::now() < deadline,
-            "the handler never started"
-        );
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
+    slept.wait_started(1, Duration::from_secs(20)).await;
     // Another tenant cannot cancel it.
     let other = s
         .rpc_as(&[], "CancelTask", json!({"id": id, "tenant": "globex"}))
         .await;
     assert_eq!(error_code(&other), -32001, "{other}");
     tokio::time::sleep(Duration::from_millis(300)).await;
-    assert_eq!(napped.dropped.load(SeqCst), 0);
+    assert_eq!(slept.dropped(), 0);
 
-    let asked = tokio::time::Instant::now();
     let canceled = s
         .rpc_as(&[], "CancelTask", json!({"id": id, "tenant": "acme"}))
         .await;
@@ -1493,14 +1456,10 @@ async fn cancel_task_stops_the_agents_handler(platform: Platform) {
         canceled["result"]["status"]["state"], "TASK_STATE_CANCELED",
         "{canceled}"
     );
-    while napped.dropped.load(SeqCst) == 0 {
-        assert!(
-            asked.elapsed() < Duration::from_secs(1),
-            "the agent's handler still runs a second after CancelTask"
-        );
-        tokio::time::sleep(Duration::from_millis(10)).await;
-    }
-    assert_eq!(napped.finished.load(SeqCst), 0);
+    slept
+        .wait_dropped(1, Duration::from_secs(1), "CancelTask")
+        .await;
+    assert_eq!(slept.finished(), 0);
     tokio::time::timeout(Duration::from_secs(5), s.shutdown())
         .await
         .expect("the agent waited for the canceled handler");

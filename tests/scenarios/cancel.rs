@@ -2,8 +2,6 @@
 //! worker's task is marked canceled (and its pending sub-tasks canceled in turn), no reply goes
 //! out, and only the request's own tenant can cancel it.
 
-use std::sync::Arc;
-use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
 use serde_json::{Value, json};
@@ -11,47 +9,7 @@ use soorma::prelude::*;
 use soorma::state::StateKey;
 use soorma::testing::TestPlatform;
 use soorma::{ActionReply, EventEnvelope, TaskRecord, TaskStatus};
-
-use crate::support::wait_until;
-
-/// What a slow handler did: started, was dropped (its Drop guard ran), ran to its end.
-#[derive(Clone, Default)]
-struct Flags {
-    started: Arc<AtomicUsize>,
-    dropped: Arc<AtomicUsize>,
-    finished: Arc<AtomicUsize>,
-}
-
-impl Flags {
-    fn get(counter: &AtomicUsize) -> usize {
-        counter.load(Ordering::SeqCst)
-    }
-}
-
-/// Counts when dropped: with the handler's future if it is canceled.
-struct CountOnDrop(Arc<AtomicUsize>);
-
-impl Drop for CountOnDrop {
-    fn drop(&mut self) {
-        self.0.fetch_add(1, Ordering::SeqCst);
-    }
-}
-
-/// Sleeps 30 s (far longer than any scenario waits) unless dropped.
-async fn sleep_30s(_: Invocation<Value>, State(flags): State<Flags>) -> Result<Value, ToolError> {
-    flags.started.fetch_add(1, Ordering::SeqCst);
-    let _guard = CountOnDrop(flags.dropped.clone());
-    tokio::time::sleep(Duration::from_secs(30)).await;
-    flags.finished.fetch_add(1, Ordering::SeqCst);
-    Ok(json!("woke up"))
-}
-
-fn sleeper(event: &str, flags: &Flags) -> AgentBuilder {
-    Tool::new(format!("{}-tool", event.replace('.', "-")))
-        .use_registered_handlers(false)
-        .with_state(flags.clone())
-        .handler(Handler::on_invoke(event, sleep_30s))
-}
+use soorma_tests::agents::{Tracked, sleeper};
 
 async fn task_record(t: &TestPlatform, tenant: &str, id: &str) -> Option<TaskRecord> {
     let key = StateKey::new(soorma::TASKS_BUCKET, tenant, id);
@@ -64,33 +22,27 @@ async fn a_canceled_request_drops_its_handler_at_once_and_gets_no_reply(
     mut t: TestPlatform,
     wait: Duration,
 ) {
-    let flags = Flags::default();
-    t.start(sleeper("sleep.requested", &flags)).await.unwrap();
+    let slept = Tracked::default();
+    t.start(sleeper("sleeper", "sleep.requested", &slept))
+        .await
+        .unwrap();
     let acme = t.client().with_tenant("acme");
-    let call = acme.request("sleep.requested", json!({}), "sleep.done");
+    let call = acme.request("sleep.requested", json!({"nap_ms": 30_000}), "sleep.done");
     let id = call.envelope().unwrap().id.clone();
     let waiting = tokio::spawn(async move { call.timeout(Duration::from_secs(60)).await });
-    wait_until(wait, || Flags::get(&flags.started) == 1).await;
+    slept.wait_started(1, wait).await;
 
     // Another tenant's cancel of the same id (and the default tenant's) changes nothing.
     t.client().with_tenant("globex").cancel(&id).await.unwrap();
     t.client().cancel(&id).await.unwrap();
     tokio::time::sleep(Duration::from_millis(500)).await;
-    assert_eq!(
-        Flags::get(&flags.dropped),
-        0,
-        "another tenant canceled acme's request"
-    );
+    assert_eq!(slept.dropped(), 0, "another tenant canceled acme's request");
 
-    let asked = Instant::now();
     acme.cancel(&id).await.unwrap();
-    wait_until(wait, || Flags::get(&flags.dropped) == 1).await;
-    let took = asked.elapsed();
-    assert!(
-        took < Duration::from_secs(1),
-        "the handler was dropped {took:?} after the cancel"
-    );
-    assert_eq!(Flags::get(&flags.finished), 0);
+    slept
+        .wait_dropped(1, Duration::from_secs(1), "canceled")
+        .await;
+    assert_eq!(slept.finished(), 0);
     // Acknowledged without a reply; the agent stops at once (nothing is running).
     tokio::time::sleep(wait / 10).await;
     assert!(
@@ -106,8 +58,12 @@ async fn a_canceled_request_drops_its_handler_at_once_and_gets_no_reply(
 }
 
 async fn start_job(mut task: TaskContext<Value>) -> soorma::Result<()> {
-    task.delegate_with(Delegation::new("part.requested", &json!({}), "part.done"))
-        .await?;
+    task.delegate_with(Delegation::new(
+        "part.requested",
+        &json!({"nap_ms": 30_000}),
+        "part.done",
+    ))
+    .await?;
     Ok(())
 }
 
@@ -122,8 +78,10 @@ async fn a_canceled_worker_task_and_its_sub_tasks_stop_and_late_results_change_n
     mut t: TestPlatform,
     wait: Duration,
 ) {
-    let flags = Flags::default();
-    t.start(sleeper("part.requested", &flags)).await.unwrap();
+    let part = Tracked::default();
+    t.start(sleeper("part", "part.requested", &part))
+        .await
+        .unwrap();
     t.start(
         Worker::new("jobs")
             .use_registered_handlers(false)
@@ -140,7 +98,7 @@ async fn a_canceled_worker_task_and_its_sub_tasks_stop_and_late_results_change_n
         .await
         .unwrap();
     // The task waits for its sub-task, whose handler is running.
-    wait_until(wait, || Flags::get(&flags.started) == 1).await;
+    part.wait_started(1, wait).await;
     let status = task_record(&t, "acme", &task_id).await.unwrap().status;
     assert_eq!(status, TaskStatus::Waiting);
 
@@ -156,7 +114,7 @@ async fn a_canceled_worker_task_and_its_sub_tasks_stop_and_late_results_change_n
         TaskStatus::Waiting
     );
     assert!(task_record(&t, "globex", &task_id).await.is_none());
-    assert_eq!(Flags::get(&flags.dropped), 0);
+    assert_eq!(part.dropped(), 0);
 
     // The task is canceled, and its pending sub-task's handler dropped.
     acme.cancel(&task_id).await.unwrap();
@@ -169,8 +127,9 @@ async fn a_canceled_worker_task_and_its_sub_tasks_stop_and_late_results_change_n
         assert!(Instant::now() < deadline, "task not canceled: {record:?}");
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
-    wait_until(wait, || Flags::get(&flags.dropped) == 1).await;
-    assert_eq!(Flags::get(&flags.finished), 0);
+    part.wait_dropped(1, wait, "sub-task of a canceled task")
+        .await;
+    assert_eq!(part.finished(), 0);
 
     // A late result of the sub-task is recorded, but neither completes the task nor replies.
     let sub_request = t.events_of_type("part.requested")[0].clone();
