@@ -323,6 +323,39 @@ async fn stdio_example_with_a_child_process_transport() {
     client.cancel().await.unwrap(); // closes stdin, waits for the child
 }
 
+/// The probe that crashed the `mcp_server` example ("thread 'tokio-rt-worker' has overflowed
+/// its stack"): 200,000 nested parentheses are a tool error, and the process keeps serving.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn stdio_example_answers_200000_nested_parentheses_with_a_tool_error_and_lives() {
+    let mut child = tokio::process::Command::new(example_binary("mcp_server"))
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .kill_on_drop(true)
+        .spawn()
+        .unwrap();
+    let stdin = child.stdin.take().unwrap();
+    let stdout = child.stdout.take().unwrap();
+    let client = ().serve((stdout, stdin)).await.unwrap();
+    let deep = format!("{}1{}", "(".repeat(200_000), ")".repeat(200_000));
+    let result = client
+        .call_tool(args(json!({"expression": deep})))
+        .await
+        .unwrap();
+    assert_eq!(result.is_error, Some(true), "{}", text(&result));
+    assert!(
+        text(&result).contains("nested deeper than"),
+        "{}",
+        text(&result)
+    );
+    assert!(
+        child.try_wait().unwrap().is_none(),
+        "the mcp_server process exited"
+    );
+    calculate_six_times_seven(&client).await;
+    client.cancel().await.unwrap();
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn stdio_example_exits_when_its_client_goes() {
     let mut child = tokio::process::Command::new(example_binary("mcp_server"))
