@@ -1475,3 +1475,34 @@ async fn nats_cancel_task_stops_the_agents_handler() {
     let server = NatsServer::start();
     cancel_task_stops_the_agents_handler(nats(&server).await).await;
 }
+
+/// The probe "task ids are guessable (process seed + counter): another tenant's task turned up
+/// on the 4th guess": task and context ids are random UUIDs (v4), with nothing in common
+/// between two tasks started one after the other.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn task_and_context_ids_are_random() {
+    let s = Setup::start(&Platform::embedded(), None).await;
+    let mut ids = Vec::new();
+    for _ in 0..2 {
+        let r = s
+            .send(
+                "calculator",
+                json!([{"data": {"expression": "1 + 1"}}]),
+                json!({"configuration": {"returnImmediately": true}}),
+            )
+            .await;
+        let task = &r["result"]["task"];
+        for id in [&task["id"], &task["contextId"]] {
+            let id = id.as_str().unwrap().to_owned();
+            let uuid_v4 = id.len() == 32
+                && id.bytes().all(|b| b.is_ascii_hexdigit())
+                && id.as_bytes()[12] == b'4';
+            assert!(uuid_v4, "not a random (v4) UUID: {id}");
+            ids.push(id);
+        }
+    }
+    // Consecutive tasks share no prefix a counter would leave (2^-32 odds of a false alarm).
+    assert_ne!(ids[0][..8], ids[2][..8], "{ids:?}");
+    assert_ne!(ids[1][..8], ids[3][..8], "{ids:?}");
+    s.shutdown().await;
+}
