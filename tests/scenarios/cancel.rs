@@ -168,3 +168,37 @@ async fn a_canceled_worker_task_and_its_sub_tasks_stop_and_late_results_change_n
         .expect("shutdown waited for a canceled handler")
         .unwrap();
 }
+
+scenario!(a_request_can_be_canceled_while_its_agent_shuts_down);
+async fn a_request_can_be_canceled_while_its_agent_shuts_down(mut t: TestPlatform, wait: Duration) {
+    let slept = Tracked::default();
+    t.start(sleeper("sleeper", "sleep.requested", &slept))
+        .await
+        .unwrap();
+    let acme = t.client().with_tenant("acme");
+    let id = acme
+        .bus()
+        .request("sleep.requested", json!({"nap_ms": 30_000}), "sleep.done")
+        .tenant_id("acme")
+        .await
+        .unwrap();
+    slept.wait_started(1, wait).await;
+    // Shutdown waits for the handler in flight...
+    let stopping = tokio::spawn(t.shutdown());
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    assert!(
+        !stopping.is_finished(),
+        "shutdown did not wait for the handler"
+    );
+    // ...which can still be canceled meanwhile.
+    acme.cancel(&id).await.unwrap();
+    slept
+        .wait_dropped(1, Duration::from_secs(1), "canceled during shutdown")
+        .await;
+    tokio::time::timeout(Duration::from_secs(5), stopping)
+        .await
+        .expect("shutdown ends once the handler is dropped")
+        .unwrap()
+        .unwrap();
+    assert_eq!(slept.finished(), 0);
+}

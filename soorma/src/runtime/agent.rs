@@ -542,13 +542,16 @@ impl AgentBuilder {
                 cancel_hooks.push(hook);
             }
         }
-        loops.push(tokio::spawn(cancel_loop(
+        // Stopped after the handlers in flight have finished, so they can still be canceled
+        // while the agent shuts down.
+        let (cancel_stop, cancel_stop_rx) = watch::channel(false);
+        let canceler = tokio::spawn(cancel_loop(
             cancels,
             running,
             runtime.clone(),
             cancel_hooks,
-            stop_rx.clone(),
-        )));
+            cancel_stop_rx,
+        ));
         for (topic, filter) in filters {
             let mut spec = SubscriptionSpec::new(self.name.clone(), topic, filter)
                 .with_max_deliver(self.max_deliver);
@@ -579,6 +582,8 @@ impl AgentBuilder {
             platform: platform.clone(),
             stop: stop_tx,
             loops,
+            cancel_stop,
+            canceler,
             inflight,
             capacity: self.concurrency,
         })
@@ -694,6 +699,9 @@ pub struct AgentHandle {
     platform: Platform,
     stop: watch::Sender<bool>,
     loops: Vec<JoinHandle<()>>,
+    /// Stops the cancel-request listener ([`cancel_loop`]).
+    cancel_stop: watch::Sender<bool>,
+    canceler: JoinHandle<()>,
     inflight: Arc<Semaphore>,
     capacity: usize,
 }
@@ -776,6 +784,10 @@ impl AgentHandle {
             .inflight
             .acquire_many(u32::try_from(self.capacity).unwrap_or(u32::MAX))
             .await;
+        let _ = self.cancel_stop.send(true);
+        if let Err(e) = self.canceler.await {
+            tracing::warn!(error = %e, "cancel listener ended abnormally");
+        }
         self.platform
             .registry()
             .deregister(&self.definition.agent_id)
