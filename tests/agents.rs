@@ -381,3 +381,94 @@ pub fn publisher() -> AgentBuilder {
             post_reviewed,
         ))
 }
+
+/// What a [`sleeper`]'s handler did: how many calls started, were dropped (canceled: the
+/// handler's future was dropped before its end) and ran to their end.
+#[derive(Debug, Clone, Default)]
+pub struct Tracked {
+    started: Arc<std::sync::atomic::AtomicUsize>,
+    dropped: Arc<std::sync::atomic::AtomicUsize>,
+    finished: Arc<std::sync::atomic::AtomicUsize>,
+}
+
+impl Tracked {
+    fn count(n: &std::sync::atomic::AtomicUsize) -> usize {
+        n.load(std::sync::atomic::Ordering::SeqCst)
+    }
+
+    /// Calls started.
+    pub fn started(&self) -> usize {
+        Self::count(&self.started)
+    }
+
+    /// Calls dropped before their end.
+    pub fn dropped(&self) -> usize {
+        Self::count(&self.dropped)
+    }
+
+    /// Calls that ran to their end.
+    pub fn finished(&self) -> usize {
+        Self::count(&self.finished)
+    }
+
+    /// Waits until `n` calls have started; panics after `within`.
+    pub async fn wait_started(&self, n: usize, within: Duration) {
+        let deadline = std::time::Instant::now() + within;
+        while self.started() < n {
+            assert!(
+                std::time::Instant::now() < deadline,
+                "the handler never started"
+            );
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+    }
+
+    /// Waits until `n` calls were dropped; panics after `within`, naming `what`.
+    pub async fn wait_dropped(&self, n: usize, within: Duration, what: &str) {
+        let deadline = std::time::Instant::now() + within;
+        while self.dropped() < n {
+            assert!(
+                std::time::Instant::now() < deadline,
+                "{what}: the handler still runs {within:?} later"
+            );
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+    }
+}
+
+/// Counts when dropped before it is disarmed (the handler's future dropped mid-way).
+struct DropCounter(Option<Arc<std::sync::atomic::AtomicUsize>>);
+
+impl Drop for DropCounter {
+    fn drop(&mut self) {
+        if let Some(n) = self.0.take() {
+            n.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+        }
+    }
+}
+
+/// A [`sleeper`]'s request: how long to sleep.
+#[derive(Debug, Serialize, Deserialize, JsonSchema)]
+pub struct Nap {
+    /// Milliseconds.
+    pub nap_ms: u64,
+}
+
+async fn nap(req: Invocation<Nap>, State(t): State<Tracked>) -> Result<String, ToolError> {
+    use std::sync::atomic::Ordering::SeqCst;
+    t.started.fetch_add(1, SeqCst);
+    let mut guard = DropCounter(Some(t.dropped.clone()));
+    tokio::time::sleep(Duration::from_millis(req.data.nap_ms)).await;
+    guard.0 = None;
+    t.finished.fetch_add(1, SeqCst);
+    Ok("woke up".into())
+}
+
+/// A tool `name` whose handler of `event` ([`Nap`]) sleeps, recording in `tracked` whether it
+/// was dropped (canceled) or ran to its end.
+pub fn sleeper(name: &str, event: &str, tracked: &Tracked) -> AgentBuilder {
+    Tool::new(name)
+        .use_registered_handlers(false)
+        .with_state(tracked.clone())
+        .handler(Handler::on_invoke(event, nap))
+}

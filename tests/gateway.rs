@@ -11,6 +11,7 @@ use soorma::http::HttpConfig;
 use soorma::prelude::*;
 use soorma::{AgentHandle, Platform};
 use soorma_examples::calculator::{batch_calculator, calculator};
+use soorma_tests::agents::{Tracked, sleeper};
 use soorma_tests::nats_server::NatsServer;
 use soorma_tests::raw_http;
 
@@ -1416,5 +1417,92 @@ async fn an_invalid_tenant_is_invalid_params() {
         )
         .await;
     assert!(ok.get("error").is_none(), "{ok}");
+    s.shutdown().await;
+}
+
+/// CancelTask stops the agent's handler (its future is dropped within a second), for the
+/// task's own tenant only.
+async fn cancel_task_stops_the_agents_handler(platform: Platform) {
+    let slept = Tracked::default();
+    let agent = sleeper("multi", "slow.requested", &slept)
+        .start(&platform)
+        .await
+        .unwrap();
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let gateway = Gateway::new(&platform)
+        .agent("multi")
+        .spawn(listener)
+        .await
+        .unwrap();
+    let s = Setup {
+        agents: vec![agent],
+        gateway,
+        http: http_client(),
+    };
+    let id = s.start_slow(&[], Some("acme"), 30_000).await;
+    slept.wait_started(1, Duration::from_secs(20)).await;
+    // Another tenant cannot cancel it.
+    let other = s
+        .rpc_as(&[], "CancelTask", json!({"id": id, "tenant": "globex"}))
+        .await;
+    assert_eq!(error_code(&other), -32001, "{other}");
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    assert_eq!(slept.dropped(), 0);
+
+    let canceled = s
+        .rpc_as(&[], "CancelTask", json!({"id": id, "tenant": "acme"}))
+        .await;
+    assert_eq!(
+        canceled["result"]["status"]["state"], "TASK_STATE_CANCELED",
+        "{canceled}"
+    );
+    slept
+        .wait_dropped(1, Duration::from_secs(1), "CancelTask")
+        .await;
+    assert_eq!(slept.finished(), 0);
+    tokio::time::timeout(Duration::from_secs(5), s.shutdown())
+        .await
+        .expect("the agent waited for the canceled handler");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn embedded_cancel_task_stops_the_agents_handler() {
+    cancel_task_stops_the_agents_handler(Platform::embedded()).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn nats_cancel_task_stops_the_agents_handler() {
+    let server = NatsServer::start();
+    cancel_task_stops_the_agents_handler(nats(&server).await).await;
+}
+
+/// The probe "task ids are guessable (process seed + counter): another tenant's task turned up
+/// on the 4th guess": task and context ids are random UUIDs (v4), with nothing in common
+/// between two tasks started one after the other.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn task_and_context_ids_are_random() {
+    let s = Setup::start(&Platform::embedded(), None).await;
+    let mut ids = Vec::new();
+    for _ in 0..2 {
+        let r = s
+            .send(
+                "calculator",
+                json!([{"data": {"expression": "1 + 1"}}]),
+                json!({"configuration": {"returnImmediately": true}}),
+            )
+            .await;
+        let task = &r["result"]["task"];
+        for id in [&task["id"], &task["contextId"]] {
+            let id = id.as_str().unwrap().to_owned();
+            let uuid_v4 = id.len() == 32
+                && id.bytes().all(|b| b.is_ascii_hexdigit())
+                && id.as_bytes()[12] == b'4';
+            assert!(uuid_v4, "not a random (v4) UUID: {id}");
+            ids.push(id);
+        }
+    }
+    // Consecutive tasks share no prefix a counter would leave (2^-32 odds of a false alarm).
+    assert_ne!(ids[0][..8], ids[2][..8], "{ids:?}");
+    assert_ne!(ids[1][..8], ids[3][..8], "{ids:?}");
     s.shutdown().await;
 }

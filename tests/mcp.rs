@@ -809,3 +809,61 @@ async fn a_servers_concurrent_calls_are_limited() {
     assert!(matches!(late, Err(McpError::Timeout { .. })), "{late:?}");
     mcp.shutdown().await;
 }
+
+#[derive(serde::Serialize, serde::Deserialize, schemars::JsonSchema)]
+struct HugeReply {
+    mb: usize,
+}
+
+async fn huge_reply(req: Invocation<HugeReply>) -> Result<String, ToolError> {
+    Ok("x".repeat(req.data.mb * 1024 * 1024))
+}
+
+/// Over streamable HTTP too, a reply over the 16 MiB limit is reported as such in plain words,
+/// at once (not as "did not answer" after the call's timeout), and the next call works.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_oversized_reply_over_streamable_http_is_reported_in_plain_words() {
+    let platform = Platform::embedded();
+    let tool = Tool::new("huge")
+        .use_registered_handlers(false)
+        .handler(Handler::on_invoke("huge.requested", huge_reply))
+        .start(&platform)
+        .await
+        .unwrap();
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let server = soorma::mcp::McpServer::new(&platform)
+        .spawn(listener)
+        .await
+        .unwrap();
+    let mcp = coordinator(McpConfig::new().server(
+        ServerConfig::http("web", server.url().to_string()).call_timeout(Duration::from_secs(20)),
+    ));
+    let started = std::time::Instant::now();
+    let err = mcp
+        .call("web:huge.requested", json!({"mb": 17}))
+        .await
+        .unwrap_err();
+    let message = err.to_string();
+    assert!(message.contains("larger than 16 MiB"), "{message}");
+    assert!(
+        started.elapsed() < Duration::from_secs(10),
+        "{:?}",
+        started.elapsed()
+    );
+    for rmcp_name in [
+        "ServiceError",
+        "TransportClosed",
+        "rmcp::",
+        "DynamicTransportError",
+    ] {
+        assert!(!message.contains(rmcp_name), "{message}");
+    }
+    let small = mcp
+        .call("web:huge.requested", json!({"mb": 1}))
+        .await
+        .unwrap();
+    assert!(small.text.len() >= 1024 * 1024, "{}", small.text.len());
+    mcp.shutdown().await;
+    server.shutdown().await;
+    tool.shutdown().await.unwrap();
+}

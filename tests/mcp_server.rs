@@ -16,6 +16,7 @@ use soorma::mcp::{McpServer, McpServerHandle};
 use soorma::prelude::*;
 use soorma::{AgentCapability, AgentDefinition, AgentHandle, AgentKind, EventDefinition, Platform};
 use soorma_examples::calculator::{batch_calculator, calculator};
+use soorma_tests::agents::{Tracked, sleeper};
 use soorma_tests::example_binary;
 use soorma_tests::nats_server::NatsServer;
 use soorma_tests::raw_http;
@@ -322,6 +323,39 @@ async fn stdio_example_with_a_child_process_transport() {
     client.cancel().await.unwrap(); // closes stdin, waits for the child
 }
 
+/// The probe that crashed the `mcp_server` example ("thread 'tokio-rt-worker' has overflowed
+/// its stack"): 200,000 nested parentheses are a tool error, and the process keeps serving.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn stdio_example_answers_200000_nested_parentheses_with_a_tool_error_and_lives() {
+    let mut child = tokio::process::Command::new(example_binary("mcp_server"))
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .kill_on_drop(true)
+        .spawn()
+        .unwrap();
+    let stdin = child.stdin.take().unwrap();
+    let stdout = child.stdout.take().unwrap();
+    let client = ().serve((stdout, stdin)).await.unwrap();
+    let deep = format!("{}1{}", "(".repeat(200_000), ")".repeat(200_000));
+    let result = client
+        .call_tool(args(json!({"expression": deep})))
+        .await
+        .unwrap();
+    assert_eq!(result.is_error, Some(true), "{}", text(&result));
+    assert!(
+        text(&result).contains("nested deeper than"),
+        "{}",
+        text(&result)
+    );
+    assert!(
+        child.try_wait().unwrap().is_none(),
+        "the mcp_server process exited"
+    );
+    calculate_six_times_seven(&client).await;
+    client.cancel().await.unwrap();
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn stdio_example_exits_when_its_client_goes() {
     let mut child = tokio::process::Command::new(example_binary("mcp_server"))
@@ -611,4 +645,45 @@ async fn stdio_garbage_is_a_parse_error_and_wrong_arguments_invalid_params() {
     let reply = io.reply().await;
     assert_eq!(reply["result"]["content"][0]["text"], "42", "{reply}");
     tool.shutdown().await.unwrap();
+}
+
+/// `notifications/cancelled` for a running `tools/call` stops the agent's handler (its future is
+/// dropped within a second), not only the server's wait.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_cancelled_tool_call_stops_the_agents_handler() {
+    use rmcp::model::{CallToolRequest, ClientRequest};
+    use rmcp::service::PeerRequestOptions;
+    let platform = Platform::embedded();
+    let slept = Tracked::default();
+    let agent = sleeper("sleeper", "sleep.requested", &slept)
+        .start(&platform)
+        .await
+        .unwrap();
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let server = McpServer::new(&platform).spawn(listener).await.unwrap();
+    let _ = rustls::crypto::ring::default_provider().install_default();
+    let transport = StreamableHttpClientTransport::from_uri(server.url());
+    let client = Recorder::default().serve(transport).await.unwrap();
+    let params = CallToolRequestParams::new("sleep.requested")
+        .with_arguments(json!({"nap_ms": 30_000}).as_object().cloned().unwrap());
+    let call = client
+        .peer()
+        .send_cancellable_request(
+            ClientRequest::CallToolRequest(CallToolRequest::new(params)),
+            PeerRequestOptions::no_options(),
+        )
+        .await
+        .unwrap();
+    slept.wait_started(1, Duration::from_secs(20)).await;
+    call.cancel(Some("the user gave up".into())).await.unwrap();
+    slept
+        .wait_dropped(1, Duration::from_secs(1), "notifications/cancelled")
+        .await;
+    assert_eq!(slept.finished(), 0);
+    client.cancel().await.unwrap();
+    server.shutdown().await;
+    tokio::time::timeout(Duration::from_secs(5), agent.shutdown())
+        .await
+        .expect("the agent waited for the cancelled handler")
+        .unwrap();
 }

@@ -996,3 +996,49 @@ async fn mcp_commands_end_quietly_when_stdout_is_closed() {
     assert!(TcpStream::connect(&addr).is_err(), "no longer serving");
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+/// The probe "`soorma mcp serve --http 0.0.0.0:P` answers anyone who sends `Host: 127.0.0.1`":
+/// off loopback without `--token` it warns, and with `--allowed-host` only the names listed are
+/// served.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn mcp_serve_off_loopback_warns_without_a_token_and_serves_only_allowed_hosts() {
+    use soorma_tests::raw_http;
+    let server = NatsServer::start();
+    let url = server.url();
+    let port = free_port();
+    let addr = format!("0.0.0.0:{port}");
+    let mut serving = Running::spawn(soorma(
+        Some(&url),
+        &[
+            "mcp",
+            "serve",
+            "--http",
+            &addr,
+            "--allowed-host",
+            "mcp.example.com",
+        ],
+    ));
+    let warning = wait_for(&serving.stderr, Duration::from_secs(20), |l| {
+        l.starts_with("warning: serving MCP on")
+    });
+    assert!(warning.contains("without --token"), "{warning}");
+    wait_for(&serving.stdout, Duration::from_secs(20), |l| {
+        l.starts_with("serving the agents of ")
+    });
+    let body = r#"{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":"2025-06-18","capabilities":{},"clientInfo":{"name":"probe","version":"1"}}}"#;
+    let local: std::net::SocketAddr = ([127, 0, 0, 1], port).into();
+    for (host, status) in [("127.0.0.1", 403), ("mcp.example.com", 200)] {
+        let request = format!(
+            "POST /mcp HTTP/1.1\r\nHost: {host}\r\nContent-Type: application/json\r\n\
+             Accept: application/json, text/event-stream\r\nContent-Length: {}\r\n\
+             Connection: close\r\n\r\n{body}",
+            body.len()
+        );
+        let mut stream = raw_http::connect(local).await;
+        let r = raw_http::exchange(&mut stream, request.as_bytes(), Duration::from_secs(5))
+            .await
+            .expect("an answer");
+        assert_eq!(r.status, status, "Host: {host}: {r:?}");
+    }
+    assert!(serving.terminate().success());
+}

@@ -38,3 +38,14 @@ pub const HUMAN_INPUT: &str = "notification.human_input";
 /// assert_eq!(soorma_common::events::TASK_DEADLINE, "task.deadline");
 /// ```
 pub const TASK_DEADLINE: &str = "task.deadline";
+
+/// A request to stop the work started by one request event: published on `system-events` by
+/// [`Client::cancel`](https://docs.rs/soorma/latest/soorma/struct.Client.html#method.cancel)
+/// with the request's event id as correlation id and `{"request_id": ...}` as data, under the
+/// request's tenant. Every instance of every agent receives it; the one handling that request
+/// (of that tenant) drops its handler, and a worker marks the task canceled.
+///
+/// ```
+/// assert_eq!(soorma_common::events::CANCEL_REQUESTED, "request.cancel_requested");
+/// ```
+pub const CANCEL_REQUESTED: &str = "request.cancel_requested";

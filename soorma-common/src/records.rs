@@ -28,6 +28,9 @@ pub enum TaskStatus {
     Completed,
     /// Failed; the error reply was published.
     Failed,
+    /// Canceled ([`CANCEL_REQUESTED`](crate::events::CANCEL_REQUESTED)): no reply is published,
+    /// and late sub-task results change nothing.
+    Canceled,
 }
 
 impl TaskStatus {
@@ -37,7 +40,10 @@ impl TaskStatus {
     /// assert!(soorma_common::TaskStatus::Failed.is_terminal());
     /// ```
     pub fn is_terminal(self) -> bool {
-        matches!(self, TaskStatus::Completed | TaskStatus::Failed)
+        matches!(
+            self,
+            TaskStatus::Completed | TaskStatus::Failed | TaskStatus::Canceled
+        )
     }
 }
 

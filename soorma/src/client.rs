@@ -428,6 +428,47 @@ impl Client {
         }
     }
 
+    /// Stops the work of the request `request_id` (the id of its event: [`Call::envelope`],
+    /// [`TypedCall::envelope`], or a worker's task id) of this client's tenant, wherever it runs.
+    ///
+    /// Every instance of every agent is told; the instance handling the request drops its
+    /// handler's future (a handler sees cancellation as being dropped, as in tokio) and
+    /// acknowledges the request without a reply; a delivery of it that comes later is dropped
+    /// on arrival. A worker's task is marked [`TaskStatus::Canceled`](crate::TaskStatus): late
+    /// sub-task results neither complete it nor publish a reply, and its pending sub-tasks are
+    /// canceled in turn. Only requests of this client's tenant are affected: another tenant's
+    /// cancel of the same id changes nothing. Canceling a finished or unknown request does
+    /// nothing. A pending [`Call`] for the request is not resolved by this: drop it.
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")] async fn main() -> soorma::Result<()> {
+    /// use std::time::Duration;
+    /// use soorma::prelude::*;
+    ///
+    /// async fn slow(_: Invocation) -> Result<(), ToolError> {
+    ///     tokio::time::sleep(Duration::from_secs(30)).await; // dropped when canceled
+    ///     Ok(())
+    /// }
+    ///
+    /// let platform = Platform::embedded();
+    /// let tool = Tool::new("slow").use_registered_handlers(false)
+    ///     .handler(Handler::on_invoke("slow.requested", slow)).start(&platform).await?;
+    /// let client = platform.client("docs").with_tenant("acme");
+    /// let call = client.request("slow.requested", (), "slow.completed");
+    /// let request_id = call.envelope()?.id.clone();
+    /// let waiting = tokio::spawn(async move { call.await });
+    /// tokio::time::sleep(Duration::from_millis(50)).await;
+    /// client.cancel(&request_id).await?;
+    /// waiting.abort(); // no reply comes: stop waiting
+    /// tool.shutdown().await?; // returns at once: nothing is running any more
+    /// # Ok(()) }
+    /// ```
+    pub async fn cancel(&self, request_id: &str) -> Result<()> {
+        self.scope(self.inner.bus.cancel(request_id))
+            .await
+            .map(drop)
+    }
+
     async fn listen(&self, topic: Topic, event: &str) -> Result<()> {
         let mut listening = self.inner.listening.lock().await;
         if listening.contains(&(topic, event.to_owned())) {

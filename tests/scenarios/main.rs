@@ -45,6 +45,7 @@ macro_rules! scenario {
 mod support;
 
 mod agent;
+mod cancel;
 mod llm_planner;
 mod planner;
 mod platform;

@@ -228,7 +228,7 @@ async fn call(
             }
             "GetTask" => get_task(state, agent, &owner, params),
             "ListTasks" => list_tasks(state, agent, &owner, params),
-            "CancelTask" => cancel_task(state, agent, &owner, params),
+            "CancelTask" => cancel_task(state, agent, &owner, params).await,
             "CreateTaskPushNotificationConfig"
             | "GetTaskPushNotificationConfig"
             | "ListTaskPushNotificationConfigs"
@@ -434,7 +434,10 @@ fn list_tasks(
     }))
 }
 
-fn cancel_task(
+/// Cancels the caller's task: the task is settled as canceled at once, and the agent is told
+/// to stop the work ([`BusClient::cancel`](crate::BusClient::cancel), as
+/// [`Client::cancel`](crate::Client::cancel) does, for the task's tenant).
+async fn cancel_task(
     state: &GatewayState,
     agent: &str,
     owner: &Owner,
@@ -442,7 +445,15 @@ fn cancel_task(
 ) -> std::result::Result<Value, RpcError> {
     let p: TaskIdParams = self::params(params)?;
     match state.tasks.cancel(agent, owner, &p.id) {
-        Ok(Some(task)) => serde_json::to_value(task).map_err(RpcError::internal),
+        Ok(Some((task, request_id))) => {
+            // The gateway's bus client (no `Client` per request): what `Client::cancel` sends.
+            let cancel = state.bus.cancel(&request_id).tenant_id(&owner.tenant);
+            if let Err(e) = cancel.await {
+                // The task is canceled for the caller either way; the work runs to its end.
+                tracing::warn!(error = %e, task_id = %p.id, "could not tell the agent to stop the canceled task");
+            }
+            serde_json::to_value(task).map_err(RpcError::internal)
+        }
         Ok(None) => Err(RpcError::task_not_found(&p.id)),
         Err(terminal) => Err(RpcError::task_not_cancelable(&p.id, terminal)),
     }

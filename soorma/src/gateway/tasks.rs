@@ -469,11 +469,20 @@ impl TaskTable {
         self.lock().apply(id, outcome, &self.limits)
     }
 
-    /// Cancels a task `owner` started on `agent` that has not finished; `Err` with its state if
-    /// it has. A late reply is ignored.
-    pub fn cancel(&self, agent: &str, owner: &Owner, id: &str) -> Result<Option<Task>, TaskState> {
+    /// Cancels a task `owner` started on `agent` that has not finished: returns it and the id
+    /// of the request event that started it; `Err` with its state if it has finished. A late
+    /// reply is ignored.
+    pub fn cancel(
+        &self,
+        agent: &str,
+        owner: &Owner,
+        id: &str,
+    ) -> Result<Option<(Task, String)>, TaskState> {
         let mut tables = self.lock();
-        let Some(state) = tables.owned(agent, owner, id).map(|e| e.task.status.state) else {
+        let Some((state, request_id)) = tables
+            .owned(agent, owner, id)
+            .map(|e| (e.task.status.state, e.request_id.clone()))
+        else {
             return Ok(None);
         };
         if state.is_terminal() {
@@ -484,7 +493,7 @@ impl TaskTable {
             TaskState::Canceled,
             "canceled by the client; a late reply is ignored".into(),
         );
-        Ok(tables.tasks.get(id).map(|e| e.task.clone()))
+        Ok(tables.tasks.get(id).map(|e| (e.task.clone(), request_id)))
     }
 
     /// Fails the working tasks whose deadline has passed; returns how many.

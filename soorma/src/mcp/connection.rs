@@ -46,6 +46,8 @@ pub(crate) struct Connection {
     pub(crate) pid: Option<u32>,
     /// The child process (stdio servers).
     child: Option<ChildState>,
+    /// Set when an HTTP server's reply passed the size limit (HTTP servers).
+    http_oversized: Option<Arc<AtomicBool>>,
     /// Set when the server says its tool list changed.
     pub(crate) tools_changed: Arc<AtomicBool>,
 }
@@ -129,7 +131,7 @@ impl Connection {
                             }));
                         }
                     };
-                    Ok::<_, McpError>((service, pid, Some(child)))
+                    Ok::<_, McpError>((service, pid, Some(child), None))
                 }
                 ServerTransport::Http { url, headers } => {
                     let mut default_headers = reqwest::header::HeaderMap::new();
@@ -147,6 +149,11 @@ impl Connection {
                         .default_headers(default_headers)
                         .build()
                         .map_err(|e| fail(format!("cannot build the HTTP client: {e}")))?;
+                    let oversized = Arc::new(AtomicBool::new(false));
+                    let http = WatchedHttp {
+                        inner: http,
+                        oversized: oversized.clone(),
+                    };
                     let transport = StreamableHttpClientTransport::with_client(
                         http,
                         StreamableHttpClientTransportConfig::with_uri(url.as_str()),
@@ -157,7 +164,7 @@ impl Connection {
                             plain_init(&e)
                         ))
                     })?;
-                    Ok((service, None, None))
+                    Ok((service, None, None, Some(oversized)))
                 }
             }
         };
@@ -170,7 +177,7 @@ impl Connection {
                 ))
             })
             .and_then(|connected| connected);
-        let (service, pid, child) = match connected {
+        let (service, pid, child, http_oversized) = match connected {
             Ok(connected) => connected,
             Err(e) => {
                 if let Some(child) = started.get() {
@@ -191,6 +198,7 @@ impl Connection {
             service: tokio::sync::Mutex::new(service),
             pid,
             child,
+            http_oversized,
             tools_changed,
         })
     }
@@ -221,6 +229,13 @@ impl Connection {
             && let Some(why) = child.why_closed().await
         {
             return format!("the server {why}");
+        }
+        if self
+            .http_oversized
+            .as_ref()
+            .is_some_and(|o| o.load(Ordering::Acquire))
+        {
+            return format!("the server {}", oversized());
         }
         plain(e)
     }
@@ -255,9 +270,18 @@ fn plain_init(e: &rmcp::service::ClientInitializeError) -> String {
     }
 }
 
-/// The largest message read from a stdio server: rmcp's own cap (it drops longer lines and
-/// the call then looks unanswered; here the connection ends with this reason instead).
+/// The largest message read from a server: rmcp's own cap (over stdio it drops longer lines
+/// and the call then looks unanswered, over HTTP it ends the session without a reason; here
+/// the connection ends with this reason instead).
 pub(crate) const MAX_MESSAGE: usize = 16 * 1024 * 1024;
+
+/// Why a session ended whose server sent a message over [`MAX_MESSAGE`].
+fn oversized() -> String {
+    format!(
+        "sent a message larger than {} MiB (the limit); the connection was closed",
+        MAX_MESSAGE / (1024 * 1024)
+    )
+}
 
 /// A stdio server's process and what it said on the way out.
 #[derive(Clone)]
@@ -272,10 +296,7 @@ impl ChildState {
     /// the process's exit (waited for up to 500 ms, as its stdout may close first).
     async fn why_closed(&self) -> Option<String> {
         if self.oversized.load(Ordering::Acquire) {
-            return Some(format!(
-                "sent a message larger than {} MiB (the limit); the connection was closed",
-                MAX_MESSAGE / (1024 * 1024)
-            ));
+            return Some(oversized());
         }
         let status = self
             .process
@@ -537,5 +558,163 @@ mod tests {
                 ("3".to_owned(), 0)
             ]
         );
+    }
+}
+
+/// rmcp's HTTP client (reqwest), watched for replies over its size limits: rmcp ends the
+/// session when an SSE event passes 16 MiB or a JSON body does, without saying why; this
+/// notes it, so the session's end is reported as an oversized message.
+#[derive(Clone)]
+struct WatchedHttp {
+    inner: reqwest::Client,
+    oversized: Arc<AtomicBool>,
+}
+
+mod watched_http {
+    use std::collections::HashMap;
+    use std::sync::Arc;
+    use std::sync::atomic::Ordering;
+
+    use futures_util::StreamExt;
+    use reqwest::header::{HeaderName, HeaderValue};
+    use rmcp::model::ClientJsonRpcMessage;
+    use rmcp::transport::common::client_side_sse::BoxedSseResponse;
+    use rmcp::transport::streamable_http_client::{
+        StreamableHttpClient, StreamableHttpError, StreamableHttpPostResponse,
+    };
+
+    use super::WatchedHttp;
+
+    type HttpResult<T> = Result<T, StreamableHttpError<reqwest::Error>>;
+
+    impl WatchedHttp {
+        fn note<T>(&self, result: &HttpResult<T>) {
+            if let Err(StreamableHttpError::ResponseBodyTooLarge { .. }) = result {
+                self.oversized.store(true, Ordering::Release);
+            }
+        }
+
+        /// Notes an SSE event over the limit (rmcp's error says "exceeded the maximum size").
+        fn watch(&self, stream: BoxedSseResponse) -> BoxedSseResponse {
+            let oversized = self.oversized.clone();
+            stream
+                .inspect(move |item| {
+                    if let Err(e) = item
+                        && std::error::Error::source(e)
+                            .map_or_else(|| e.to_string(), ToString::to_string)
+                            .contains("exceeded the maximum size")
+                    {
+                        oversized.store(true, Ordering::Release);
+                    }
+                })
+                .boxed()
+        }
+
+        fn watch_post(
+            &self,
+            result: HttpResult<StreamableHttpPostResponse>,
+        ) -> HttpResult<StreamableHttpPostResponse> {
+            self.note(&result);
+            match result {
+                Ok(StreamableHttpPostResponse::Sse(stream, session)) => {
+                    Ok(StreamableHttpPostResponse::Sse(self.watch(stream), session))
+                }
+                other => other,
+            }
+        }
+    }
+
+    impl StreamableHttpClient for WatchedHttp {
+        type Error = reqwest::Error;
+
+        async fn post_message(
+            &self,
+            uri: Arc<str>,
+            message: ClientJsonRpcMessage,
+            session_id: Option<Arc<str>>,
+            auth_header: Option<String>,
+            custom_headers: HashMap<HeaderName, HeaderValue>,
+        ) -> HttpResult<StreamableHttpPostResponse> {
+            let result = self
+                .inner
+                .post_message(uri, message, session_id, auth_header, custom_headers)
+                .await;
+            self.watch_post(result)
+        }
+
+        async fn post_message_with_max_sse_event_size(
+            &self,
+            uri: Arc<str>,
+            message: ClientJsonRpcMessage,
+            session_id: Option<Arc<str>>,
+            auth_header: Option<String>,
+            custom_headers: HashMap<HeaderName, HeaderValue>,
+            max_sse_event_size: usize,
+        ) -> HttpResult<StreamableHttpPostResponse> {
+            let result = self
+                .inner
+                .post_message_with_max_sse_event_size(
+                    uri,
+                    message,
+                    session_id,
+                    auth_header,
+                    custom_headers,
+                    max_sse_event_size,
+                )
+                .await;
+            self.watch_post(result)
+        }
+
+        async fn delete_session(
+            &self,
+            uri: Arc<str>,
+            session_id: Arc<str>,
+            auth_header: Option<String>,
+            custom_headers: HashMap<HeaderName, HeaderValue>,
+        ) -> HttpResult<()> {
+            self.inner
+                .delete_session(uri, session_id, auth_header, custom_headers)
+                .await
+        }
+
+        async fn get_stream(
+            &self,
+            uri: Arc<str>,
+            session_id: Option<Arc<str>>,
+            last_event_id: Option<String>,
+            auth_header: Option<String>,
+            custom_headers: HashMap<HeaderName, HeaderValue>,
+        ) -> HttpResult<BoxedSseResponse> {
+            let result = self
+                .inner
+                .get_stream(uri, session_id, last_event_id, auth_header, custom_headers)
+                .await;
+            self.note(&result);
+            result.map(|s| self.watch(s))
+        }
+
+        async fn get_stream_with_max_sse_event_size(
+            &self,
+            uri: Arc<str>,
+            session_id: Option<Arc<str>>,
+            last_event_id: Option<String>,
+            auth_header: Option<String>,
+            custom_headers: HashMap<HeaderName, HeaderValue>,
+            max_sse_event_size: usize,
+        ) -> HttpResult<BoxedSseResponse> {
+            let result = self
+                .inner
+                .get_stream_with_max_sse_event_size(
+                    uri,
+                    session_id,
+                    last_event_id,
+                    auth_header,
+                    custom_headers,
+                    max_sse_event_size,
+                )
+                .await;
+            self.note(&result);
+            result.map(|s| self.watch(s))
+        }
     }
 }

@@ -726,7 +726,11 @@ impl McpService {
         }
         let result = match outcome {
             None => {
-                tracing::info!("MCP tool call cancelled by the client");
+                // `notifications/cancelled`: stop the agent's work too.
+                if let Err(e) = shared.client.cancel(&request_id).await {
+                    tracing::warn!(error = %e, %request_id, "could not tell the agent to stop the cancelled call");
+                }
+                tracing::info!(%request_id, "MCP tool call cancelled by the client");
                 failure("cancelled by the client")
             }
             Some(Ok(reply)) if reply.is_success() => {

@@ -6,6 +6,7 @@ use std::sync::Arc;
 
 use serde::Serialize;
 use serde_json::Value;
+use soorma_common::events::CANCEL_REQUESTED;
 use soorma_common::{EventEnvelope, Topic};
 
 use crate::error::{Error, Result};
@@ -215,6 +216,31 @@ impl BusClient {
     /// ```
     pub fn announce(&self, event_type: impl Into<String>, data: impl Serialize) -> Publish {
         self.start(Kind::Publish, Topic::BusinessFacts, event_type.into(), data)
+    }
+
+    /// Asks every instance of every agent to stop the work of the request event `request_id`
+    /// ([`CANCEL_REQUESTED`](soorma_common::events::CANCEL_REQUESTED) on `system-events`). Only
+    /// the work of the publication's tenant stops: set it with
+    /// [`tenant_id`](Publish::tenant_id) (on NATS the subject's tenant is authoritative).
+    /// [`Client::cancel`](crate::Client::cancel) is the usual way to call it.
+    ///
+    /// ```
+    /// # async fn demo(bus: soorma::BusClient) -> soorma::Result<()> {
+    /// bus.cancel("req-1").tenant_id("acme").await?;
+    /// # Ok(()) }
+    /// ```
+    pub fn cancel(&self, request_id: impl Into<String>) -> Publish {
+        let request_id = request_id.into();
+        let mut p = self.start(
+            Kind::Publish,
+            Topic::SystemEvents,
+            CANCEL_REQUESTED.to_owned(),
+            serde_json::json!({ "request_id": request_id }),
+        );
+        if let Ok(env) = &mut p.envelope {
+            env.correlation_id = Some(request_id);
+        }
+        p
     }
 
     /// Publishes a prepared envelope as is.

@@ -3,14 +3,16 @@
 use std::collections::BTreeMap;
 use std::sync::Arc;
 
+use soorma_common::events::CANCEL_REQUESTED;
 use soorma_common::{AgentDefinition, AgentKind, Topic};
 use tokio::sync::{Semaphore, watch};
 use tokio::task::JoinHandle;
 
+use super::cancel::{InFlight, cancel_loop};
 use super::definition::definition;
 use super::dispatch::{self, Table, dispatch_loop};
 use super::extract::{AgentRuntime, Extensions};
-use super::handler::{Assemble, Handler, StartHook, registered_for};
+use super::handler::{Assemble, CancelHook, Handler, StartHook, registered_for};
 use super::service::{HandlerError, HandlerRequest, HandlerResponse, HandlerService, UserLayer};
 use crate::error::{Error, Result};
 use crate::platform::Platform;
@@ -513,14 +515,43 @@ impl AgentBuilder {
 
         let (stop_tx, stop_rx) = watch::channel(false);
         let inflight = Arc::new(Semaphore::new(self.concurrency));
+        let running = Arc::new(InFlight::default());
         let service = dispatch::stack(
             runtime.clone(),
             Arc::new(table),
             inflight.clone(),
+            running.clone(),
             self.max_deliver,
             &self.layers,
         );
         let mut loops = Vec::new();
+        // Cancel requests: a subscription of this instance's own (each instance sees each one).
+        let mut spec = SubscriptionSpec::new(
+            format!("{agent_id}-cancel"),
+            Topic::SystemEvents,
+            EventFilter::only([CANCEL_REQUESTED]),
+        )
+        .ephemeral();
+        if let Some(t) = &self.tenant {
+            spec = spec.with_tenant(t.clone());
+        }
+        let cancels = platform.bus().subscribe(spec).await?;
+        let mut cancel_hooks: Vec<CancelHook> = Vec::new();
+        for hook in handlers.iter().filter_map(|h| h.on_cancel) {
+            if !cancel_hooks.iter().any(|h| std::ptr::fn_addr_eq(*h, hook)) {
+                cancel_hooks.push(hook);
+            }
+        }
+        // Stopped after the handlers in flight have finished, so they can still be canceled
+        // while the agent shuts down.
+        let (cancel_stop, cancel_stop_rx) = watch::channel(false);
+        let canceler = tokio::spawn(cancel_loop(
+            cancels,
+            running,
+            runtime.clone(),
+            cancel_hooks,
+            cancel_stop_rx,
+        ));
         for (topic, filter) in filters {
             let mut spec = SubscriptionSpec::new(self.name.clone(), topic, filter)
                 .with_max_deliver(self.max_deliver);
@@ -551,6 +582,8 @@ impl AgentBuilder {
             platform: platform.clone(),
             stop: stop_tx,
             loops,
+            cancel_stop,
+            canceler,
             inflight,
             capacity: self.concurrency,
         })
@@ -666,6 +699,9 @@ pub struct AgentHandle {
     platform: Platform,
     stop: watch::Sender<bool>,
     loops: Vec<JoinHandle<()>>,
+    /// Stops the cancel-request listener ([`cancel_loop`]).
+    cancel_stop: watch::Sender<bool>,
+    canceler: JoinHandle<()>,
     inflight: Arc<Semaphore>,
     capacity: usize,
 }
@@ -748,6 +784,10 @@ impl AgentHandle {
             .inflight
             .acquire_many(u32::try_from(self.capacity).unwrap_or(u32::MAX))
             .await;
+        let _ = self.cancel_stop.send(true);
+        if let Err(e) = self.canceler.await {
+            tracing::warn!(error = %e, "cancel listener ended abnormally");
+        }
         self.platform
             .registry()
             .deregister(&self.definition.agent_id)

@@ -2,8 +2,9 @@
 //!
 //! ```text
 //! concurrency limit → route (find the handler; none: ack) → tracing span → settle (keep the
-//! delivery alive while handling; ack, reply, failure policy, retry or dead-letter) → catch
-//! panic → the user's layers → catch panic → the handler
+//! delivery alive while handling, drop the handler when its request is canceled; ack, reply,
+//! failure policy, retry or dead-letter) → catch panic → the user's layers → catch panic →
+//! the handler
 //! ```
 
 use std::collections::HashMap;
@@ -20,6 +21,7 @@ use tower::{Layer, Service, ServiceBuilder, ServiceExt};
 use tracing::Instrument;
 use tracing::instrument::Instrumented;
 
+use super::cancel::InFlight;
 use super::extract::{AgentRuntime, HandlerInput};
 use super::handler::Handler;
 use super::service::{
@@ -70,11 +72,13 @@ impl Table {
 pub(crate) type Stack = ConcurrencyLimit<Route<Trace<Settle<CatchPanic<HandlerService>>>>>;
 
 /// Builds the agent's stack. `inflight` is the concurrency limit, shared by the agent's
-/// subscriptions (its permits all back = nothing in flight).
+/// subscriptions (its permits all back = nothing in flight); `running` the deliveries being
+/// handled, for cancellation.
 pub(crate) fn stack(
     runtime: Arc<AgentRuntime>,
     table: Arc<Table>,
     inflight: Arc<Semaphore>,
+    running: Arc<InFlight>,
     max_deliver: u32,
     layers: &[UserLayer],
 ) -> Stack {
@@ -82,7 +86,10 @@ pub(crate) fn stack(
         .layer(GlobalConcurrencyLimitLayer::with_semaphore(inflight))
         .layer(RouteLayer { table, runtime })
         .layer(TraceLayer)
-        .layer(SettleLayer { max_deliver })
+        .layer(SettleLayer {
+            max_deliver,
+            running,
+        })
         .layer(CatchPanicLayer)
         .service(handler_service(layers))
 }
@@ -237,8 +244,13 @@ impl<S: Service<Routed>> Service<Routed> for Trace<S> {
 /// Runs the handler service while keeping the delivery alive, turns its outcome into a
 /// settlement (ack; a tool's reply; the failure policy of the handler's layer; retry with
 /// backoff; dead letter with an `event.dead_lettered` notice) and settles the delivery.
+///
+/// When the delivery's request is canceled (see [`super::cancel`]) the handler's future is
+/// dropped and the delivery acknowledged: no reply, no retry, no failure policy (the one who
+/// canceled knows; a worker's cancel hook marks its task canceled).
 pub(crate) struct SettleLayer {
     max_deliver: u32,
+    running: Arc<InFlight>,
 }
 
 impl<S> Layer<S> for SettleLayer {
@@ -248,6 +260,7 @@ impl<S> Layer<S> for SettleLayer {
         Settle {
             inner,
             max_deliver: self.max_deliver,
+            running: self.running.clone(),
         }
     }
 }
@@ -257,6 +270,7 @@ impl<S> Layer<S> for SettleLayer {
 pub(crate) struct Settle<S> {
     inner: S,
     max_deliver: u32,
+    running: Arc<InFlight>,
 }
 
 impl<S> Service<Routed> for Settle<S>
@@ -276,12 +290,27 @@ where
         let Routed { delivery, request } = routed;
         let input = request.input.clone();
         let handler = request.handler.clone();
+        let env = &delivery.envelope;
+        let mut registration = self.running.register(env.tenant(), &env.id);
         let work = self.inner.call(request);
         let max_deliver = self.max_deliver;
         Box::pin(async move {
             // A slow handler keeps its delivery alive, so the platform does not hand the event
             // to another instance while this one is still working on it.
-            let outcome = delivery.keep_alive_while(work).await;
+            let outcome = tokio::select! {
+                biased;
+                () = registration.canceled() => None,
+                outcome = delivery.keep_alive_while(work) => Some(outcome),
+            };
+            drop(registration);
+            let Some(outcome) = outcome else {
+                // `work` (the handler's future) is dropped by now.
+                tracing::info!(
+                    "request canceled: the handler was dropped; acknowledged without a reply"
+                );
+                settle(delivery, Settlement::Ack).await;
+                return Ok(());
+            };
             let settlement =
                 settlement(&input, &handler, outcome, delivery.attempt, max_deliver).await;
             settle(delivery, settlement).await;

@@ -118,6 +118,12 @@ pub(crate) type FailurePolicy =
 /// platform); idempotent.
 pub(crate) type StartHook = for<'a> fn(&'a Platform) -> BoxFuture<'a, ()>;
 
+/// What a layer does when a request of its agent is canceled
+/// ([`CANCEL_REQUESTED`](soorma_common::events::CANCEL_REQUESTED)): `input` holds the cancel
+/// event (its tenant, and the request id as correlation id). Runs on every instance of the
+/// agent, after the request's handler (if this instance ran it) was dropped; idempotent.
+pub(crate) type CancelHook = for<'a> fn(&'a HandlerInput) -> BoxFuture<'a, ()>;
+
 /// A layer's assembly of an agent's handlers when the agent starts (and for its definition):
 /// it may add or replace handlers (a planner's default transition, a worker's fan-in routers)
 /// and record in `wiring` what its handlers need to know about the agent (which replies a
@@ -381,6 +387,8 @@ pub struct Handler {
     pub(crate) advertised: Advertised,
     pub(crate) on_failure: Option<FailurePolicy>,
     pub(crate) on_start: Option<StartHook>,
+    /// The layer's part of canceling a request (see [`CancelHook`]).
+    pub(crate) on_cancel: Option<CancelHook>,
     /// The layer's assembly of the agent's handlers at start (see [`Assemble`]).
     pub(crate) assemble: Option<Assemble>,
     /// What the layer keeps with the handler for its assembly (e.g. a fan-in's typed call).
@@ -429,6 +437,7 @@ impl Handler {
             advertised: Advertised::ConsumedEvent,
             on_failure: None,
             on_start: None,
+            on_cancel: None,
             assemble: None,
             layer: None,
             reply_event: None,

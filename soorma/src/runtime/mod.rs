@@ -2,6 +2,7 @@
 //! sets), extractors, dispatch of deliveries, and the agent builder. It knows no layer.
 
 pub(crate) mod agent;
+pub(crate) mod cancel;
 pub(crate) mod context;
 pub(crate) mod definition;
 pub(crate) mod dispatch;

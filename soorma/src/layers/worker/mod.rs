@@ -22,6 +22,7 @@ use crate::error::{Error, Result};
 use crate::platform::timers;
 use crate::protocol::request::Request;
 use crate::runtime::agent::AgentBuilder;
+use crate::runtime::cancel::request_id;
 use crate::runtime::extract::{Extensions, HandlerInput};
 use crate::runtime::handler::{
     Advertised, ErasedFn, Failure, Handler, HandlerFn, HandlerKind, HandlerOutput, HandlerPayload,
@@ -166,6 +167,7 @@ impl Handler {
         h.advertised = Advertised::Capability;
         h.on_failure = Some(fail_task);
         h.on_start = Some(timers::ensure_running);
+        h.on_cancel = Some(cancel_task);
         h.assemble = Some(assemble_worker);
         h
     }
@@ -246,6 +248,19 @@ impl Handler {
         h.assemble = Some(assemble_worker);
         h
     }
+}
+
+/// Cancels the worker task a cancel request names (see [`TaskContext::cancel`]).
+fn cancel_task(input: &HandlerInput) -> BoxFuture<'_, ()> {
+    Box::pin(async move {
+        let Some(task_id) = request_id(&input.envelope) else {
+            return;
+        };
+        let tenant = input.envelope.tenant();
+        if let Err(e) = TaskContext::cancel(input, tenant, task_id).await {
+            tracing::warn!(error = %e, task_id = %task_id, "could not cancel the task");
+        }
+    })
 }
 
 /// Fails the task started by `input`'s request (handler error or panic) exactly once.

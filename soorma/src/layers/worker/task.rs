@@ -931,6 +931,12 @@ impl<T, S: TaskState> TaskContext<T, S> {
             }
         })
         .await?;
+        if self.record.status == TaskStatus::Canceled {
+            return Err(Error::InvalidArgument(format!(
+                "task `{}` was canceled: nothing is delegated",
+                self.record.task_id
+            )));
+        }
         // 3. The requests.
         concurrently(envelopes, STATE_CONCURRENCY, move |env: EventEnvelope| {
             let bus = bus.clone();
@@ -1095,7 +1101,10 @@ impl<T, S: TaskState> TaskContext<T, S> {
                 tracing::debug!(error = %e, task_id = %self.record.task_id, "could not cancel the task's deadline");
             }
         }
-        if won || self.owes_reply() {
+        if self.record.status == TaskStatus::Canceled {
+            // Canceled before this handler ended: no reply (the one who canceled knows).
+            tracing::debug!(task_id = %self.record.task_id, "task was canceled; no reply");
+        } else if won || self.owes_reply() {
             self.send_final_reply().await?;
         } else {
             tracing::debug!(task_id = %self.record.task_id, "task already ended; its reply is another handler's");
@@ -1106,10 +1115,12 @@ impl<T, S: TaskState> TaskContext<T, S> {
     /// Whether this handler owes the ended task's reply although its write did not end the
     /// task: the reply is not known to be out and the event being handled is the one whose
     /// write ended it (a redelivery: its first handling may have died between the write and
-    /// the reply). A task stored before `ended_by` existed is replied to by any handler.
+    /// the reply). A task stored before `ended_by` existed is replied to by any handler; a
+    /// canceled task by none.
     fn owes_reply(&self) -> bool {
         let record = &self.record;
         record.status.is_terminal()
+            && record.status != TaskStatus::Canceled
             && !record.reply_sent
             && match &record.ended_by {
                 Some(by) => *by == self.envelope.id,
@@ -1174,6 +1185,59 @@ impl<T, S: TaskState> TaskContext<T, S> {
 }
 
 impl TaskContext<Value> {
+    /// Marks the stored task `task_id` of `tenant` canceled unless it has ended (a
+    /// revision-checked write: one instance wins). The winner cancels the task's deadline and
+    /// sends each of its pending sub-tasks a cancel request of its own (their workers do the
+    /// same for theirs, so a task tree is canceled once per task). Returns whether this call
+    /// canceled the task; an unknown task is not an error.
+    pub(crate) async fn cancel(input: &HandlerInput, tenant: &str, task_id: &str) -> Result<bool> {
+        let now = now_rfc3339();
+        let key = task_key(tenant, task_id);
+        let store = &**input.runtime.platform.state();
+        let updated = update_task(store, &key, |rec: &mut TaskRecord| {
+            if rec.status.is_terminal() {
+                return Ok(Change::Keep(false));
+            }
+            rec.status = TaskStatus::Canceled;
+            rec.error = Some("canceled".into());
+            rec.updated_at = Some(now.clone());
+            Ok(Change::Write(true))
+        })
+        .await;
+        let stored = match updated {
+            Ok((true, stored)) => stored,
+            Ok((false, _)) | Err(Error::TaskNotFound(_)) => return Ok(false),
+            Err(e) => return Err(e),
+        };
+        let task = Self::restored(
+            stored.value,
+            stored.revision,
+            input.envelope.clone(),
+            input.runtime.clone(),
+        );
+        tracing::info!(task_id = %task_id, tenant = %tenant, "task canceled");
+        if task.record.deadline_at.is_some() {
+            let timer = deadline_timer_id(task_id);
+            if let Err(e) = timers::cancel(&task.runtime.platform, tenant, &timer).await {
+                tracing::debug!(error = %e, task_id = %task_id, "could not cancel the task's deadline");
+            }
+        }
+        let pending: Vec<String> = task
+            .pending_sub_tasks()
+            .await?
+            .into_iter()
+            .map(|s| s.sub_task_id)
+            .collect();
+        let bus = task.bus();
+        let tenant = tenant.to_owned();
+        concurrently(pending, STATE_CONCURRENCY, move |sub_task: String| {
+            let (bus, tenant) = (bus.clone(), tenant.clone());
+            async move { bus.cancel(sub_task).tenant_id(tenant).await.map(drop) }
+        })
+        .await?;
+        Ok(true)
+    }
+
     /// The stored task `task_id` of `tenant`, as the context of the handler of `input`.
     pub(crate) async fn load(input: &HandlerInput, tenant: &str, task_id: &str) -> Result<Self> {
         let stored = state::load::<TaskRecord>(
