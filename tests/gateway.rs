@@ -1506,3 +1506,57 @@ async fn task_and_context_ids_are_random() {
     assert_ne!(ids[1][..8], ids[3][..8], "{ids:?}");
     s.shutdown().await;
 }
+
+/// The probe "the gateway builds a new `Client` (new subscriptions) for every request that
+/// names a tenant": requests for 40 different tenants leave the server's subscription count
+/// where one tenant's requests left it (read from nats-server's monitoring endpoint).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn requests_for_many_tenants_add_no_subscriptions() {
+    let monitor = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+        .to_string();
+    let server = NatsServer::start_with(&["-js", "-m", &monitor]);
+    let s = Setup::start(&nats(&server).await, None).await;
+    let subscriptions = || async {
+        let subsz: Value = http_client()
+            .get(format!("http://127.0.0.1:{monitor}/subsz"))
+            .send()
+            .await
+            .unwrap()
+            .json()
+            .await
+            .unwrap();
+        subsz["num_subscriptions"].as_u64().unwrap()
+    };
+    let add = |tenant: String| {
+        let message = json!({"messageId": "m", "role": "ROLE_USER",
+            "parts": [{"data": {"expression": "1 + 1"}}]});
+        s.rpc(
+            "calculator",
+            "SendMessage",
+            json!({"tenant": tenant, "message": message}),
+        )
+    };
+    let done = add("tenant-0".into()).await;
+    assert_eq!(
+        done["result"]["task"]["status"]["state"], "TASK_STATE_COMPLETED",
+        "{done}"
+    );
+    let before = subscriptions().await;
+    for i in 1..=40 {
+        let done = add(format!("tenant-{i}")).await;
+        assert_eq!(
+            done["result"]["task"]["status"]["state"], "TASK_STATE_COMPLETED",
+            "{done}"
+        );
+    }
+    let after = subscriptions().await;
+    assert!(
+        after <= before + 2,
+        "40 tenants' requests added subscriptions: {before} before, {after} after"
+    );
+    s.shutdown().await;
+}
