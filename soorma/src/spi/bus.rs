@@ -486,4 +486,17 @@ pub trait EventBus: Send + Sync + 'static {
     /// # Ok(()) }
     /// ```
     fn observe(&self, topic: Option<Topic>) -> BoxFuture<'_, Result<Box<dyn Subscription>>>;
+    /// How long a delivery whose handler stopped without settling it (its process died) waits
+    /// before the platform redelivers it to another instance: NATS's `ack_wait`. `None` (the
+    /// default) for a bus that does not redeliver unsettled work. A [`Client`](crate::Client)'s
+    /// default timeout adds it, so that a caller outlives one crash of the instance handling
+    /// its request.
+    ///
+    /// ```
+    /// use soorma::bus::EventBus;
+    /// assert_eq!(soorma::embedded::EmbeddedBus::new().redelivery_delay(), None);
+    /// ```
+    fn redelivery_delay(&self) -> Option<Duration> {
+        None
+    }
 }

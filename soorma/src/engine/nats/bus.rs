@@ -400,6 +400,10 @@ impl EventBus for NatsBus {
             self.subscribe_core(vec![f]).await
         })
     }
+
+    fn redelivery_delay(&self) -> Option<Duration> {
+        Some(self.inner.config.ack_wait)
+    }
 }
 
 type MessageStream = consumer::pull::Stream;
