@@ -214,7 +214,7 @@ static SLOW_CALLS: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsi
 
 async fn slow(_req: Invocation<serde_json::Value>) -> Result<String, ToolError> {
     SLOW_CALLS.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
-    tokio::time::sleep(Duration::from_secs(3)).await;
+    tokio::time::sleep(Duration::from_millis(3500)).await;
     Ok("done".into())
 }
 
@@ -238,9 +238,54 @@ async fn a_handler_slower_than_ack_wait_is_not_redelivered_while_it_works() {
         .await
         .unwrap();
     assert_eq!(answer, "done");
-    // Three ack-wait periods passed while the handler worked; it still ran exactly once.
+    // 3.5 ack-wait periods passed while the handler worked; it still ran exactly once.
     tokio::time::sleep(Duration::from_millis(1500)).await;
     assert_eq!(SLOW_CALLS.load(std::sync::atomic::Ordering::SeqCst), 1);
+    tool.shutdown().await.unwrap();
+}
+
+static QUEUED_CALLS: std::sync::Mutex<Vec<i64>> = std::sync::Mutex::new(Vec::new());
+
+async fn slow_echo(req: Invocation<i64>) -> Result<i64, ToolError> {
+    QUEUED_CALLS.lock().unwrap().push(req.data);
+    tokio::time::sleep(Duration::from_millis(3500)).await;
+    Ok(req.data)
+}
+
+/// A delivery waiting for the agent's concurrency limit is kept alive too: with one handler at
+/// a time, the second request waits 3.5 s (> `ack_wait`) for the first, and each runs once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn deliveries_waiting_for_a_busy_agent_are_not_redelivered() {
+    let server = NatsServer::start();
+    let platform =
+        soorma::nats::connect(NatsConfig::new(server.url()).with_ack_wait(Duration::from_secs(1)))
+            .await
+            .unwrap();
+    let tool = Tool::new("queued-sloth")
+        .use_registered_handlers(false)
+        .concurrency(1)
+        .handler(Handler::on_invoke("slow-echo.requested", slow_echo))
+        .start(&platform)
+        .await
+        .unwrap();
+    let client = platform.client("test").with_timeout(WAIT);
+    let calls: Vec<_> = (0..3_i64)
+        .map(|n| {
+            let client = client.clone();
+            tokio::spawn(async move {
+                client
+                    .invoke::<i64>("slow-echo.requested", n, "slow-echo.done")
+                    .await
+            })
+        })
+        .collect();
+    for (n, call) in calls.into_iter().enumerate() {
+        assert_eq!(call.await.unwrap().unwrap(), n as i64);
+    }
+    tokio::time::sleep(Duration::from_millis(1500)).await;
+    let mut handled = QUEUED_CALLS.lock().unwrap().clone();
+    handled.sort_unstable();
+    assert_eq!(handled, [0, 1, 2], "each request handled exactly once");
     tool.shutdown().await.unwrap();
 }
 

@@ -103,6 +103,11 @@ pub struct SubscriptionSpec {
     /// [`DEFAULT_MAX_DELIVER`]); a platform dead-letters an event whose last delivery is
     /// settled with [`Settlement::Retry`] rather than drop it.
     pub max_deliver: u32,
+    /// How many deliveries the platform may fetch ahead of the subscriber at most (`None`:
+    /// the platform's choice). An agent sets it to its concurrency limit: an event fetched
+    /// ahead waits for a free handler with its redelivery timer running, so fetching no more
+    /// than can be handled keeps a backlog on the server rather than on the way to redelivery.
+    pub prefetch: Option<usize>,
 }
 
 /// How many times an event is delivered at most unless configured otherwise
@@ -129,6 +134,7 @@ impl SubscriptionSpec {
             tenant: None,
             durable: true,
             max_deliver: DEFAULT_MAX_DELIVER,
+            prefetch: None,
         }
     }
 
@@ -143,6 +149,20 @@ impl SubscriptionSpec {
     #[must_use]
     pub fn with_max_deliver(mut self, attempts: u32) -> Self {
         self.max_deliver = attempts.max(1);
+        self
+    }
+
+    /// Sets how many deliveries the platform may fetch ahead of the subscriber at most (at
+    /// least 1).
+    ///
+    /// ```
+    /// # use soorma::bus::{EventFilter, SubscriptionSpec};
+    /// let s = SubscriptionSpec::new("g", soorma::Topic::BusinessFacts, EventFilter::All).with_prefetch(8);
+    /// assert_eq!(s.prefetch, Some(8));
+    /// ```
+    #[must_use]
+    pub fn with_prefetch(mut self, deliveries: usize) -> Self {
+        self.prefetch = Some(deliveries.max(1));
         self
     }
 
