@@ -104,9 +104,12 @@ async fn fault_child_process() {
     };
     soorma_tests::init_tracing();
     let url = std::env::var("SOORMA_FAULT_NATS_URL").expect("SOORMA_FAULT_NATS_URL");
-    let platform = soorma::nats::connect(NatsConfig::new(url).with_ack_wait(ACK_WAIT))
-        .await
-        .expect("child connects");
+    // The crash-recovery test runs with the defaults: it is their relation being tested.
+    let config = match instance.as_str() {
+        "hanging-tool" => NatsConfig::new(url),
+        _ => NatsConfig::new(url).with_ack_wait(ACK_WAIT),
+    };
+    let platform = soorma::nats::connect(config).await.expect("child connects");
     let mut running = Vec::new();
     if instance == "dies-before-replying" {
         // Dies the moment it would publish a completion: after the write that ended the task,
@@ -124,6 +127,8 @@ async fn fault_child_process() {
                 .await
                 .expect("worker starts"),
         );
+    } else if instance == "hanging-tool" {
+        running.push(echo_tool(true).start(&platform).await.expect("tool starts"));
     } else if instance == "approval-planner" {
         for agent in soorma_tests::agents::approval_agents() {
             running.push(agent.start(&platform).await.expect("planner starts"));
@@ -167,28 +172,29 @@ impl EventBus for DiesBeforeReplying {
     }
 }
 
-/// A worker process; killed with SIGKILL on drop.
-struct WorkerProcess(Child);
+/// Answers `echo.requested` with its input; the hanging instance announces each request
+/// (`GOT <n>` on stdout) and never answers.
+fn echo_tool(hang: bool) -> AgentBuilder {
+    async fn echo(req: Invocation<i64>, State(hang): State<bool>) -> Result<i64, ToolError> {
+        if hang {
+            println!("GOT {}", req.data);
+            std::future::pending::<()>().await;
+        }
+        Ok(req.data)
+    }
+    Tool::new("echo")
+        .use_registered_handlers(false)
+        .with_state(hang)
+        .handler(Handler::on_invoke("echo.requested", echo))
+}
+
+/// A worker process (its stdout lines arrive on the receiver); killed with SIGKILL on drop.
+struct WorkerProcess(Child, std::sync::mpsc::Receiver<String>);
 
 impl WorkerProcess {
+    /// Starts the child process `instance` and waits until it is ready.
     fn spawn(server: &NatsServer, instance: &str) -> Self {
-        let mut process = Self::start(server, instance);
-        let (tx, rx) = std::sync::mpsc::channel();
-        let stdout = process.0.stdout.take().expect("stdout");
-        std::thread::spawn(move || {
-            for line in BufReader::new(stdout).lines().map_while(Result::ok) {
-                if line.contains("READY ") {
-                    let _ = tx.send(());
-                }
-            }
-        });
-        rx.recv_timeout(Duration::from_secs(60))
-            .expect("worker process became ready");
-        process
-    }
-
-    fn start(server: &NatsServer, instance: &str) -> Self {
-        let child = Command::new(std::env::current_exe().expect("test binary"))
+        let mut child = Command::new(std::env::current_exe().expect("test binary"))
             .args([
                 "--exact",
                 "fault_child_process",
@@ -201,7 +207,31 @@ impl WorkerProcess {
             .stderr(Stdio::null())
             .spawn()
             .expect("spawn worker process");
-        Self(child)
+        let stdout = child.stdout.take().expect("stdout");
+        let (tx, rx) = std::sync::mpsc::channel();
+        std::thread::spawn(move || {
+            for line in BufReader::new(stdout).lines().map_while(Result::ok) {
+                if tx.send(line).is_err() {
+                    return;
+                }
+            }
+        });
+        let process = Self(child, rx);
+        process.wait_for_line("READY ");
+        process
+    }
+
+    /// Waits (up to a minute) for a line of the process's stdout containing `text`.
+    fn wait_for_line(&self, text: &str) -> String {
+        let deadline = std::time::Instant::now() + Duration::from_secs(60);
+        loop {
+            let left = deadline.saturating_duration_since(std::time::Instant::now());
+            match self.1.recv_timeout(left) {
+                Ok(line) if line.contains(text) => return line,
+                Ok(_) => {}
+                Err(e) => panic!("no line with `{text}` from the worker process: {e}"),
+            }
+        }
     }
 
     /// Waits (up to [`FINISH`]) for the process to exit by itself.
@@ -305,6 +335,51 @@ async fn assert_each_completed_once(
         "no doubled completion stored"
     );
     per_instance
+}
+
+/// With the defaults (`ack_wait` 30 s, `Client::DEFAULT_TIMEOUT` 30 s), six callers waiting on
+/// a tool process that is SIGKILLed while handling their requests all get their replies from
+/// the instance that replaces it, once the requests are redelivered after `ack_wait`: the
+/// client's default timeout is the handling time plus the platform's redelivery delay.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn waiting_clients_get_their_replies_after_the_handling_process_is_killed() {
+    let server = NatsServer::start();
+    let hanging = WorkerProcess::spawn(&server, "hanging-tool");
+    let platform = soorma::nats::connect(NatsConfig::new(server.url()))
+        .await
+        .unwrap();
+    let client = platform.client("callers");
+    assert_eq!(
+        client.timeout(),
+        Client::DEFAULT_TIMEOUT + NatsConfig::new(server.url()).ack_wait
+    );
+    let started = tokio::time::Instant::now();
+    let calls: Vec<_> = (0..6_i64)
+        .map(|n| {
+            let client = platform.client(format!("caller-{n}"));
+            tokio::spawn(async move {
+                client
+                    .invoke::<i64>("echo.requested", n, "echo.completed")
+                    .await
+            })
+        })
+        .collect();
+    for _ in 0..6 {
+        hanging.wait_for_line("GOT ");
+    }
+    hanging.kill();
+    let replacement = echo_tool(false).start(&platform).await.unwrap();
+    for (n, call) in calls.into_iter().enumerate() {
+        let reply = call.await.unwrap();
+        assert_eq!(reply.unwrap(), n as i64, "caller {n}");
+    }
+    // The replies came by redelivery, not before it.
+    assert!(
+        started.elapsed() >= Duration::from_secs(25),
+        "{:?}",
+        started.elapsed()
+    );
+    replacement.shutdown().await.unwrap();
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]

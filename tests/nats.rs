@@ -5,6 +5,7 @@
 
 use std::time::Duration;
 
+use futures_util::StreamExt;
 use serde_json::json;
 use soorma::nats::{NatsAuth, NatsConfig};
 use soorma::prelude::*;
@@ -157,18 +158,36 @@ async fn a_fan_out_completes_across_a_nats_server_restart() {
     upper.shutdown().await.unwrap();
 }
 
-/// Holds the reply for `"z"` until the test opens the gate.
+/// Holds the replies for the `late-*` items until the test opens the gate.
 static GATE_OPEN: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
 
 async fn gated_upper(req: Invocation<String>) -> Result<String, ToolError> {
-    while req.data == "z" && !GATE_OPEN.load(std::sync::atomic::Ordering::SeqCst) {
+    while req.data.starts_with("late") && !GATE_OPEN.load(std::sync::atomic::Ordering::SeqCst) {
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
     Ok(req.data.to_uppercase())
 }
 
+/// How many messages of `event` the action-results stream stores (after `Nats-Msg-Id`
+/// de-duplication): a doubled completion shows here even if no observer saw it.
+async fn stored_results(platform: &Platform, event: &str) -> usize {
+    let js = soorma::nats::async_nats::jetstream::new(platform.nats_client().unwrap().clone());
+    let stream = js.get_stream("SOORMA_ACTION_RESULTS").await.unwrap();
+    let mut subjects = stream
+        .info_with_subjects(format!("soorma.*.action-results.{event}"))
+        .await
+        .unwrap();
+    let mut total = 0;
+    while let Some(entry) = subjects.next().await {
+        total += entry.unwrap().1;
+    }
+    total
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_fan_in_completes_across_a_nats_server_restart() {
+    const EARLY: usize = 6;
+    const LATE: usize = 6;
     let mut server = NatsServer::start();
     let platform = connect(&server).await;
     let mut t = TestPlatform::with_platform(platform.clone()).await.unwrap();
@@ -180,19 +199,26 @@ async fn a_fan_in_completes_across_a_nats_server_restart() {
     )
     .await
     .unwrap();
+    let items: Vec<String> = (0..EARLY)
+        .map(|i| format!("early-{i}"))
+        .chain((0..LATE).map(|i| format!("late-{i}")))
+        .collect();
     let client = t.client().with_timeout(WAIT * 2);
-    let call = tokio::spawn(async move {
-        client
-            .invoke::<Vec<String>>(
-                "batch.requested",
-                json!({"items": ["x", "y", "z"]}),
-                "batch.completed",
-            )
-            .await
+    let call = tokio::spawn({
+        let items = items.clone();
+        async move {
+            client
+                .invoke::<Vec<String>>(
+                    "batch.requested",
+                    json!({ "items": items }),
+                    "batch.completed",
+                )
+                .await
+        }
     });
-    // Two of three results are in and fanned in...
+    // Half of the results are in and fanned in...
     let deadline = tokio::time::Instant::now() + WAIT;
-    while t.events_of_type("upper.completed").len() < 2 {
+    while t.events_of_type("upper.completed").len() < EARLY {
         assert!(
             tokio::time::Instant::now() < deadline,
             "results did not arrive"
@@ -200,21 +226,27 @@ async fn a_fan_in_completes_across_a_nats_server_restart() {
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
     tokio::time::sleep(Duration::from_millis(300)).await;
-    // ...the server restarts (file storage) while the last sub-task is still running...
+    // ...the server restarts (stopped and started on the same port and store) while the other
+    // sub-tasks are still running...
     server.restart();
     GATE_OPEN.store(true, std::sync::atomic::Ordering::SeqCst);
-    // ...and the last result completes the task, once, with every result.
-    assert_eq!(call.await.unwrap().unwrap(), ["X", "Y", "Z"]);
+    // ...and the last results complete the task, once, with every result in order.
+    let expected: Vec<String> = items.iter().map(|i| i.to_uppercase()).collect();
+    assert_eq!(call.await.unwrap().unwrap(), expected);
     tokio::time::sleep(Duration::from_millis(500)).await;
+    assert_eq!(stored_results(&platform, "batch.completed").await, 1);
     assert_eq!(t.events_of_type("batch.completed").len(), 1);
-    assert_eq!(t.events_of_type("upper.completed").len(), 3);
+    assert_eq!(
+        stored_results(&platform, "upper.completed").await,
+        EARLY + LATE
+    );
 }
 
 static SLOW_CALLS: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
 
 async fn slow(_req: Invocation<serde_json::Value>) -> Result<String, ToolError> {
     SLOW_CALLS.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
-    tokio::time::sleep(Duration::from_secs(3)).await;
+    tokio::time::sleep(Duration::from_millis(3500)).await;
     Ok("done".into())
 }
 
@@ -238,9 +270,54 @@ async fn a_handler_slower_than_ack_wait_is_not_redelivered_while_it_works() {
         .await
         .unwrap();
     assert_eq!(answer, "done");
-    // Three ack-wait periods passed while the handler worked; it still ran exactly once.
+    // 3.5 ack-wait periods passed while the handler worked; it still ran exactly once.
     tokio::time::sleep(Duration::from_millis(1500)).await;
     assert_eq!(SLOW_CALLS.load(std::sync::atomic::Ordering::SeqCst), 1);
+    tool.shutdown().await.unwrap();
+}
+
+static QUEUED_CALLS: std::sync::Mutex<Vec<i64>> = std::sync::Mutex::new(Vec::new());
+
+async fn slow_echo(req: Invocation<i64>) -> Result<i64, ToolError> {
+    QUEUED_CALLS.lock().unwrap().push(req.data);
+    tokio::time::sleep(Duration::from_millis(3500)).await;
+    Ok(req.data)
+}
+
+/// A delivery waiting for the agent's concurrency limit is kept alive too: with one handler at
+/// a time, the second request waits 3.5 s (> `ack_wait`) for the first, and each runs once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn deliveries_waiting_for_a_busy_agent_are_not_redelivered() {
+    let server = NatsServer::start();
+    let platform =
+        soorma::nats::connect(NatsConfig::new(server.url()).with_ack_wait(Duration::from_secs(1)))
+            .await
+            .unwrap();
+    let tool = Tool::new("queued-sloth")
+        .use_registered_handlers(false)
+        .concurrency(1)
+        .handler(Handler::on_invoke("slow-echo.requested", slow_echo))
+        .start(&platform)
+        .await
+        .unwrap();
+    let client = platform.client("test").with_timeout(WAIT);
+    let calls: Vec<_> = (0..3_i64)
+        .map(|n| {
+            let client = client.clone();
+            tokio::spawn(async move {
+                client
+                    .invoke::<i64>("slow-echo.requested", n, "slow-echo.done")
+                    .await
+            })
+        })
+        .collect();
+    for (n, call) in calls.into_iter().enumerate() {
+        assert_eq!(call.await.unwrap().unwrap(), n as i64);
+    }
+    tokio::time::sleep(Duration::from_millis(1500)).await;
+    let mut handled = QUEUED_CALLS.lock().unwrap().clone();
+    handled.sort_unstable();
+    assert_eq!(handled, [0, 1, 2], "each request handled exactly once");
     tool.shutdown().await.unwrap();
 }
 
@@ -672,4 +749,82 @@ async fn client_calls_and_registry_reads_leave_no_consumer_behind() {
         "took {:?}",
         started.elapsed()
     );
+}
+
+static PARKED: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+
+/// Delegates to an event nobody serves: the task stays persisted and pending.
+async fn park(mut task: TaskContext<u32>) -> soorma::Result<()> {
+    task.delegate_with(
+        Delegation::new("never.served", &task.data, "never.done").skip_consumer_check(),
+    )
+    .await?;
+    PARKED.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    Ok(())
+}
+
+async fn never_done(_result: ResultContext<u32>) {}
+
+/// The benchmark's memory phase in small (it stalled after 2,000–4,400 tasks on a connection
+/// that had served a tool and a fan-out before): thousands of tasks submitted on one connection
+/// are all handled, with progress at least every 20 s.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn thousands_of_tasks_on_one_reused_connection_are_all_handled() {
+    let server = NatsServer::start();
+    let platform = connect(&server).await;
+    // The connection serves a tool and a fan-out first, as in the benchmark.
+    let mut t = TestPlatform::with_platform(platform.clone()).await.unwrap();
+    t.start(agents::batcher()).await.unwrap();
+    t.start(agents::upper_tool()).await.unwrap();
+    let client = platform.client("bench");
+    for _ in 0..20 {
+        let out: Vec<String> = client
+            .invoke(
+                "batch.requested",
+                json!({"items": ["a", "b"]}),
+                "batch.completed",
+            )
+            .await
+            .unwrap();
+        assert_eq!(out, ["A", "B"]);
+    }
+    t.shutdown().await.unwrap();
+    let tasks: u32 = std::env::var("SOORMA_TEST_PARKED_TASKS")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(5_000);
+    let parker = Worker::new("parker")
+        .use_registered_handlers(false)
+        .handler(Handler::on_task("park.requested", park))
+        .handler(Handler::on_result("never.done", never_done))
+        .start(&platform)
+        .await
+        .unwrap();
+    let bus = client.bus();
+    let started = tokio::time::Instant::now();
+    futures_util::stream::iter(0..tasks)
+        .for_each_concurrent(256, |i| {
+            let bus = bus.clone();
+            async move {
+                bus.request("park.requested", i, "park.done").await.unwrap();
+            }
+        })
+        .await;
+    let mut last = (0, tokio::time::Instant::now());
+    loop {
+        let parked = PARKED.load(std::sync::atomic::Ordering::Relaxed);
+        if parked >= tasks as usize {
+            break;
+        }
+        if parked > last.0 {
+            last = (parked, tokio::time::Instant::now());
+        }
+        assert!(
+            last.1.elapsed() < Duration::from_secs(20),
+            "stalled: {parked} of {tasks} tasks handled, no progress for 20 s ({:?} in)",
+            started.elapsed()
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    parker.shutdown().await.unwrap();
 }

@@ -134,23 +134,43 @@ impl std::fmt::Debug for Client {
 }
 
 impl Client {
-    /// How long a request waits for its reply unless [`with_timeout`](Self::with_timeout) or
-    /// [`Call::timeout`] say otherwise.
+    /// The time a request allows for its handling: a client's default timeout is this plus
+    /// the platform's [`redelivery_delay`](crate::bus::EventBus::redelivery_delay) (NATS's
+    /// `ack_wait`, 30 s by default), so that a caller still gets its reply when the instance
+    /// handling its request dies and the platform redelivers the request to another one. On
+    /// the embedded platform it is the whole default timeout; [`with_timeout`](Self::with_timeout)
+    /// and [`Call::timeout`] override it.
     ///
     /// ```
-    /// assert_eq!(soorma::Client::DEFAULT_TIMEOUT, std::time::Duration::from_secs(30));
+    /// use std::time::Duration;
+    /// assert_eq!(soorma::Client::DEFAULT_TIMEOUT, Duration::from_secs(30));
+    /// let client = soorma::Platform::embedded().client("docs");
+    /// assert_eq!(client.timeout(), soorma::Client::DEFAULT_TIMEOUT);
     /// ```
     pub const DEFAULT_TIMEOUT: Duration = Duration::from_secs(30);
 
     pub(crate) fn new(platform: Platform, name: impl Into<String>) -> Self {
+        let redelivery = platform.bus().redelivery_delay().unwrap_or_default();
         Self::build(
             platform,
             name.into(),
             None,
             None,
             None,
-            Self::DEFAULT_TIMEOUT,
+            Self::DEFAULT_TIMEOUT.saturating_add(redelivery),
         )
+    }
+
+    /// How long this client's requests wait for their replies (see
+    /// [`DEFAULT_TIMEOUT`](Self::DEFAULT_TIMEOUT)).
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// let client = soorma::Platform::embedded().client("docs").with_timeout(Duration::from_secs(5));
+    /// assert_eq!(client.timeout(), Duration::from_secs(5));
+    /// ```
+    pub fn timeout(&self) -> Duration {
+        self.inner.timeout
     }
 
     fn build(
@@ -262,7 +282,7 @@ impl Client {
     }
 
     /// A client whose requests time out after `timeout` (default
-    /// [`DEFAULT_TIMEOUT`](Self::DEFAULT_TIMEOUT), 30 s).
+    /// [`DEFAULT_TIMEOUT`](Self::DEFAULT_TIMEOUT) plus the platform's redelivery delay).
     ///
     /// ```
     /// # #[tokio::main(flavor = "current_thread")] async fn main() -> soorma::Result<()> {

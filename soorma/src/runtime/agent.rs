@@ -554,7 +554,8 @@ impl AgentBuilder {
         ));
         for (topic, filter) in filters {
             let mut spec = SubscriptionSpec::new(self.name.clone(), topic, filter)
-                .with_max_deliver(self.max_deliver);
+                .with_max_deliver(self.max_deliver)
+                .with_prefetch(self.concurrency);
             if let Some(t) = &self.tenant {
                 spec = spec.with_tenant(t.clone());
             }

@@ -111,7 +111,9 @@ pub(crate) async fn dispatch_loop(
                 None => break,
             },
         };
-        match service.ready().await {
+        // Waiting for a free handler is kept alive like handling, so the event is not
+        // redelivered meanwhile.
+        match delivery.keep_alive_while(service.ready()).await {
             Ok(ready) => {
                 tokio::spawn(ready.call(delivery));
             }

@@ -103,6 +103,11 @@ pub struct SubscriptionSpec {
     /// [`DEFAULT_MAX_DELIVER`]); a platform dead-letters an event whose last delivery is
     /// settled with [`Settlement::Retry`] rather than drop it.
     pub max_deliver: u32,
+    /// How many deliveries the platform may fetch ahead of the subscriber at most (`None`:
+    /// the platform's choice). An agent sets it to its concurrency limit: an event fetched
+    /// ahead waits for a free handler with its redelivery timer running, so fetching no more
+    /// than can be handled keeps a backlog on the server rather than on the way to redelivery.
+    pub prefetch: Option<usize>,
 }
 
 /// How many times an event is delivered at most unless configured otherwise
@@ -129,6 +134,7 @@ impl SubscriptionSpec {
             tenant: None,
             durable: true,
             max_deliver: DEFAULT_MAX_DELIVER,
+            prefetch: None,
         }
     }
 
@@ -143,6 +149,20 @@ impl SubscriptionSpec {
     #[must_use]
     pub fn with_max_deliver(mut self, attempts: u32) -> Self {
         self.max_deliver = attempts.max(1);
+        self
+    }
+
+    /// Sets how many deliveries the platform may fetch ahead of the subscriber at most (at
+    /// least 1).
+    ///
+    /// ```
+    /// # use soorma::bus::{EventFilter, SubscriptionSpec};
+    /// let s = SubscriptionSpec::new("g", soorma::Topic::BusinessFacts, EventFilter::All).with_prefetch(8);
+    /// assert_eq!(s.prefetch, Some(8));
+    /// ```
+    #[must_use]
+    pub fn with_prefetch(mut self, deliveries: usize) -> Self {
+        self.prefetch = Some(deliveries.max(1));
         self
     }
 
@@ -486,4 +506,17 @@ pub trait EventBus: Send + Sync + 'static {
     /// # Ok(()) }
     /// ```
     fn observe(&self, topic: Option<Topic>) -> BoxFuture<'_, Result<Box<dyn Subscription>>>;
+    /// How long a delivery whose handler stopped without settling it (its process died) waits
+    /// before the platform redelivers it to another instance: NATS's `ack_wait`. `None` (the
+    /// default) for a bus that does not redeliver unsettled work. A [`Client`](crate::Client)'s
+    /// default timeout adds it, so that a caller outlives one crash of the instance handling
+    /// its request.
+    ///
+    /// ```
+    /// use soorma::bus::EventBus;
+    /// assert_eq!(soorma::embedded::EmbeddedBus::new().redelivery_delay(), None);
+    /// ```
+    fn redelivery_delay(&self) -> Option<Duration> {
+        None
+    }
 }

@@ -26,6 +26,8 @@ pub const DEAD_LETTER_REASON_HEADER: &str = "Soorma-Dead-Letter-Reason";
 pub const DEAD_LETTER_TRUNCATED_HEADER: &str = "Soorma-Dead-Letter-Truncated";
 /// Room kept for the headers of a dead letter within the server's `max_payload`.
 const DEAD_LETTER_HEADROOM: usize = 8 * 1024;
+/// The most messages one pull of a durable consumer asks for.
+const MAX_BATCH: usize = 256;
 /// How long a dead letter that could not be stored waits before its original is redelivered.
 const DEAD_LETTER_RETRY: Duration = Duration::from_secs(1);
 
@@ -291,9 +293,12 @@ impl NatsBus {
                     e,
                 )
             })?;
+        // No more fetched ahead than the subscriber can handle at once: a message waiting in
+        // the client's buffer is not kept alive, and would be redelivered after `ack_wait`.
+        let batch = spec.prefetch.map_or(MAX_BATCH, |p| p.clamp(1, MAX_BATCH));
         let messages = consumer
             .stream()
-            .max_messages_per_batch(256)
+            .max_messages_per_batch(batch)
             .messages()
             .await
             .map_err(|e| {
@@ -399,6 +404,10 @@ impl EventBus for NatsBus {
             };
             self.subscribe_core(vec![f]).await
         })
+    }
+
+    fn redelivery_delay(&self) -> Option<Duration> {
+        Some(self.inner.config.ack_wait)
     }
 }
 
