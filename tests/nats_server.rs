@@ -229,6 +229,16 @@ impl NatsCluster {
             .join(",")
     }
 
+    /// The client URLs of the nodes still running other than `name`, comma-separated.
+    pub fn urls_except(&self, name: &str) -> String {
+        self.nodes
+            .iter()
+            .filter(|(n, s)| n != name && s.child.is_some())
+            .map(|(_, s)| s.url())
+            .collect::<Vec<_>>()
+            .join(",")
+    }
+
     /// Kills (SIGKILL) the node named `name` (`n1`, ...).
     pub fn kill(&mut self, name: &str) {
         let (_, server) = self
