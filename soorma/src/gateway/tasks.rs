@@ -14,7 +14,7 @@ use soorma_common::a2a::{
 use tokio::sync::broadcast;
 
 use super::auth::Owner;
-use crate::util::{new_id, now_rfc3339};
+use crate::util::{bounded, new_id, now_rfc3339};
 
 /// How much the gateway keeps and runs at once: tasks, bytes and tasks in flight.
 ///
@@ -220,15 +220,8 @@ pub(crate) struct ListQuery<'a> {
 pub(crate) fn status(state: TaskState, text: Option<String>, task: &Task) -> TaskStatus {
     let mut status = TaskStatus::new(state);
     status.timestamp = Some(now_rfc3339());
-    if let Some(mut text) = text {
-        if text.len() > MAX_STATUS_TEXT {
-            let mut cut = MAX_STATUS_TEXT;
-            while !text.is_char_boundary(cut) {
-                cut -= 1;
-            }
-            text.truncate(cut);
-            text.push_str(" [cut]");
-        }
+    if let Some(text) = text {
+        let text = bounded(&text, MAX_STATUS_TEXT);
         let mut message = Message::new(new_id(), Role::Agent, vec![Part::text(text)]);
         message.task_id = Some(task.id.clone());
         message.context_id = Some(task.context_id.clone());
