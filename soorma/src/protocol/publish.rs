@@ -267,8 +267,33 @@ impl BusClient {
         }
     }
 
+    /// A new event (a random id) in this client's context; a root event starts a trace of
+    /// its own id.
     pub(crate) fn envelope(&self, topic: Topic, event_type: String, data: Value) -> EventEnvelope {
         let id = new_id();
+        self.build(id.clone(), topic, event_type, data, || id)
+    }
+
+    /// An event with a given id (a derived one: a reply's, a sub-task's) in this client's
+    /// context; a root event starts a new trace.
+    pub(crate) fn envelope_with_id(
+        &self,
+        id: String,
+        topic: Topic,
+        event_type: String,
+        data: Value,
+    ) -> EventEnvelope {
+        self.build(id, topic, event_type, data, new_id)
+    }
+
+    fn build(
+        &self,
+        id: String,
+        topic: Topic,
+        event_type: String,
+        data: Value,
+        root_trace: impl FnOnce() -> String,
+    ) -> EventEnvelope {
         let mut env = EventEnvelope::new(id, &*self.source, topic, event_type)
             .with_data(data)
             .with_time(now_rfc3339());
@@ -283,7 +308,7 @@ impl BusClient {
                 env.trace_id = Some(parent.trace_id.clone().unwrap_or_else(|| parent.id.clone()));
                 env.parent_event_id = Some(parent.id.clone());
             }
-            None => env.trace_id = Some(env.id.clone()),
+            None => env.trace_id = Some(root_trace()),
         }
         env
     }

@@ -67,8 +67,12 @@ pub(crate) async fn publish_reply(
         *error = bounded(error, MAX_REASON_BYTES);
     }
     let data = serde_json::to_value(reply).map_err(|e| Error::serialize("reply", e))?;
-    let mut env = bus.envelope(route.topic.unwrap_or(Topic::ActionResults), event, data);
-    env.id = format!("{answered}-reply");
+    let mut env = bus.envelope_with_id(
+        format!("{answered}-reply"),
+        route.topic.unwrap_or(Topic::ActionResults),
+        event,
+        data,
+    );
     env.correlation_id = route.correlation_id;
     env.tenant_id = route.tenant_id;
     env.user_id = route.user_id;

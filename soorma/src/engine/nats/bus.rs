@@ -37,7 +37,7 @@ struct Inner {
     config: Arc<NatsConfig>,
     /// Topics whose stream is known to exist (the fast path of every publish takes no lock
     /// that waits).
-    streams: std::sync::RwLock<HashMap<Topic, stream::Stream>>,
+    streams: std::sync::RwLock<HashMap<Topic, Arc<stream::Stream>>>,
     creating: Mutex<()>,
     dlq: Mutex<bool>,
 }
@@ -76,7 +76,7 @@ impl NatsBus {
     }
 
     /// The stream keeping `topic`'s events, created on first use (failing as a `kind` error).
-    async fn stream(&self, topic: Topic, kind: EngineErrorKind) -> Result<stream::Stream> {
+    async fn stream(&self, topic: Topic, kind: EngineErrorKind) -> Result<Arc<stream::Stream>> {
         if let Some(s) = self.inner.streams.read().expect("streams lock").get(&topic) {
             return Ok(s.clone());
         }
@@ -97,7 +97,7 @@ impl NatsBus {
             ..Default::default()
         };
         let check = |c: &stream::Config| assets::usable_event_stream(c, &subject);
-        let s = assets::open_stream(&self.inner.js, wanted, &check, kind).await?;
+        let s = Arc::new(assets::open_stream(&self.inner.js, wanted, &check, kind).await?);
         self.inner
             .streams
             .write()
@@ -212,22 +212,26 @@ impl NatsBus {
         let payload: bytes::Bytes = serde_json::to_vec(envelope)
             .map_err(|e| Error::serialize("event", e))?
             .into();
-        let mut headers = HeaderMap::new();
-        if let Some(tp) = envelope
+        let traceparent = envelope
             .trace_id
             .as_deref()
-            .and_then(|t| names::traceparent(t, &envelope.id))
-        {
-            headers.insert("traceparent", tp.as_str());
-        }
-        let mut with_id = headers.clone();
-        with_id.insert("Nats-Msg-Id", envelope.id.as_str());
-        let ack = self.send(&subject, with_id, payload.clone()).await?;
+            .and_then(|t| names::traceparent(t, &envelope.id));
+        let headers = |with_id: bool| {
+            let mut headers = HeaderMap::new();
+            if let Some(tp) = &traceparent {
+                headers.insert("traceparent", tp.as_str());
+            }
+            if with_id {
+                headers.insert("Nats-Msg-Id", envelope.id.as_str());
+            }
+            headers
+        };
+        let ack = self.send(&subject, headers(true), payload.clone()).await?;
         if ack.duplicate && !self.same_subject(&stream, ack.sequence, &subject).await {
             // Anyone may set any `Nats-Msg-Id`: a message of another subject (another tenant)
             // that took this id first must not suppress this one. Publish it without the id.
             tracing::warn!(event_id = %envelope.id, %subject, "a message of another subject holds this event's de-duplication id; publishing without it");
-            self.send(&subject, headers, payload).await?;
+            self.send(&subject, headers(false), payload).await?;
         }
         Ok(())
     }
@@ -503,7 +507,7 @@ struct DurableSubscription {
     messages: MessageStream,
     /// The consumer's `MAX_DELIVERIES` advisories (`None` when they cannot be subscribed to).
     advisories: Option<async_nats::Subscriber>,
-    stream: stream::Stream,
+    stream: Arc<stream::Stream>,
     keep_alive: Duration,
 }
 

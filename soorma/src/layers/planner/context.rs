@@ -533,8 +533,12 @@ impl PlanContext {
                 "question": question,
                 "timeout_seconds": timeout_seconds,
             });
-            let mut env = bus.envelope(Topic::ActionResults, machine::TIMEOUT_EVENT.into(), data);
-            env.id = format!("{ask_id}-timeout");
+            let mut env = bus.envelope_with_id(
+                format!("{ask_id}-timeout"),
+                Topic::ActionResults,
+                machine::TIMEOUT_EVENT.into(),
+                data,
+            );
             env.correlation_id = Some(record.plan_id.clone());
             env.plan_id = Some(record.plan_id.clone());
             env.tenant_id.clone_from(&record.tenant_id);

@@ -85,7 +85,7 @@ pub(crate) fn subtask_key(tenant: &str, sub_task_id: &str) -> StateKey {
 }
 
 /// How many state reads/writes or publishes one fan-out keeps in flight.
-pub(crate) const STATE_CONCURRENCY: usize = 64;
+pub(crate) const STATE_CONCURRENCY: usize = 256;
 
 /// A revision-checked update of the task at `key` (see [`state::update_with`]).
 pub(crate) async fn update_task<R>(

@@ -867,11 +867,11 @@ impl<T, S: TaskState> TaskContext<T, S> {
             planned.iter().enumerate()
         {
             let id = sub_task_id(&group_id, i as u32);
-            let mut env = bus.envelope(*topic, event_type.clone(), data.clone());
+            let mut env =
+                bus.envelope_with_id(id.clone(), *topic, event_type.clone(), data.clone());
             if *topic != Topic::ActionRequests {
                 env.response_topic = Some(Topic::ActionResults);
             }
-            env.id.clone_from(&id);
             env.correlation_id = Some(id);
             env.response_event = Some(response_event.clone());
             if *check_consumer {
