@@ -169,6 +169,12 @@ async fn garbage_is_dead_lettered(
         "reason header: {}",
         reason_header.len()
     );
+    // The dead-letter stream is bounded: a flood of garbage ages out, oldest first.
+    let mut dlq = js.get_stream("SOORMA_DLQ").await.unwrap();
+    let config = &dlq.info().await.unwrap().config;
+    assert_eq!(config.max_age, Duration::from_secs(14 * 86_400));
+    assert_eq!(config.max_bytes, 1 << 30);
+    assert_eq!(config.discard, jetstream::stream::DiscardPolicy::Old);
     assert_nothing_pending(&js).await;
     still_serves(&t).await;
     assert_nothing_pending(&js).await;

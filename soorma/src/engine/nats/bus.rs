@@ -116,6 +116,10 @@ impl NatsBus {
         let wanted = stream::Config {
             name: format!("{}_DLQ", cfg.stream_prefix),
             subjects: vec![subject.clone()],
+            // Bounded: dead letters of a flood of bad input age out, the oldest dropped first.
+            max_age: cfg.dead_letter_max_age,
+            max_bytes: cfg.dead_letter_max_bytes,
+            discard: stream::DiscardPolicy::Old,
             storage: cfg.storage,
             num_replicas: cfg.replicas,
             description: Some("soorma dead letters".into()),

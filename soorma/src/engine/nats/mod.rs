@@ -79,6 +79,11 @@ pub struct NatsConfig {
     pub event_max_age: Duration,
     /// How long a delivery may stay unacknowledged before redelivery (default 30 s).
     pub ack_wait: Duration,
+    /// How long the dead-letter stream the SDK creates keeps a dead letter (default 14 days).
+    pub dead_letter_max_age: Duration,
+    /// How many bytes the dead-letter stream the SDK creates keeps at most; past it the
+    /// oldest dead letters are dropped (default 1 GiB).
+    pub dead_letter_max_bytes: i64,
     /// Replicas of the streams and buckets the SDK creates (1 for a single server; 3 on a
     /// cluster, at most 5). Consumers have as many replicas as their stream.
     pub replicas: usize,
@@ -104,6 +109,8 @@ impl NatsConfig {
             bucket_prefix: "soorma".into(),
             event_max_age: Duration::from_secs(24 * 3600),
             ack_wait: Duration::from_secs(30),
+            dead_letter_max_age: Duration::from_secs(14 * 86_400),
+            dead_letter_max_bytes: 1 << 30,
             replicas: 1,
             storage: StorageType::File,
             max_ack_pending: 4096,
@@ -115,7 +122,8 @@ impl NatsConfig {
     /// Reads `SOORMA_NATS_URL` (one URL or a comma-separated list), the credentials
     /// (`SOORMA_NATS_TOKEN`, or `SOORMA_NATS_USER` + `SOORMA_NATS_PASSWORD`, or
     /// `SOORMA_NATS_CREDS`) and the storage settings (`SOORMA_NATS_REPLICAS`,
-    /// `SOORMA_NATS_STORAGE`, `SOORMA_NATS_EVENT_MAX_AGE`, `SOORMA_NATS_ACK_WAIT`; see
+    /// `SOORMA_NATS_STORAGE`, `SOORMA_NATS_EVENT_MAX_AGE`, `SOORMA_NATS_ACK_WAIT`,
+    /// `SOORMA_NATS_DLQ_MAX_AGE`, `SOORMA_NATS_DLQ_MAX_BYTES`; see
     /// `docs/nats.md`); `None` when the URL is unset. A value that does not parse is an
     /// [`Error::Config`] naming the variable.
     ///
@@ -179,6 +187,21 @@ impl NatsConfig {
         };
         if let Some(d) = duration(EVENT_MAX_AGE_ENV)? {
             config.event_max_age = d;
+        }
+        if let Some(d) = duration(DLQ_MAX_AGE_ENV)? {
+            config.dead_letter_max_age = d;
+        }
+        if let Some(v) = var(DLQ_MAX_BYTES_ENV) {
+            config.dead_letter_max_bytes = v
+                .trim()
+                .parse::<i64>()
+                .ok()
+                .filter(|b| *b > 0)
+                .ok_or_else(|| {
+                    Error::Config(format!(
+                        "{DLQ_MAX_BYTES_ENV}=`{v}`: use a positive number of bytes"
+                    ))
+                })?;
         }
         if let Some(d) = duration(ACK_WAIT_ENV)? {
             if d.is_zero() {
@@ -271,6 +294,22 @@ impl NatsConfig {
         self
     }
 
+    /// Sets how long, and up to how many bytes, the dead-letter stream the SDK creates keeps
+    /// dead letters (the oldest are dropped first).
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// let config = soorma::nats::NatsConfig::new("nats://127.0.0.1:4222")
+    ///     .with_dead_letter_limits(Duration::from_secs(7 * 86_400), 256 << 20);
+    /// assert_eq!(config.dead_letter_max_bytes, 256 << 20);
+    /// ```
+    #[must_use]
+    pub fn with_dead_letter_limits(mut self, max_age: Duration, max_bytes: i64) -> Self {
+        self.dead_letter_max_age = max_age;
+        self.dead_letter_max_bytes = max_bytes;
+        self
+    }
+
     /// Sets the subject, stream and bucket prefixes (to run several isolated deployments on
     /// one server).
     #[must_use]
@@ -352,6 +391,10 @@ const REPLICAS_ENV: &str = "SOORMA_NATS_REPLICAS";
 const STORAGE_ENV: &str = "SOORMA_NATS_STORAGE";
 /// `SOORMA_NATS_EVENT_MAX_AGE`: how long the event streams keep events.
 const EVENT_MAX_AGE_ENV: &str = "SOORMA_NATS_EVENT_MAX_AGE";
+/// `SOORMA_NATS_DLQ_MAX_AGE`: how long the dead-letter stream keeps dead letters.
+const DLQ_MAX_AGE_ENV: &str = "SOORMA_NATS_DLQ_MAX_AGE";
+/// `SOORMA_NATS_DLQ_MAX_BYTES`: how many bytes the dead-letter stream keeps at most.
+const DLQ_MAX_BYTES_ENV: &str = "SOORMA_NATS_DLQ_MAX_BYTES";
 /// `SOORMA_NATS_ACK_WAIT`: how long a delivery may stay unacknowledged.
 const ACK_WAIT_ENV: &str = "SOORMA_NATS_ACK_WAIT";
 
@@ -589,9 +632,18 @@ mod tests {
             ("SOORMA_NATS_STORAGE", "Memory"),
             ("SOORMA_NATS_EVENT_MAX_AGE", "7d"),
             ("SOORMA_NATS_ACK_WAIT", "45s"),
+            ("SOORMA_NATS_DLQ_MAX_AGE", "30d"),
+            ("SOORMA_NATS_DLQ_MAX_BYTES", "1048576"),
         ])
         .unwrap()
         .unwrap();
+        assert_eq!(config.dead_letter_max_age, Duration::from_secs(30 * 86_400));
+        assert_eq!(config.dead_letter_max_bytes, 1 << 20);
+        assert_eq!(
+            defaults.dead_letter_max_age,
+            Duration::from_secs(14 * 86_400)
+        );
+        assert_eq!(defaults.dead_letter_max_bytes, 1 << 30);
         assert_eq!(config.replicas, 3);
         assert_eq!(config.storage, StorageType::Memory);
         assert_eq!(config.event_max_age, Duration::from_secs(7 * 86_400));
@@ -604,6 +656,9 @@ mod tests {
             ("SOORMA_NATS_EVENT_MAX_AGE", "1 week"),
             ("SOORMA_NATS_ACK_WAIT", "0s"),
             ("SOORMA_NATS_ACK_WAIT", "-5s"),
+            ("SOORMA_NATS_DLQ_MAX_AGE", "forever"),
+            ("SOORMA_NATS_DLQ_MAX_BYTES", "0"),
+            ("SOORMA_NATS_DLQ_MAX_BYTES", "1GB"),
         ] {
             let err = from_vars(&[url, (var, value)]).unwrap_err();
             assert!(
