@@ -118,9 +118,16 @@ async fn big(mut task: TaskContext<u32>) -> soorma::Result<()> {
     Ok(())
 }
 
+/// How many result handlers of [`fan_in`] saw their group complete, by task id.
+pub static SAW_GROUP_COMPLETE: std::sync::Mutex<Vec<String>> = std::sync::Mutex::new(Vec::new());
+
 async fn ghost_done(result: ResultContext<i64>) -> soorma::Result<()> {
     let mut task = result.record_in_parent().await?;
     if let Some(all) = task.group_results(result.group_id()).await? {
+        SAW_GROUP_COMPLETE
+            .lock()
+            .unwrap()
+            .push(task.task_id().to_owned());
         let values: Vec<Value> = all
             .into_iter()
             .map(|s| s.result.unwrap_or_default())

@@ -242,6 +242,18 @@ async fn concurrent_fan_in_of_1000_results_completes_exactly_once_with_all_resul
     tokio::time::sleep(wait / 20).await;
     assert_eq!(t.events_of_type("big.completed").len(), 1);
     let task_id = t.events_of_type("big.requested")[0].id.clone();
+    // Many results were recorded in the write that completed the group; one handler (or a
+    // redelivery) saw it complete, not each of them.
+    let saw_complete = soorma_tests::agents::SAW_GROUP_COMPLETE
+        .lock()
+        .unwrap()
+        .iter()
+        .filter(|id| **id == task_id)
+        .count();
+    assert_eq!(
+        saw_complete, 1,
+        "result handlers that saw the group complete"
+    );
     let key = soorma::state::StateKey::new(soorma::TASKS_BUCKET, "default", task_id);
     let stored = t.platform().state().get(&key).await.unwrap().unwrap();
     let record: soorma::TaskRecord = serde_json::from_slice(&stored.value).unwrap();

@@ -41,6 +41,8 @@ pub struct ResultContext<T = Value> {
     pub error: Option<String>,
     raw: Option<Value>,
     group: OnceLock<Option<String>>,
+    /// Which delivery of the result this is (1 on the first).
+    attempt: u32,
     envelope: Arc<EventEnvelope>,
     runtime: Arc<AgentRuntime>,
 }
@@ -72,6 +74,7 @@ impl<T: DeserializeOwned> ResultContext<T> {
             error,
             raw,
             group: OnceLock::new(),
+            attempt: input.attempt,
             envelope: input.envelope.clone(),
             runtime: input.runtime.clone(),
         })
@@ -240,14 +243,18 @@ impl<T> ResultContext<T> {
     /// # tool.shutdown().await?; worker.shutdown().await?; Ok(()) }
     /// ```
     pub async fn record_in_parent(&self) -> Result<TaskContext<Value>> {
-        let (stored, _) = self.record().await?;
+        let (stored, completed_group) = self.record().await?;
         let stored = Arc::unwrap_or_clone(stored);
+        let group = self.group_id().unwrap_or_default().to_owned();
+        // The result that completed the group sees it complete; so does a redelivered one
+        // (its first delivery may have died between recording and completing the task).
         Ok(TaskContext::restored(
             stored.value,
             stored.revision,
             self.envelope.clone(),
             self.runtime.clone(),
-        ))
+        )
+        .gated_by(group, completed_group || self.attempt > 1))
     }
 
     /// Records this result in its parent task; also says whether this result completed its

@@ -63,6 +63,9 @@ pub struct TaskContext<T = Value, S = StateMap> {
     revision: Option<Revision>,
     /// Delegations made through this context (part of sub-task ids).
     delegated: u32,
+    /// For a context restored by a result: the result's group, and whether this result may
+    /// see it complete (see [`group_results`](Self::group_results)).
+    fan_in_gate: Option<(String, bool)>,
     envelope: Arc<EventEnvelope>,
     runtime: Arc<AgentRuntime>,
 }
@@ -136,6 +139,7 @@ impl<T, S: TaskState> TaskContext<T, S> {
             record,
             revision: None,
             delegated: 0,
+            fan_in_gate: None,
             envelope: env.clone(),
             runtime: input.runtime.clone(),
         }
@@ -407,6 +411,12 @@ impl<T, S: TaskState> TaskContext<T, S> {
     /// The sub-tasks of a delegation group (or of every group for `None`), in delegation
     /// order, once every one of them has a result; `None` while any is pending.
     ///
+    /// On the task a result handler got from
+    /// [`ResultContext::record_in_parent`](crate::ResultContext::record_in_parent), the
+    /// result's group is complete for one result only: the one whose record completed it (or
+    /// its redelivery, after a crash). Results recorded in the same write see `None`, so the
+    /// group's completion is handled once.
+    ///
     /// ```no_run
     /// # async fn demo(result: soorma::ResultContext) -> soorma::Result<()> {
     /// let mut task = result.record_in_parent().await?;
@@ -422,6 +432,14 @@ impl<T, S: TaskState> TaskContext<T, S> {
             None => self.record.groups.values().collect(),
         };
         if groups.is_empty() || groups.iter().any(|g| !g.is_complete()) {
+            return Ok(None);
+        }
+        // In a result handler only the result that completed the group (or, after a crash,
+        // a redelivered one) sees it complete: the group's completion is handled once, not by
+        // every result of the write that completed it.
+        if let Some((gated, false)) = &self.fan_in_gate
+            && groups.iter().any(|g| g.group_id == *gated)
+        {
             return Ok(None);
         }
         // A complete group's results never change: concurrent callers in this process share
@@ -1256,6 +1274,13 @@ impl TaskContext<Value> {
     }
 
     /// A stored task, as the context of a handler of `envelope`.
+    /// Lets this context (restored by a result of `group`) see that group complete only when
+    /// `may_see_complete`.
+    pub(crate) fn gated_by(mut self, group: String, may_see_complete: bool) -> Self {
+        self.fan_in_gate = Some((group, may_see_complete));
+        self
+    }
+
     pub(crate) fn restored(
         record: TaskRecord,
         revision: Revision,
@@ -1269,6 +1294,7 @@ impl TaskContext<Value> {
             record,
             revision: Some(revision),
             delegated: 0,
+            fan_in_gate: None,
             envelope,
             runtime,
         }
@@ -1313,6 +1339,7 @@ impl TaskContext<Value> {
             record: self.record,
             revision: self.revision,
             delegated: self.delegated,
+            fan_in_gate: self.fan_in_gate,
             envelope: self.envelope,
             runtime: self.runtime,
         })
@@ -1368,6 +1395,7 @@ impl<T> TaskContext<T, StateMap> {
             record: self.record,
             revision: self.revision,
             delegated: self.delegated,
+            fan_in_gate: self.fan_in_gate,
             envelope: self.envelope,
             runtime: self.runtime,
         })
