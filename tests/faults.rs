@@ -734,6 +734,147 @@ async fn a_cluster_node_killed_mid_run_loses_and_doubles_no_task() {
     );
 }
 
+/// Moves the leaders of every stream and consumer off the node `node` (a stream's or
+/// consumer's leader steps down until another node leads it).
+async fn lead_elsewhere(nats: &soorma::nats::async_nats::Client, node: &str) {
+    use soorma::nats::async_nats::jetstream;
+    let js = jetstream::new(nats.clone());
+    let names: Vec<String> = js.stream_names().map(|n| n.unwrap()).collect().await;
+    let leader = |cluster: Option<jetstream::stream::ClusterInfo>| cluster.and_then(|c| c.leader);
+    for stream in names {
+        let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
+        loop {
+            let mut s = js.get_stream(&stream).await.unwrap();
+            let led_by = leader(s.info().await.unwrap().cluster.clone());
+            let mut on_node: Vec<String> = Vec::new();
+            if led_by.as_deref() != Some(node) {
+                let mut consumers = s.consumers();
+                while let Some(info) = consumers.next().await {
+                    let info = info.unwrap();
+                    if leader(info.cluster.clone()).as_deref() != Some(node) {
+                        continue;
+                    }
+                    on_node.push(info.name);
+                }
+                if on_node.is_empty() && led_by.is_some() {
+                    break;
+                }
+            }
+            assert!(
+                tokio::time::Instant::now() < deadline,
+                "{stream} or its consumers {on_node:?} still led by {node}"
+            );
+            let subject = if led_by.as_deref() == Some(node) {
+                format!("$JS.API.STREAM.LEADER.STEPDOWN.{stream}")
+            } else if let Some(consumer) = on_node.first() {
+                format!("$JS.API.CONSUMER.LEADER.STEPDOWN.{stream}.{consumer}")
+            } else {
+                String::new()
+            };
+            if !subject.is_empty() {
+                let _ = nats.request(subject, "".into()).await;
+            }
+            tokio::time::sleep(Duration::from_millis(300)).await;
+        }
+    }
+}
+
+/// A caller whose own server hangs and then dies while replies are being published still gets
+/// every reply (with the default timeout): after reconnecting to another node, its reply
+/// subscription replays from the action-results stream what was published meanwhile. The tool
+/// is connected to the other nodes, which lead every stream and consumer, so replies keep being
+/// published and stored while the caller reconnects. No consumer is left behind by the replay.
+/// Without the replay, about 290 of the 400 calls time out.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_caller_whose_server_dies_gets_the_replies_published_while_it_reconnects() {
+    use soorma::nats::async_nats::jetstream;
+    use std::sync::atomic::{AtomicUsize, Ordering};
+    soorma_tests::init_tracing();
+    let mut cluster = NatsCluster::start(3);
+    let caller = connect_when_ready(
+        NatsConfig::new(cluster.urls())
+            .with_replicas(3)
+            .with_ack_wait(ACK_WAIT),
+    )
+    .await;
+    let caller_nats = caller.nats_client().unwrap().clone();
+    let x = caller_nats.server_info().server_name;
+    let agents = connect_when_ready(
+        NatsConfig::new(cluster.urls_except(&x))
+            .with_replicas(3)
+            .with_ack_wait(ACK_WAIT),
+    )
+    .await;
+    assert_ne!(agents.nats_client().unwrap().server_info().server_name, x);
+    let _tool = inc_tool(Duration::from_millis(100), 32)
+        .start(&agents)
+        .await
+        .unwrap();
+    let client = caller.client("failover-caller");
+    assert_eq!(client.timeout(), soorma::Client::DEFAULT_TIMEOUT + ACK_WAIT);
+    // A first call creates the action-results stream.
+    let warm_up = client.request("inc.requested", 0_i64, "inc.replied").await;
+    assert_eq!(warm_up.unwrap().into_result::<i64>().unwrap(), 1);
+    // Only the caller's connection is lost: no stream or consumer is led by X (an agent
+    // whose consumer loses its leader stalls for a while, which is not tested here).
+    lead_elsewhere(&caller_nats, &x).await;
+    let js = jetstream::new(caller_nats.clone());
+
+    // 400 calls, answered at about 300 a second by the tool.
+    let done = Arc::new(AtomicUsize::new(0));
+    let mut calls = Vec::new();
+    for i in 1..=400_i64 {
+        let (client, done) = (client.clone(), done.clone());
+        calls.push(tokio::spawn(async move {
+            let reply = client.request("inc.requested", i, "inc.replied").await;
+            done.fetch_add(1, Ordering::Relaxed);
+            (i, reply.and_then(|r| r.into_result::<i64>()))
+        }));
+    }
+    wait_for("the first replies", || done.load(Ordering::Relaxed) >= 40).await;
+    // X hangs for a second, then dies: what is published meanwhile never reaches the caller,
+    // which notices only when its connection breaks.
+    let answered = done.load(Ordering::Relaxed);
+    cluster.freeze(&x);
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    cluster.kill(&x);
+    let started = std::time::Instant::now();
+    let mut failures = Vec::new();
+    for call in calls {
+        let (i, outcome) = call.await.unwrap();
+        match outcome {
+            Ok(v) if v == i + 1 => {}
+            Ok(v) => failures.push(format!("inc {i}: {v}")),
+            Err(e) => failures.push(format!("inc {i}: {e}")),
+        }
+    }
+    assert!(
+        failures.is_empty(),
+        "killed {x} (the caller's server) after {answered} replies; {} calls failed: {failures:?}",
+        failures.len()
+    );
+    let now_on = caller_nats.server_info().server_name;
+    assert_ne!(now_on, x, "the caller reconnected to another node");
+    eprintln!(
+        "killed {x} after {answered} replies; the caller reconnected to {now_on}; every call answered {:?} later",
+        started.elapsed()
+    );
+    // The replay's consumer is deleted: the stream has no consumer (nothing else reads it).
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(20);
+    loop {
+        let mut stream = js.get_stream("SOORMA_ACTION_RESULTS").await.unwrap();
+        let consumers = stream.info().await.unwrap().state.consumer_count;
+        if consumers == 0 {
+            break;
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "{consumers} consumers left on the action-results stream"
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+}
+
 /// A worker process killed between the write that ends a task and the reply: the completion
 /// is published after a restart, once, by the redelivery of the result whose write ended the
 /// task (no other result replies for it).
