@@ -555,8 +555,7 @@ async fn stored_replies(platform: &Platform, subject: &str) -> (usize, HashMap<S
 
 /// A 3-node cluster with replicas 3: the node leading the action-results stream is killed
 /// (SIGKILL) while 200 tasks (150 tool calls, 50 worker jobs fanning out to the tool) are in
-/// flight. Every call gets its right reply; the stream holds exactly one reply per task. The
-/// caller is connected to a surviving node (see below).
+/// flight. Every call gets its right reply; the stream holds exactly one reply per task.
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn a_cluster_node_killed_mid_run_loses_and_doubles_no_task() {
     use soorma::nats::async_nats::jetstream;
@@ -568,29 +567,15 @@ async fn a_cluster_node_killed_mid_run_loses_and_doubles_no_task() {
     let config = NatsConfig::new(cluster.urls())
         .with_replicas(3)
         .with_ack_wait(ACK_WAIT);
-    let agents = connect_when_ready(config).await;
+    let agents = connect_when_ready(config.clone()).await;
+    // The caller connects to any node: when its own server is the one killed, its replies
+    // published while it reconnects are replayed from the stream.
+    let caller = connect_when_ready(config).await;
     let _tool = inc_tool(Duration::from_millis(40), 8)
         .start(&agents)
         .await
         .unwrap();
     let _worker = worker("w").start(&agents).await.unwrap();
-    // The caller connects to the nodes that do not lead the action-results stream: a caller
-    // whose own server dies can miss replies published while it reconnects (its replies come
-    // on a core subscription; they stay stored in the stream), which is an open gap of its own.
-    let agents_js = jetstream::new(agents.nats_client().unwrap().clone());
-    let first_leader = agents_js
-        .get_stream("SOORMA_ACTION_RESULTS")
-        .await
-        .unwrap()
-        .cached_info()
-        .cluster
-        .as_ref()
-        .and_then(|c| c.leader.clone())
-        .expect("the action-results stream has a leader");
-    let caller_config = NatsConfig::new(cluster.urls_except(&first_leader))
-        .with_replicas(3)
-        .with_ack_wait(ACK_WAIT);
-    let caller = connect_when_ready(caller_config).await;
 
     // Streams, buckets and the consumers have 3 replicas (a leader and 2 followers).
     let js = jetstream::new(caller.nats_client().unwrap().clone());
@@ -691,7 +676,11 @@ async fn a_cluster_node_killed_mid_run_loses_and_doubles_no_task() {
         .and_then(|c| c.leader.clone())
         .expect("the action-results stream has a leader");
     let answered = done.load(Ordering::Relaxed);
-    eprintln!("killing {leader}, the action-results stream leader, after {answered} replies");
+    let caller_on = caller.nats_client().unwrap().server_info().server_name;
+    let agents_on = agents.nats_client().unwrap().server_info().server_name;
+    eprintln!(
+        "killing {leader}, the action-results stream leader, after {answered} replies (the caller is on {caller_on}, the agents on {agents_on})"
+    );
     cluster.kill(&leader);
 
     let killed_at = started.elapsed();
