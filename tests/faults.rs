@@ -24,6 +24,9 @@ use soorma::testing::TestPlatform;
 use soorma_tests::nats_server::{NatsCluster, NatsServer};
 
 const ACK_WAIT: Duration = Duration::from_secs(2);
+/// Held by each test that runs a 3-node cluster: two at once (six servers) on a small machine
+/// slow JetStream's recovery from a lost server past the callers' timeouts.
+static CLUSTER: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
 const FINISH: Duration = Duration::from_secs(90);
 
 #[derive(Debug, Serialize, Deserialize, JsonSchema)]
@@ -562,6 +565,7 @@ async fn a_cluster_node_killed_mid_run_loses_and_doubles_no_task() {
     use std::sync::Arc;
     use std::sync::atomic::{AtomicUsize, Ordering};
     soorma_tests::init_tracing();
+    let _one_cluster = CLUSTER.lock().await;
     let started = std::time::Instant::now();
     let mut cluster = NatsCluster::start(3);
     let config = NatsConfig::new(cluster.urls())
@@ -779,6 +783,7 @@ async fn a_caller_whose_server_dies_gets_the_replies_published_while_it_reconnec
     use soorma::nats::async_nats::jetstream;
     use std::sync::atomic::{AtomicUsize, Ordering};
     soorma_tests::init_tracing();
+    let _one_cluster = CLUSTER.lock().await;
     let mut cluster = NatsCluster::start(3);
     let caller = connect_when_ready(
         NatsConfig::new(cluster.urls())
