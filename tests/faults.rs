@@ -861,10 +861,17 @@ async fn a_caller_whose_server_dies_gets_the_replies_published_while_it_reconnec
         if consumers == 0 {
             break;
         }
-        assert!(
-            tokio::time::Instant::now() < deadline,
-            "{consumers} consumers left on the action-results stream"
-        );
+        if tokio::time::Instant::now() >= deadline {
+            let left: Vec<String> = stream
+                .consumers()
+                .map(|c| c.map(|c| format!("{} {:?}", c.name, c.config.description)))
+                .collect::<Vec<_>>()
+                .await
+                .into_iter()
+                .map(|c| c.unwrap_or_else(|e| e.to_string()))
+                .collect();
+            panic!("{consumers} consumers left on the action-results stream: {left:?}");
+        }
         tokio::time::sleep(Duration::from_millis(200)).await;
     }
 }

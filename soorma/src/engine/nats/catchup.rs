@@ -30,7 +30,7 @@ pub(super) const CONCURRENT_REPLAYS: usize = 8;
 const REPLAY_LIMIT: Duration = Duration::from_secs(60);
 /// How long one request to the JetStream API of a replay may take (a request lost in a
 /// failover is repeated).
-const REQUEST_TIMEOUT: Duration = Duration::from_secs(2);
+const REQUEST_TIMEOUT: Duration = Duration::from_secs(5);
 /// How long a replay that is not caught up waits for its next message before giving up.
 const IDLE: Duration = Duration::from_secs(5);
 /// When the server deletes a replay consumer nobody reads (its process died mid-replay).
@@ -295,7 +295,7 @@ async fn replay_source(
         memory_storage: true,
         ..Default::default()
     };
-    let outcome = match create_consumer(js, &source.stream, config, window.deadline).await {
+    let outcome = match create_consumer(js, &source.stream, &name, config, window.deadline).await {
         Ok(Some(consumer)) => read(consumer, window, tx, budget).await,
         Ok(None) => return Ok(0),
         Err(e) => Err(e),
@@ -308,15 +308,23 @@ async fn replay_source(
 }
 
 /// Creates the replay consumer, repeating while the stream has no leader (right after a
-/// server was lost); `None` when the stream does not exist (nothing was ever published).
+/// server was lost); `None` when the stream does not exist (nothing was ever published). A
+/// creation whose answer was lost may still have happened: before repeating it, the consumer
+/// is looked up by name (a second creation of it would not be answered either).
 async fn create_consumer(
     js: &jetstream::Context,
     stream: &str,
+    name: &str,
     config: consumer::pull::Config,
     deadline: Instant,
 ) -> std::result::Result<Option<consumer::PullConsumer>, String> {
     let mut delay = Duration::from_millis(100);
+    let mut repeated = false;
     loop {
+        if repeated && let Ok(c) = js.get_consumer_from_stream(name, stream).await {
+            return Ok(Some(c));
+        }
+        repeated = true;
         match js.create_consumer_on_stream(config.clone(), stream).await {
             Ok(c) => return Ok(Some(c)),
             Err(e) if not_found(&e) => return Ok(None),
