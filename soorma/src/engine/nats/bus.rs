@@ -29,6 +29,11 @@ pub const DEAD_LETTER_TRUNCATED_HEADER: &str = "Soorma-Dead-Letter-Truncated";
 const DEAD_LETTER_HEADROOM: usize = 8 * 1024;
 /// The most messages one pull of a durable consumer asks for.
 const MAX_BATCH: usize = 256;
+/// How long a pull request of a durable consumer lasts. A pull lost in a failover (the
+/// consumer's leader died holding it, or no server answered it while a new one was elected) is
+/// sent again only when it would have expired (plus 5 s): the async-nats default of 30 s
+/// stalled an agent for 35 s after losing the server leading its consumer.
+const PULL_EXPIRES: Duration = Duration::from_secs(5);
 /// How long a dead letter that could not be stored waits before its original is redelivered.
 const DEAD_LETTER_RETRY: Duration = Duration::from_secs(1);
 
@@ -307,6 +312,7 @@ impl NatsBus {
         let messages = consumer
             .stream()
             .max_messages_per_batch(batch)
+            .expires(PULL_EXPIRES)
             .messages()
             .await
             .map_err(|e| {
