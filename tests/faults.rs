@@ -24,6 +24,9 @@ use soorma::testing::TestPlatform;
 use soorma_tests::nats_server::{NatsCluster, NatsServer};
 
 const ACK_WAIT: Duration = Duration::from_secs(2);
+/// Held by each test that runs a 3-node cluster: two at once (six servers) on a small machine
+/// slow JetStream's recovery from a lost server past the callers' timeouts.
+static CLUSTER: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
 const FINISH: Duration = Duration::from_secs(90);
 
 #[derive(Debug, Serialize, Deserialize, JsonSchema)]
@@ -555,42 +558,28 @@ async fn stored_replies(platform: &Platform, subject: &str) -> (usize, HashMap<S
 
 /// A 3-node cluster with replicas 3: the node leading the action-results stream is killed
 /// (SIGKILL) while 200 tasks (150 tool calls, 50 worker jobs fanning out to the tool) are in
-/// flight. Every call gets its right reply; the stream holds exactly one reply per task. The
-/// caller is connected to a surviving node (see below).
+/// flight. Every call gets its right reply; the stream holds exactly one reply per task.
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn a_cluster_node_killed_mid_run_loses_and_doubles_no_task() {
     use soorma::nats::async_nats::jetstream;
     use std::sync::Arc;
     use std::sync::atomic::{AtomicUsize, Ordering};
     soorma_tests::init_tracing();
+    let _one_cluster = CLUSTER.lock().await;
     let started = std::time::Instant::now();
     let mut cluster = NatsCluster::start(3);
     let config = NatsConfig::new(cluster.urls())
         .with_replicas(3)
         .with_ack_wait(ACK_WAIT);
-    let agents = connect_when_ready(config).await;
+    let agents = connect_when_ready(config.clone()).await;
+    // The caller connects to any node: when its own server is the one killed, its replies
+    // published while it reconnects are replayed from the stream.
+    let caller = connect_when_ready(config).await;
     let _tool = inc_tool(Duration::from_millis(40), 8)
         .start(&agents)
         .await
         .unwrap();
     let _worker = worker("w").start(&agents).await.unwrap();
-    // The caller connects to the nodes that do not lead the action-results stream: a caller
-    // whose own server dies can miss replies published while it reconnects (its replies come
-    // on a core subscription; they stay stored in the stream), which is an open gap of its own.
-    let agents_js = jetstream::new(agents.nats_client().unwrap().clone());
-    let first_leader = agents_js
-        .get_stream("SOORMA_ACTION_RESULTS")
-        .await
-        .unwrap()
-        .cached_info()
-        .cluster
-        .as_ref()
-        .and_then(|c| c.leader.clone())
-        .expect("the action-results stream has a leader");
-    let caller_config = NatsConfig::new(cluster.urls_except(&first_leader))
-        .with_replicas(3)
-        .with_ack_wait(ACK_WAIT);
-    let caller = connect_when_ready(caller_config).await;
 
     // Streams, buckets and the consumers have 3 replicas (a leader and 2 followers).
     let js = jetstream::new(caller.nats_client().unwrap().clone());
@@ -691,7 +680,11 @@ async fn a_cluster_node_killed_mid_run_loses_and_doubles_no_task() {
         .and_then(|c| c.leader.clone())
         .expect("the action-results stream has a leader");
     let answered = done.load(Ordering::Relaxed);
-    eprintln!("killing {leader}, the action-results stream leader, after {answered} replies");
+    let caller_on = caller.nats_client().unwrap().server_info().server_name;
+    let agents_on = agents.nats_client().unwrap().server_info().server_name;
+    eprintln!(
+        "killing {leader}, the action-results stream leader, after {answered} replies (the caller is on {caller_on}, the agents on {agents_on})"
+    );
     cluster.kill(&leader);
 
     let killed_at = started.elapsed();
@@ -732,6 +725,155 @@ async fn a_cluster_node_killed_mid_run_loses_and_doubles_no_task() {
         "took {:?}",
         started.elapsed()
     );
+}
+
+/// Moves the leaders of every stream and consumer off the node `node` (a stream's or
+/// consumer's leader steps down until another node leads it).
+async fn lead_elsewhere(nats: &soorma::nats::async_nats::Client, node: &str) {
+    use soorma::nats::async_nats::jetstream;
+    let js = jetstream::new(nats.clone());
+    let names: Vec<String> = js.stream_names().map(|n| n.unwrap()).collect().await;
+    let leader = |cluster: Option<jetstream::stream::ClusterInfo>| cluster.and_then(|c| c.leader);
+    for stream in names {
+        let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
+        loop {
+            let mut s = js.get_stream(&stream).await.unwrap();
+            let led_by = leader(s.info().await.unwrap().cluster.clone());
+            let mut on_node: Vec<String> = Vec::new();
+            if led_by.as_deref() != Some(node) {
+                let mut consumers = s.consumers();
+                while let Some(info) = consumers.next().await {
+                    let info = info.unwrap();
+                    if leader(info.cluster.clone()).as_deref() != Some(node) {
+                        continue;
+                    }
+                    on_node.push(info.name);
+                }
+                if on_node.is_empty() && led_by.is_some() {
+                    break;
+                }
+            }
+            assert!(
+                tokio::time::Instant::now() < deadline,
+                "{stream} or its consumers {on_node:?} still led by {node}"
+            );
+            let subject = if led_by.as_deref() == Some(node) {
+                format!("$JS.API.STREAM.LEADER.STEPDOWN.{stream}")
+            } else if let Some(consumer) = on_node.first() {
+                format!("$JS.API.CONSUMER.LEADER.STEPDOWN.{stream}.{consumer}")
+            } else {
+                String::new()
+            };
+            if !subject.is_empty() {
+                let _ = nats.request(subject, "".into()).await;
+            }
+            tokio::time::sleep(Duration::from_millis(300)).await;
+        }
+    }
+}
+
+/// A caller whose own server hangs and then dies while replies are being published still gets
+/// every reply (with the default timeout): after reconnecting to another node, its reply
+/// subscription replays from the action-results stream what was published meanwhile. The tool
+/// is connected to the other nodes, which lead every stream and consumer, so replies keep being
+/// published and stored while the caller reconnects. No consumer is left behind by the replay.
+/// Without the replay, about 290 of the 400 calls time out.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_caller_whose_server_dies_gets_the_replies_published_while_it_reconnects() {
+    use soorma::nats::async_nats::jetstream;
+    use std::sync::atomic::{AtomicUsize, Ordering};
+    soorma_tests::init_tracing();
+    let _one_cluster = CLUSTER.lock().await;
+    let mut cluster = NatsCluster::start(3);
+    let caller = connect_when_ready(
+        NatsConfig::new(cluster.urls())
+            .with_replicas(3)
+            .with_ack_wait(ACK_WAIT),
+    )
+    .await;
+    let caller_nats = caller.nats_client().unwrap().clone();
+    let x = caller_nats.server_info().server_name;
+    let agents = connect_when_ready(
+        NatsConfig::new(cluster.urls_except(&x))
+            .with_replicas(3)
+            .with_ack_wait(ACK_WAIT),
+    )
+    .await;
+    assert_ne!(agents.nats_client().unwrap().server_info().server_name, x);
+    let _tool = inc_tool(Duration::from_millis(100), 32)
+        .start(&agents)
+        .await
+        .unwrap();
+    let client = caller.client("failover-caller");
+    assert_eq!(client.timeout(), soorma::Client::DEFAULT_TIMEOUT + ACK_WAIT);
+    // A first call creates the action-results stream.
+    let warm_up = client.request("inc.requested", 0_i64, "inc.replied").await;
+    assert_eq!(warm_up.unwrap().into_result::<i64>().unwrap(), 1);
+    // Only the caller's connection is lost: no stream or consumer is led by X (an agent
+    // whose consumer loses its leader stalls for a while, which is not tested here).
+    lead_elsewhere(&caller_nats, &x).await;
+    let js = jetstream::new(caller_nats.clone());
+
+    // 400 calls, answered at about 300 a second by the tool.
+    let done = Arc::new(AtomicUsize::new(0));
+    let mut calls = Vec::new();
+    for i in 1..=400_i64 {
+        let (client, done) = (client.clone(), done.clone());
+        calls.push(tokio::spawn(async move {
+            let reply = client.request("inc.requested", i, "inc.replied").await;
+            done.fetch_add(1, Ordering::Relaxed);
+            (i, reply.and_then(|r| r.into_result::<i64>()))
+        }));
+    }
+    wait_for("the first replies", || done.load(Ordering::Relaxed) >= 40).await;
+    // X hangs for a second, then dies: what is published meanwhile never reaches the caller,
+    // which notices only when its connection breaks.
+    let answered = done.load(Ordering::Relaxed);
+    cluster.freeze(&x);
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    cluster.kill(&x);
+    let started = std::time::Instant::now();
+    let mut failures = Vec::new();
+    for call in calls {
+        let (i, outcome) = call.await.unwrap();
+        match outcome {
+            Ok(v) if v == i + 1 => {}
+            Ok(v) => failures.push(format!("inc {i}: {v}")),
+            Err(e) => failures.push(format!("inc {i}: {e}")),
+        }
+    }
+    assert!(
+        failures.is_empty(),
+        "killed {x} (the caller's server) after {answered} replies; {} calls failed: {failures:?}",
+        failures.len()
+    );
+    let now_on = caller_nats.server_info().server_name;
+    assert_ne!(now_on, x, "the caller reconnected to another node");
+    eprintln!(
+        "killed {x} after {answered} replies; the caller reconnected to {now_on}; every call answered {:?} later",
+        started.elapsed()
+    );
+    // The replay's consumer is deleted: the stream has no consumer (nothing else reads it).
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(20);
+    loop {
+        let mut stream = js.get_stream("SOORMA_ACTION_RESULTS").await.unwrap();
+        let consumers = stream.info().await.unwrap().state.consumer_count;
+        if consumers == 0 {
+            break;
+        }
+        if tokio::time::Instant::now() >= deadline {
+            let left: Vec<String> = stream
+                .consumers()
+                .map(|c| c.map(|c| format!("{} {:?}", c.name, c.config.description)))
+                .collect::<Vec<_>>()
+                .await
+                .into_iter()
+                .map(|c| c.unwrap_or_else(|e| e.to_string()))
+                .collect();
+            panic!("{consumers} consumers left on the action-results stream: {left:?}");
+        }
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
 }
 
 /// A worker process killed between the write that ends a task and the reply: the completion

@@ -239,6 +239,22 @@ impl NatsCluster {
             .join(",")
     }
 
+    /// Freezes (SIGSTOP) the node named `name`: it keeps its connections open but answers
+    /// nothing, as a hung server or a partitioned host does before its connections break.
+    pub fn freeze(&mut self, name: &str) {
+        let (_, server) = self
+            .nodes
+            .iter()
+            .find(|(n, _)| n == name)
+            .unwrap_or_else(|| panic!("no cluster node `{name}`"));
+        let pid = server.child.as_ref().expect("the node runs").id();
+        let status = std::process::Command::new("kill")
+            .args(["-STOP", &pid.to_string()])
+            .status()
+            .expect("kill -STOP runs");
+        assert!(status.success(), "kill -STOP {pid}: {status}");
+    }
+
     /// Kills (SIGKILL) the node named `name` (`n1`, ...).
     pub fn kill(&mut self, name: &str) {
         let (_, server) = self

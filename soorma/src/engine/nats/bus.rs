@@ -9,8 +9,9 @@ use futures_util::{Stream, StreamExt};
 use serde_json::json;
 use soorma_common::events::DEAD_LETTERED;
 use soorma_common::{DEFAULT_TENANT, EventEnvelope, Topic};
-use tokio::sync::Mutex;
+use tokio::sync::{Mutex, Semaphore, watch};
 
+use super::catchup::{self, CatchUp, Link, Source};
 use super::{NatsConfig, assets, engine_error, names};
 use crate::error::{EngineErrorKind, Error, Result};
 use crate::spi::bus::{
@@ -28,6 +29,11 @@ pub const DEAD_LETTER_TRUNCATED_HEADER: &str = "Soorma-Dead-Letter-Truncated";
 const DEAD_LETTER_HEADROOM: usize = 8 * 1024;
 /// The most messages one pull of a durable consumer asks for.
 const MAX_BATCH: usize = 256;
+/// How long a pull request of a durable consumer lasts. A pull lost in a failover (the
+/// consumer's leader died holding it, or no server answered it while a new one was elected) is
+/// sent again only when it would have expired (plus 5 s): the async-nats default of 30 s
+/// stalled an agent for 35 s after losing the server leading its consumer.
+const PULL_EXPIRES: Duration = Duration::from_secs(5);
 /// How long a dead letter that could not be stored waits before its original is redelivered.
 const DEAD_LETTER_RETRY: Duration = Duration::from_secs(1);
 
@@ -40,6 +46,10 @@ struct Inner {
     streams: std::sync::RwLock<HashMap<Topic, Arc<stream::Stream>>>,
     creating: Mutex<()>,
     dlq: Mutex<bool>,
+    /// The connection's state: core subscriptions catch up after a reconnect.
+    link: watch::Receiver<Link>,
+    /// Bounds the catch-up replays running at once.
+    replays: Arc<Semaphore>,
 }
 
 /// The event bus on NATS JetStream: one stream per topic, one durable pull consumer per
@@ -62,6 +72,7 @@ impl NatsBus {
         client: async_nats::Client,
         js: jetstream::Context,
         config: Arc<NatsConfig>,
+        link: watch::Receiver<Link>,
     ) -> Self {
         Self {
             inner: Arc::new(Inner {
@@ -71,6 +82,8 @@ impl NatsBus {
                 streams: std::sync::RwLock::default(),
                 creating: Mutex::new(()),
                 dlq: Mutex::new(false),
+                link,
+                replays: Arc::new(Semaphore::new(catchup::CONCURRENT_REPLAYS)),
             }),
         }
     }
@@ -307,6 +320,7 @@ impl NatsBus {
         let messages = consumer
             .stream()
             .max_messages_per_batch(batch)
+            .expires(PULL_EXPIRES)
             .messages()
             .await
             .map_err(|e| {
@@ -340,7 +354,14 @@ impl NatsBus {
         }))
     }
 
-    async fn subscribe_core(&self, filters: Vec<String>) -> Result<Box<dyn Subscription>> {
+    /// A core subscription to `filters` that, after a reconnect, replays from `sources` what
+    /// it missed (skipping copies of what it delivered when `dedup`; see [`catchup`]).
+    async fn subscribe_core(
+        &self,
+        filters: Vec<String>,
+        sources: Vec<Source>,
+        dedup: bool,
+    ) -> Result<Box<dyn Subscription>> {
         let mut subs = Vec::new();
         for f in filters {
             let sub = self.inner.client.subscribe(f.clone()).await.map_err(|e| {
@@ -363,7 +384,24 @@ impl NatsBus {
         Ok(Box::new(CoreSubscription {
             prefix: self.inner.config.subject_prefix.clone(),
             messages: merged,
+            catch_up: CatchUp::new(
+                self.inner.js.clone(),
+                sources,
+                self.inner.link.clone(),
+                self.inner.replays.clone(),
+                dedup,
+            ),
         }))
+    }
+}
+
+impl NatsBus {
+    /// Where a core subscription to `filters` on `topic` replays from after a reconnect.
+    fn source(&self, topic: Topic, filters: Vec<String>) -> Source {
+        Source {
+            stream: names::stream_name(&self.inner.config.stream_prefix, topic),
+            filters,
+        }
     }
 }
 
@@ -398,7 +436,9 @@ impl EventBus for NatsBus {
                 self.subscribe_durable(spec).await
             } else {
                 let f = filters(&self.inner.config, &spec)?;
-                self.subscribe_core(f).await
+                let source = self.source(spec.topic, f.clone());
+                // Clients (the one user) take a reply twice: no de-duplication.
+                self.subscribe_core(f, vec![source], false).await
             }
         })
     }
@@ -410,7 +450,12 @@ impl EventBus for NatsBus {
                 Some(t) => format!("{prefix}.*.{t}.>"),
                 None => format!("{prefix}.>"),
             };
-            self.subscribe_core(vec![f]).await
+            let topics = topic.map_or(Topic::ALL.to_vec(), |t| vec![t]);
+            let sources = topics
+                .into_iter()
+                .map(|t| self.source(t, vec![format!("{prefix}.*.{t}.>")]))
+                .collect();
+            self.subscribe_core(vec![f], sources, true).await
         })
     }
 
@@ -707,14 +752,20 @@ impl Acker for NatsAcker {
 struct CoreSubscription {
     prefix: String,
     messages: Pin<Box<dyn Stream<Item = async_nats::Message> + Send>>,
+    catch_up: CatchUp,
 }
 
 impl Subscription for CoreSubscription {
     fn next(&mut self) -> BoxFuture<'_, Option<Delivery>> {
         Box::pin(async move {
             loop {
-                let msg = self.messages.next().await?;
+                // Both branches are cancel-safe: nothing is lost when `next` is dropped.
+                let (msg, replayed) = tokio::select! {
+                    m = self.messages.next() => (m?, false),
+                    m = self.catch_up.next() => (m, true),
+                };
                 match decode(&self.prefix, &msg.subject, &msg.payload) {
+                    Ok(env) if !self.catch_up.deliver(&env.id, replayed) => {}
                     Ok(env) => return Some(Delivery::new(Arc::new(env), 1, None)),
                     Err(reason) => {
                         tracing::debug!(subject = %msg.subject, %reason, "ignoring a message that cannot be handled")

@@ -15,6 +15,7 @@
 
 mod assets;
 mod bus;
+mod catchup;
 pub(crate) mod names;
 mod registry;
 mod state;
@@ -402,9 +403,15 @@ const ACK_WAIT_ENV: &str = "SOORMA_NATS_ACK_WAIT";
 /// is unreachable or JetStream is not enabled.
 pub(crate) async fn connect(config: NatsConfig) -> Result<EngineParts> {
     let servers = config.validate()?;
+    // Connection events feed the core subscriptions' catch-up after a reconnect.
+    let (link, link_rx) = tokio::sync::watch::channel(catchup::Link::default());
     let mut options = async_nats::ConnectOptions::new()
         .name("soorma")
-        .connection_timeout(Duration::from_secs(5));
+        .connection_timeout(Duration::from_secs(5))
+        .event_callback(move |event| {
+            catchup::on_event(&link, &event);
+            std::future::ready(())
+        });
     options = match &config.auth {
         NatsAuth::None => options,
         NatsAuth::Token(t) => options.token(t.clone()),
@@ -428,7 +435,7 @@ pub(crate) async fn connect(config: NatsConfig) -> Result<EngineParts> {
         .await
         .map_err(|e| jetstream_unavailable(&config.url, e))?;
     let config = Arc::new(config);
-    let bus = NatsBus::new(client.clone(), js.clone(), config.clone());
+    let bus = NatsBus::new(client.clone(), js.clone(), config.clone(), link_rx);
     let state = NatsStore::new(js.clone(), config.clone());
     let registry = NatsRegistry::new(js, config).await?;
     let mut parts = EngineParts::new("nats", Arc::new(bus), Arc::new(state), Arc::new(registry));
