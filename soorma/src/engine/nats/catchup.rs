@@ -2,7 +2,7 @@
 //! connection is down (its server died; the client is reconnecting to another). When the
 //! connection comes back, each live core subscription replays from the topic streams the
 //! messages on its subjects published since shortly before the disconnect, with a short-lived
-//! ephemeral consumer (R1, in memory, deleted when done), then goes on with live messages.
+//! ephemeral consumer (as many replicas as the stream, in memory, deleted when done), then goes on with live messages.
 
 use std::collections::{HashMap, VecDeque};
 use std::hash::{BuildHasher, RandomState};
@@ -280,51 +280,52 @@ async fn replay_source(
     } else {
         (String::new(), filters)
     };
-    // Named, so that a creation repeated after a lost answer makes no second consumer, and
-    // the deletion at the end finds it.
-    let name = format!("soorma_catchup_{}", new_id());
     let config = consumer::pull::Config {
-        name: Some(name.clone()),
         description: Some("soorma catch-up after a reconnect".into()),
         deliver_policy: consumer::DeliverPolicy::ByStartTime { start_time },
         ack_policy: consumer::AckPolicy::None,
         filter_subject,
         filter_subjects,
         inactive_threshold: INACTIVE,
-        num_replicas: 1,
+        // As many replicas as the stream: an R1 consumer may be placed on the server just
+        // lost, and its creation is then never answered.
+        num_replicas: 0,
         memory_storage: true,
         ..Default::default()
     };
-    let outcome = match create_consumer(js, &source.stream, &name, config, window.deadline).await {
-        Ok(Some(consumer)) => read(consumer, window, tx, budget).await,
-        Ok(None) => return Ok(0),
-        Err(e) => Err(e),
-    };
-    // Deleted now: the server's consumer count stays as it was.
-    if let Err(e) = js.delete_consumer_from_stream(&name, &source.stream).await {
-        tracing::debug!(consumer = %name, error = %e, "cannot delete a catch-up consumer; the server drops it when inactive");
+    // Each attempt creates a consumer of a new name (a creation stuck on a server being lost
+    // is not waited for again); every name tried is deleted at the end, so the server's
+    // consumer count stays as it was (one whose deletion fails goes when inactive).
+    let mut tried = Vec::new();
+    let outcome =
+        match create_consumer(js, &source.stream, config, window.deadline, &mut tried).await {
+            Ok(Some(consumer)) => read(consumer, window, tx, budget).await,
+            Ok(None) => Ok(0),
+            Err(e) => Err(e),
+        };
+    for name in tried {
+        if let Err(e) = js.delete_consumer_from_stream(&name, &source.stream).await {
+            tracing::debug!(consumer = %name, error = %e, "cannot delete a catch-up consumer; the server drops it when inactive");
+        }
     }
     outcome
 }
 
 /// Creates the replay consumer, repeating while the stream has no leader (right after a
-/// server was lost); `None` when the stream does not exist (nothing was ever published). A
-/// creation whose answer was lost may still have happened: before repeating it, the consumer
-/// is looked up by name (a second creation of it would not be answered either).
+/// server was lost) with a new name each time (recorded in `tried`); `None` when the stream
+/// does not exist (nothing was ever published).
 async fn create_consumer(
     js: &jetstream::Context,
     stream: &str,
-    name: &str,
-    config: consumer::pull::Config,
+    mut config: consumer::pull::Config,
     deadline: Instant,
+    tried: &mut Vec<String>,
 ) -> std::result::Result<Option<consumer::PullConsumer>, String> {
     let mut delay = Duration::from_millis(100);
-    let mut repeated = false;
     loop {
-        if repeated && let Ok(c) = js.get_consumer_from_stream(name, stream).await {
-            return Ok(Some(c));
-        }
-        repeated = true;
+        let name = format!("soorma_catchup_{}", new_id());
+        config.name = Some(name.clone());
+        tried.push(name);
         match js.create_consumer_on_stream(config.clone(), stream).await {
             Ok(c) => return Ok(Some(c)),
             Err(e) if not_found(&e) => return Ok(None),
