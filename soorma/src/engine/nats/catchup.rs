@@ -300,7 +300,8 @@ async fn replay_source(
     let outcome =
         match create_consumer(js, &source.stream, config, window.deadline, &mut tried).await {
             Ok(Some(consumer)) => read(consumer, window, tx, budget).await,
-            Ok(None) => Ok(0),
+            // No stream: nothing was created, nothing to delete.
+            Ok(None) => return Ok(0),
             Err(e) => Err(e),
         };
     for name in tried {
