@@ -17,6 +17,7 @@ use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use soorma_common::EventEnvelope;
 use tokio::sync::{oneshot, watch};
 
+use super::dispatch::next_until_stopped;
 use super::extract::{AgentRuntime, HandlerInput};
 use super::handler::CancelHook;
 use crate::spi::bus::{Settlement, Subscription};
@@ -154,15 +155,7 @@ pub(crate) async fn cancel_loop(
     hooks: Vec<CancelHook>,
     mut stop: watch::Receiver<bool>,
 ) {
-    loop {
-        let delivery = tokio::select! {
-            biased;
-            _ = stop.changed() => break,
-            d = sub.next() => match d {
-                Some(d) => d,
-                None => break,
-            },
-        };
+    while let Some(delivery) = next_until_stopped(&mut sub, &mut stop).await {
         let envelope = delivery.envelope.clone();
         if let Err(e) = delivery.settle(Settlement::Ack).await {
             tracing::debug!(error = %e, "could not acknowledge a cancel request");

@@ -102,15 +102,7 @@ pub(crate) async fn dispatch_loop(
     mut service: Stack,
     mut stop: watch::Receiver<bool>,
 ) {
-    loop {
-        let delivery = tokio::select! {
-            biased;
-            _ = stop.changed() => break,
-            d = sub.next() => match d {
-                Some(d) => d,
-                None => break,
-            },
-        };
+    while let Some(delivery) = next_until_stopped(&mut sub, &mut stop).await {
         // Waiting for a free handler is kept alive like handling, so the event is not
         // redelivered meanwhile.
         match delivery.keep_alive_while(service.ready()).await {
@@ -133,6 +125,19 @@ pub(crate) async fn dispatch_loop(
     }
     // Dropping the subscription stops delivery to this instance; other instances keep serving.
     drop(sub);
+}
+
+/// The next delivery of `sub`, or `None` once the agent is stopped or the subscription ends
+/// (a stop wins over a delivery ready at the same time).
+pub(crate) async fn next_until_stopped(
+    sub: &mut Box<dyn Subscription>,
+    stop: &mut watch::Receiver<bool>,
+) -> Option<Delivery> {
+    tokio::select! {
+        biased;
+        _ = stop.changed() => None,
+        d = sub.next() => d,
+    }
 }
 
 /// A delivery with its handler found.
