@@ -479,3 +479,66 @@ pub fn sleeper(name: &str, event: &str, tracked: &Tracked) -> AgentBuilder {
         .with_state(tracked.clone())
         .handler(Handler::on_invoke(event, nap))
 }
+
+static PARKED: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+
+/// Delegates to an event nobody serves: the task stays persisted and pending.
+async fn park(mut task: TaskContext<u32>) -> soorma::Result<()> {
+    task.delegate_with(
+        Delegation::new("never.served", &task.data, "never.done").skip_consumer_check(),
+    )
+    .await?;
+    PARKED.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    Ok(())
+}
+
+/// The result handler the parked tasks' delegations need (no result ever comes).
+async fn never_done(_result: ResultContext<u32>) {}
+
+/// A worker whose `park.requested` tasks each delegate a sub-task nobody serves, so they stay
+/// persisted and in flight (the NATS bench's memory phase and its small test).
+pub fn parker() -> AgentBuilder {
+    Worker::new("parker")
+        .use_registered_handlers(false)
+        .handler(Handler::on_task("park.requested", park))
+        .handler(Handler::on_result("never.done", never_done))
+}
+
+/// Submits `tasks` tasks to [`parker`] (256 at a time) and waits until each has delegated,
+/// calling `report` with the count every `poll`; panics when none is handled for `stall`.
+pub async fn park_and_wait(
+    bus: &soorma::BusClient,
+    tasks: u32,
+    stall: Duration,
+    poll: Duration,
+    report: impl Fn(usize),
+) {
+    use futures_util::StreamExt;
+    let start = PARKED.load(std::sync::atomic::Ordering::Relaxed);
+    futures_util::stream::iter(0..tasks)
+        .for_each_concurrent(256, |i| {
+            let bus = bus.clone();
+            async move {
+                bus.request("park.requested", i, "park.done")
+                    .await
+                    .expect("park");
+            }
+        })
+        .await;
+    let mut last = (0, tokio::time::Instant::now());
+    loop {
+        let parked = PARKED.load(std::sync::atomic::Ordering::Relaxed) - start;
+        if parked >= tasks as usize {
+            return;
+        }
+        if parked > last.0 {
+            last = (parked, tokio::time::Instant::now());
+        }
+        assert!(
+            last.1.elapsed() < stall,
+            "the worker stalled: {parked} of {tasks} tasks handled, no progress for {stall:?}"
+        );
+        report(parked);
+        tokio::time::sleep(poll).await;
+    }
+}

@@ -751,20 +751,6 @@ async fn client_calls_and_registry_reads_leave_no_consumer_behind() {
     );
 }
 
-static PARKED: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
-
-/// Delegates to an event nobody serves: the task stays persisted and pending.
-async fn park(mut task: TaskContext<u32>) -> soorma::Result<()> {
-    task.delegate_with(
-        Delegation::new("never.served", &task.data, "never.done").skip_consumer_check(),
-    )
-    .await?;
-    PARKED.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-    Ok(())
-}
-
-async fn never_done(_result: ResultContext<u32>) {}
-
 /// The benchmark's memory phase in small (it stalled after 2,000–4,400 tasks on a connection
 /// that had served a tool and a fan-out before): thousands of tasks submitted on one connection
 /// are all handled, with progress at least every 20 s.
@@ -793,38 +779,17 @@ async fn thousands_of_tasks_on_one_reused_connection_are_all_handled() {
         .ok()
         .and_then(|v| v.parse().ok())
         .unwrap_or(5_000);
-    let parker = Worker::new("parker")
-        .use_registered_handlers(false)
-        .handler(Handler::on_task("park.requested", park))
-        .handler(Handler::on_result("never.done", never_done))
+    let parker = soorma_tests::agents::parker()
         .start(&platform)
         .await
         .unwrap();
-    let bus = client.bus();
-    let started = tokio::time::Instant::now();
-    futures_util::stream::iter(0..tasks)
-        .for_each_concurrent(256, |i| {
-            let bus = bus.clone();
-            async move {
-                bus.request("park.requested", i, "park.done").await.unwrap();
-            }
-        })
-        .await;
-    let mut last = (0, tokio::time::Instant::now());
-    loop {
-        let parked = PARKED.load(std::sync::atomic::Ordering::Relaxed);
-        if parked >= tasks as usize {
-            break;
-        }
-        if parked > last.0 {
-            last = (parked, tokio::time::Instant::now());
-        }
-        assert!(
-            last.1.elapsed() < Duration::from_secs(20),
-            "stalled: {parked} of {tasks} tasks handled, no progress for 20 s ({:?} in)",
-            started.elapsed()
-        );
-        tokio::time::sleep(Duration::from_millis(200)).await;
-    }
+    soorma_tests::agents::park_and_wait(
+        &client.bus(),
+        tasks,
+        Duration::from_secs(20),
+        Duration::from_millis(200),
+        |_| {},
+    )
+    .await;
     parker.shutdown().await.unwrap();
 }

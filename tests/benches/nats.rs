@@ -481,22 +481,6 @@ async fn fan_part(result: ResultContext) -> soorma::Result<()> {
     Ok(())
 }
 
-// In-flight tasks: delegated to an event nobody serves, so they stay persisted and pending.
-static PARKED: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
-
-async fn park(mut task: TaskContext<u32>) -> soorma::Result<()> {
-    // Nobody serves it: the task stays pending (the point of this phase).
-    task.delegate_with(
-        Delegation::new("never.served", &task.data, "never.done").skip_consumer_check(),
-    )
-    .await?;
-    PARKED.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-    Ok(())
-}
-
-/// The result handler the parked tasks' delegations need (no result ever comes).
-async fn never_done(_result: ResultContext<u32>) {}
-
 fn rss_kib() -> u64 {
     std::fs::read_to_string("/proc/self/status")
         .ok()
@@ -673,51 +657,31 @@ async fn memory(platform: &Platform) {
             return;
         }
         let before = rss_kib();
-        let parker = Worker::new("parker")
-            .use_registered_handlers(false)
+        let parker = soorma_tests::agents::parker()
             .concurrency(
                 std::env::var("SOORMA_BENCH_PARK_CONCURRENCY")
                     .ok()
                     .and_then(|v| v.parse().ok())
                     .unwrap_or(1024),
             )
-            .handler(Handler::on_task("park.requested", park))
-            .handler(Handler::on_result("never.done", never_done))
             .start(platform)
             .await
             .expect("parker");
-        let bus = platform.client("bench").bus();
         let started = Instant::now();
-        futures_util::stream::iter(0..in_flight as u32)
-            .for_each_concurrent(256, |i| {
-                let bus = bus.clone();
-                async move {
-                    bus.request("park.requested", i, "park.done")
-                        .await
-                        .expect("park");
-                }
-            })
-            .await;
-        // Wait until every task has delegated (is persisted and pending).
-        let mut last = (0, Instant::now());
-        loop {
-            let parked = PARKED.load(std::sync::atomic::Ordering::Relaxed);
-            if parked >= in_flight {
-                break;
-            }
-            if parked > last.0 {
-                last = (parked, Instant::now());
-            }
-            assert!(
-                last.1.elapsed() < Duration::from_secs(60),
-                "the worker stalled: {parked} of {in_flight} tasks persisted, no progress for 60 s"
-            );
-            eprintln!(
-                "  ... {parked} of {in_flight} tasks persisted after {:?}",
-                started.elapsed()
-            );
-            tokio::time::sleep(Duration::from_secs(5)).await;
-        }
+        // Every task delegated: persisted and pending.
+        soorma_tests::agents::park_and_wait(
+            &platform.client("bench").bus(),
+            in_flight as u32,
+            Duration::from_secs(60),
+            Duration::from_secs(5),
+            |parked| {
+                eprintln!(
+                    "  ... {parked} of {in_flight} tasks persisted after {:?}",
+                    started.elapsed()
+                )
+            },
+        )
+        .await;
         let after = rss_kib();
         println!(
             "MEMORY worker_with_{in_flight}_in_flight_tasks rss_kib {after} (before {before}, +{} KiB; {:?} to submit and persist)",
