@@ -142,8 +142,23 @@ async fn garbage_is_dead_lettered(
     tenant: &str,
     reason: &str,
 ) -> (NatsServer, TestPlatform, Value) {
+    garbage_with_headers_is_dead_lettered(subject, HeaderMap::new(), payload, tenant, reason).await
+}
+
+/// [`garbage_is_dead_lettered`], the garbage sent with these headers.
+async fn garbage_with_headers_is_dead_lettered(
+    subject: &str,
+    headers: HeaderMap,
+    payload: Vec<u8>,
+    tenant: &str,
+    reason: &str,
+) -> (NatsServer, TestPlatform, Value) {
     let (server, t, js) = calculator_on_nats().await;
-    publish_raw(&js, subject, payload).await;
+    js.publish_with_headers(subject.to_owned(), headers, payload.into())
+        .await
+        .unwrap()
+        .await
+        .unwrap();
     let notice = t.expect_event("event.dead_lettered", WAIT).await.unwrap();
     let text = notice.data["reason"]
         .as_str()
@@ -302,6 +317,92 @@ async fn an_envelope_tenant_other_than_the_subjects_is_dead_lettered() {
         "not its subject's tenant `acme`",
     )
     .await;
+}
+
+fn batch_headers(parts: usize) -> HeaderMap {
+    let mut headers = HeaderMap::new();
+    headers.insert(soorma::nats::BATCH_HEADER, parts.to_string().as_str());
+    headers
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_batch_that_is_no_array_of_envelopes_is_dead_lettered_whole() {
+    garbage_with_headers_is_dead_lettered(
+        SUBJECT,
+        batch_headers(2),
+        br#"{"not": "an array"}"#.to_vec(),
+        "default",
+        "undecodable batch of envelopes",
+    )
+    .await;
+    // More envelopes than any batch carries: refused before any is decoded.
+    let flood = format!("[{}1]", "{},".repeat(5000));
+    garbage_with_headers_is_dead_lettered(
+        SUBJECT,
+        batch_headers(5001),
+        flood.into_bytes(),
+        "default",
+        "more than 1024 envelopes",
+    )
+    .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_bad_envelopes_of_a_batch_are_dead_lettered_alone_and_the_good_ones_served() {
+    let (server, t, js) = calculator_on_nats().await;
+    let good = |id: &str| {
+        EventEnvelope::new(id, "client", Topic::ActionRequests, "calculate.requested")
+            .with_data(json!({"expression": "1+2"}))
+            .with_response_event("calc.done")
+    };
+    let parts = [
+        serde_json::to_string(&good(&unique_id())).unwrap(),
+        r#"{"not": "an envelope"}"#.to_owned(),
+        serde_json::to_string(&good(&unique_id()).with_tenant_id("globex")).unwrap(),
+        serde_json::to_string(&good(&unique_id())).unwrap(),
+    ];
+    let payload = format!("[{}]", parts.join(","));
+    js.publish_with_headers(SUBJECT.to_owned(), batch_headers(4), payload.into())
+        .await
+        .unwrap()
+        .await
+        .unwrap();
+    let deadline = tokio::time::Instant::now() + WAIT;
+    while t.events_of_type("calc.done").len() < 2
+        || t.events_of_type("event.dead_lettered").len() < 2
+    {
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "{} replies, {} notices",
+            t.events_of_type("calc.done").len(),
+            t.events_of_type("event.dead_lettered").len()
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    let mut reasons: Vec<String> = t
+        .events_of_type("event.dead_lettered")
+        .iter()
+        .map(|n| n.data["reason"].as_str().unwrap_or_default().to_owned())
+        .collect();
+    reasons.sort();
+    assert!(
+        reasons[0].contains("not its subject's tenant") && reasons[1].contains("undecodable"),
+        "{reasons:?}"
+    );
+    assert_nothing_pending(&js).await;
+    // Each bad envelope is its own dead letter, stored as it was in the batch.
+    let mut sizes: Vec<usize> = dead_letters(&js, SUBJECT)
+        .await
+        .into_iter()
+        .map(|(size, _)| size)
+        .collect();
+    sizes.sort_unstable();
+    let mut expected = vec![parts[1].len(), parts[2].len()];
+    expected.sort_unstable();
+    assert_eq!(sizes, expected);
+    assert_eq!(t.events_of_type("calc.done").len(), 2, "each good one once");
+    still_serves(&t).await;
+    drop(server);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -736,32 +837,44 @@ async fn a_message_whose_last_delivery_is_never_settled_is_dead_lettered() {
         .publish(Topic::BusinessFacts, "order.placed", json!({"id": 1}))
         .await
         .unwrap();
-    let notice = t.expect_event("event.dead_lettered", WAIT).await.unwrap();
-    assert!(
-        notice.data["reason"]
-            .as_str()
-            .unwrap()
-            .contains("not settled on its last delivery"),
-        "{}",
-        notice.data
-    );
+    // And a batch of two (one stored message): each of its envelopes is dead-lettered.
+    let batch = (0..2)
+        .map(|_| EventEnvelope::new(unique_id(), "shop", Topic::BusinessFacts, "order.placed"))
+        .collect();
+    platform.bus().publish_batch(batch).await.unwrap();
+    let deadline = tokio::time::Instant::now() + WAIT;
+    while t.events_of_type("event.dead_lettered").len() < 3 {
+        assert!(tokio::time::Instant::now() < deadline, "not dead-lettered");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    for notice in t.events_of_type("event.dead_lettered") {
+        assert!(
+            notice.data["reason"]
+                .as_str()
+                .unwrap()
+                .contains("not settled on its last delivery"),
+            "{}",
+            notice.data
+        );
+    }
     assert_eq!(
         unsettled.lock().unwrap().len(),
-        2,
-        "delivered twice (max_deliver)"
+        6,
+        "each envelope delivered twice (max_deliver)"
     );
-    // Both instances got the advisory; the streams keep one dead letter and one notice.
+    // Both instances got the advisories; the streams keep one dead letter and one notice for
+    // each envelope.
     tokio::time::sleep(Duration::from_millis(500)).await;
     let js = jetstream::new(platform.nats_client().unwrap().clone());
     let subject = "soorma.default.business-facts.order.placed";
-    assert_eq!(dead_letters(&js, subject).await.len(), 1);
+    assert_eq!(dead_letters(&js, subject).await.len(), 3);
     let notices = stored(
         &js,
         "SOORMA_SYSTEM_EVENTS",
         "soorma.default.system-events.event.dead_lettered",
     )
     .await;
-    assert_eq!(notices.len(), 1);
+    assert_eq!(notices.len(), 3);
     for instance in instances {
         instance.abort();
     }

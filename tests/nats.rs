@@ -81,6 +81,111 @@ async fn raw_malformed_message_is_dead_lettered_and_the_agent_keeps_serving() {
     t.shutdown().await.unwrap();
 }
 
+/// Envelopes published together are stored in batches (up to 64 of one subject in one
+/// message, in order), handed out one by one to subscribers and observers, and a batch is
+/// acked once every envelope is settled: when one asks to be retried, the batch comes back
+/// whole.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn envelopes_published_together_are_stored_in_batches_and_settled_one_by_one() {
+    use soorma::EventEnvelope;
+    use soorma::bus::{EventFilter, Settlement, SubscriptionSpec};
+    use soorma::nats::async_nats::jetstream;
+    use std::collections::BTreeSet;
+
+    let server = NatsServer::start();
+    let platform = connect(&server).await;
+    let bus = platform.bus();
+    let mut observer = bus.observe(Some(Topic::BusinessFacts)).await.unwrap();
+    let spec = SubscriptionSpec::new("batch-reader", Topic::BusinessFacts, EventFilter::All);
+    let mut sub = bus.subscribe(spec).await.unwrap();
+    let id = |i: usize| format!("e{i:02}");
+    let envelopes: Vec<EventEnvelope> = (0..70)
+        .map(|i| EventEnvelope::new(id(i), "test", Topic::BusinessFacts, "order.placed"))
+        .collect();
+    bus.publish_batch(envelopes).await.unwrap();
+
+    // Two messages, 64 and 6 envelopes, in order.
+    let js = jetstream::new(platform.nats_client().unwrap().clone());
+    let stream = js.get_stream("SOORMA_BUSINESS_FACTS").await.unwrap();
+    let last = stream.get_info().await.unwrap().state.last_sequence;
+    let mut stored = Vec::new();
+    for seq in 1..=last {
+        let m = stream.get_raw_message(seq).await.unwrap();
+        let envelopes = soorma::nats::envelopes_of(Some(&m.headers), &m.payload).unwrap();
+        stored.push(envelopes.into_iter().map(|e| e.id).collect::<Vec<_>>());
+    }
+    stored.sort_by_key(Vec::len);
+    assert_eq!(
+        stored,
+        [
+            (64..70).map(id).collect::<Vec<_>>(),
+            (0..64).map(id).collect::<Vec<_>>()
+        ]
+    );
+
+    let all: BTreeSet<String> = (0..70).map(id).collect();
+    let mut observed = BTreeSet::new();
+    for _ in 0..70 {
+        let d = tokio::time::timeout(WAIT, observer.next())
+            .await
+            .unwrap()
+            .unwrap();
+        assert!(observed.insert(d.envelope.id.clone()), "observed twice");
+    }
+    assert_eq!(observed, all);
+
+    let mut first = Vec::new();
+    for _ in 0..70 {
+        let d = tokio::time::timeout(WAIT, sub.next())
+            .await
+            .unwrap()
+            .unwrap();
+        assert_eq!(d.attempt, 1);
+        first.push(d);
+    }
+    assert_eq!(
+        first
+            .iter()
+            .map(|d| d.envelope.id.clone())
+            .collect::<BTreeSet<_>>(),
+        all
+    );
+    for d in first {
+        let settlement = if d.envelope.id == id(3) {
+            Settlement::Retry {
+                delay: Duration::from_millis(10),
+            }
+        } else {
+            Settlement::Ack
+        };
+        d.settle(settlement).await.unwrap();
+    }
+    // e03's batch (the first 64) comes back whole; the other was acked.
+    let mut again = BTreeSet::new();
+    for _ in 0..64 {
+        let d = tokio::time::timeout(WAIT, sub.next())
+            .await
+            .unwrap()
+            .unwrap();
+        assert_eq!(d.attempt, 2);
+        again.insert(d.envelope.id.clone());
+        d.settle(Settlement::Ack).await.unwrap();
+    }
+    assert_eq!(again, (0..64).map(id).collect());
+    assert!(
+        tokio::time::timeout(Duration::from_millis(500), sub.next())
+            .await
+            .is_err(),
+        "delivered again"
+    );
+    let mut consumer = stream
+        .get_consumer::<jetstream::consumer::pull::Config>("batch-reader__business-facts")
+        .await
+        .unwrap();
+    let info = consumer.info().await.unwrap();
+    assert_eq!((info.num_pending, info.num_ack_pending), (0, 0));
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn requests_published_while_the_agent_is_down_are_served_when_it_returns() {
     let server = NatsServer::start();

@@ -178,8 +178,8 @@ pub mod nats {
     //! # Ok(()) }
     //! ```
     pub use crate::engine::nats::{
-        DEAD_LETTER_REASON_HEADER, DEAD_LETTER_TRUNCATED_HEADER, NatsAuth, NatsBus, NatsConfig,
-        NatsRegistry, NatsStore, StorageType, async_nats,
+        BATCH_HEADER, DEAD_LETTER_REASON_HEADER, DEAD_LETTER_TRUNCATED_HEADER, NatsAuth, NatsBus,
+        NatsConfig, NatsRegistry, NatsStore, StorageType, async_nats, envelopes_of,
     };
     pub use crate::platform::connect_nats as connect;
 }

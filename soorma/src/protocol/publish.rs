@@ -255,6 +255,11 @@ impl BusClient {
         self.bus.publish(envelope).await
     }
 
+    /// Publishes several prepared envelopes ([`EventBus::publish_batch`]).
+    pub(crate) async fn publish_envelopes(&self, envelopes: Vec<EventEnvelope>) -> Result<()> {
+        self.bus.publish_batch(envelopes).await
+    }
+
     fn start(&self, kind: Kind, topic: Topic, event_type: String, data: impl Serialize) -> Publish {
         let envelope = serde_json::to_value(data)
             .map_err(|e| Error::serialize("event data", e))

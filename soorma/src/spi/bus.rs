@@ -475,6 +475,31 @@ pub trait EventBus: Send + Sync + 'static {
     /// # Ok(()) }
     /// ```
     fn publish(&self, envelope: EventEnvelope) -> BoxFuture<'_, Result<()>>;
+    /// Publishes several events, as a fan-out does; an engine may store those of one subject
+    /// together (NATS stores up to 64 in one message, so a server that fsyncs every write does
+    /// it once for them). Subscribers still receive them one by one. On an error some may have
+    /// been published: publish them all again (ids make that safe). The default publishes them
+    /// one after the other.
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")] async fn main() -> soorma::Result<()> {
+    /// use soorma::bus::EventBus;
+    /// use soorma::{EventEnvelope, Topic};
+    ///
+    /// let t = soorma::testing::TestPlatform::new();
+    /// let env = |id: &str| EventEnvelope::new(id, "shop", Topic::BusinessFacts, "order.placed");
+    /// t.platform().bus().publish_batch(vec![env("e1"), env("e2")]).await?;
+    /// assert_eq!(t.events().len(), 2);
+    /// # Ok(()) }
+    /// ```
+    fn publish_batch(&self, envelopes: Vec<EventEnvelope>) -> BoxFuture<'_, Result<()>> {
+        Box::pin(async move {
+            for envelope in envelopes {
+                self.publish(envelope).await?;
+            }
+            Ok(())
+        })
+    }
     /// Subscribes; the subscription is live when the returned future resolves.
     ///
     /// ```

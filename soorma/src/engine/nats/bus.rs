@@ -1,4 +1,4 @@
-use std::collections::HashMap;
+use std::collections::{HashMap, VecDeque};
 use std::pin::Pin;
 use std::sync::Arc;
 use std::time::Duration;
@@ -11,6 +11,7 @@ use soorma_common::events::DEAD_LETTERED;
 use soorma_common::{DEFAULT_TENANT, EventEnvelope, Topic};
 use tokio::sync::{Mutex, Semaphore, watch};
 
+use super::batch;
 use super::catchup::{self, CatchUp, Link, Source};
 use super::{NatsConfig, assets, engine_error, names};
 use crate::error::{EngineErrorKind, Error, Result};
@@ -34,6 +35,8 @@ const MAX_BATCH: usize = 256;
 /// sent again only when it would have expired (plus 5 s): the async-nats default of 30 s
 /// stalled an agent for 35 s after losing the server leading its consumer.
 const PULL_EXPIRES: Duration = Duration::from_secs(5);
+/// How many batches of one [`EventBus::publish_batch`] are stored at once.
+const BATCHES_IN_FLIGHT: usize = 16;
 /// How long a dead letter that could not be stored waits before its original is redelivered.
 const DEAD_LETTER_RETRY: Duration = Duration::from_secs(1);
 
@@ -216,9 +219,68 @@ impl NatsBus {
     }
 
     async fn publish_envelope(&self, envelope: &EventEnvelope) -> Result<()> {
-        let cfg = &self.inner.config;
+        let (subject, stream) = self.route(envelope).await?;
+        let part = part_of(envelope)?;
+        self.store(
+            &stream,
+            &subject,
+            &part.id,
+            part.traceparent.as_deref(),
+            None,
+            part.json,
+        )
+        .await
+    }
+
+    /// Publishes `envelopes`, those of one subject in batches (see [`batch`]), a few batches
+    /// at a time.
+    async fn publish_all(&self, envelopes: Vec<EventEnvelope>) -> Result<()> {
+        // Subjects in the order they first appear; each subject's envelopes in order.
+        let mut lanes: Vec<(String, Arc<stream::Stream>, Vec<batch::Part>)> = Vec::new();
+        let mut lane_of: HashMap<String, usize> = HashMap::new();
+        for envelope in &envelopes {
+            let (subject, stream) = self.route(envelope).await?;
+            let part = part_of(envelope)?;
+            match lane_of.get(&subject) {
+                Some(&i) => lanes[i].2.push(part),
+                None => {
+                    lane_of.insert(subject.clone(), lanes.len());
+                    lanes.push((subject, stream, vec![part]));
+                }
+            }
+        }
+        let max_bytes = batch::MAX_BATCH_BYTES.min(self.inner.client.max_payload() / 2);
+        let sends: Vec<_> = lanes
+            .into_iter()
+            .flat_map(|(subject, stream, parts)| {
+                batch::cut(parts, max_bytes)
+                    .into_iter()
+                    .map(move |parts| (subject.clone(), stream.clone(), parts))
+            })
+            .collect();
+        futures_util::stream::iter(sends)
+            .map(|(subject, stream, mut parts)| async move {
+                if parts.len() == 1 {
+                    let part = parts.pop().expect("one part");
+                    let tp = part.traceparent.as_deref();
+                    return self
+                        .store(&stream, &subject, &part.id, tp, None, part.json)
+                        .await;
+                }
+                let id = batch::batch_id(&parts);
+                let payload = batch::payload(&parts);
+                self.store(&stream, &subject, &id, None, Some(parts.len()), payload)
+                    .await
+            })
+            .buffer_unordered(BATCHES_IN_FLIGHT)
+            .fold(Ok(()), |first, r| async move { first.and(r) })
+            .await
+    }
+
+    /// The subject `envelope` goes to and the stream that keeps it.
+    async fn route(&self, envelope: &EventEnvelope) -> Result<(String, Arc<stream::Stream>)> {
         let subject = names::subject(
-            &cfg.subject_prefix,
+            &self.inner.config.subject_prefix,
             envelope.tenant(),
             envelope.topic,
             &envelope.event_type,
@@ -226,29 +288,39 @@ impl NatsBus {
         let stream = self
             .stream(envelope.topic, EngineErrorKind::Publish)
             .await?;
-        let payload: bytes::Bytes = serde_json::to_vec(envelope)
-            .map_err(|e| Error::serialize("event", e))?
-            .into();
-        let traceparent = envelope
-            .trace_id
-            .as_deref()
-            .and_then(|t| names::traceparent(t, &envelope.id));
+        Ok((subject, stream))
+    }
+
+    /// Stores one message on `subject`: de-duplicated by `dedup_id`, marked as a batch of
+    /// `batch` envelopes when it is one.
+    async fn store(
+        &self,
+        stream: &stream::Stream,
+        subject: &str,
+        dedup_id: &str,
+        traceparent: Option<&str>,
+        batch: Option<usize>,
+        payload: bytes::Bytes,
+    ) -> Result<()> {
         let headers = |with_id: bool| {
             let mut headers = HeaderMap::new();
-            if let Some(tp) = &traceparent {
-                headers.insert("traceparent", tp.as_str());
+            if let Some(tp) = traceparent {
+                headers.insert("traceparent", tp);
             }
             if with_id {
-                headers.insert("Nats-Msg-Id", envelope.id.as_str());
+                headers.insert("Nats-Msg-Id", dedup_id);
+            }
+            if let Some(n) = batch {
+                headers.insert(batch::BATCH_HEADER, n.to_string().as_str());
             }
             headers
         };
-        let ack = self.send(&subject, headers(true), payload.clone()).await?;
-        if ack.duplicate && !self.same_subject(&stream, ack.sequence, &subject).await {
+        let ack = self.send(subject, headers(true), payload.clone()).await?;
+        if ack.duplicate && !self.same_subject(stream, ack.sequence, subject).await {
             // Anyone may set any `Nats-Msg-Id`: a message of another subject (another tenant)
             // that took this id first must not suppress this one. Publish it without the id.
-            tracing::warn!(event_id = %envelope.id, %subject, "a message of another subject holds this event's de-duplication id; publishing without it");
-            self.send(&subject, headers(false), payload).await?;
+            tracing::warn!(%dedup_id, %subject, "a message of another subject holds this de-duplication id; publishing without it");
+            self.send(subject, headers(false), payload).await?;
         }
         Ok(())
     }
@@ -345,6 +417,7 @@ impl NatsBus {
         Ok(Box::new(DurableSubscription {
             bus: self.clone(),
             consumer: name,
+            pending: VecDeque::new(),
             max_deliver: spec.max_deliver.max(1),
             messages,
             advisories,
@@ -383,6 +456,7 @@ impl NatsBus {
             Box::pin(futures_util::stream::select_all(subs));
         Ok(Box::new(CoreSubscription {
             prefix: self.inner.config.subject_prefix.clone(),
+            pending: VecDeque::new(),
             messages: merged,
             catch_up: CatchUp::new(
                 self.inner.js.clone(),
@@ -428,6 +502,10 @@ fn filters(cfg: &NatsConfig, spec: &SubscriptionSpec) -> Result<Vec<String>> {
 impl EventBus for NatsBus {
     fn publish(&self, envelope: EventEnvelope) -> BoxFuture<'_, Result<()>> {
         Box::pin(async move { self.publish_envelope(&envelope).await })
+    }
+
+    fn publish_batch(&self, envelopes: Vec<EventEnvelope>) -> BoxFuture<'_, Result<()>> {
+        Box::pin(self.publish_all(envelopes))
     }
 
     fn subscribe(&self, spec: SubscriptionSpec) -> BoxFuture<'_, Result<Box<dyn Subscription>>> {
@@ -511,6 +589,20 @@ fn decode(
     Ok(envelope)
 }
 
+/// `envelope` as one part of a publish: its id, JSON and `traceparent`.
+fn part_of(envelope: &EventEnvelope) -> Result<batch::Part> {
+    Ok(batch::Part {
+        json: serde_json::to_vec(envelope)
+            .map_err(|e| Error::serialize("event", e))?
+            .into(),
+        traceparent: envelope
+            .trace_id
+            .as_deref()
+            .and_then(|t| names::traceparent(t, &envelope.id)),
+        id: envelope.id.clone(),
+    })
+}
+
 /// A value NATS can carry in a header: one line.
 fn header_value(text: &str) -> String {
     text.chars()
@@ -519,6 +611,7 @@ fn header_value(text: &str) -> String {
 }
 
 /// A durable delivery as received, kept to dead-letter it.
+#[derive(Clone)]
 struct Original {
     consumer: String,
     subject: String,
@@ -552,6 +645,8 @@ async fn next_advisory(
 struct DurableSubscription {
     bus: NatsBus,
     consumer: String,
+    /// The envelopes of a received batch not handed out yet.
+    pending: VecDeque<Delivery>,
     max_deliver: u32,
     messages: MessageStream,
     /// The consumer's `MAX_DELIVERIES` advisories (`None` when they cannot be subscribed to).
@@ -564,6 +659,9 @@ impl Subscription for DurableSubscription {
     fn next(&mut self) -> BoxFuture<'_, Option<Delivery>> {
         Box::pin(async move {
             loop {
+                if let Some(delivery) = self.pending.pop_front() {
+                    return Some(delivery);
+                }
                 let next = tokio::select! {
                     m = self.messages.next() => Ok(m),
                     a = next_advisory(&mut self.advisories) => Err(a),
@@ -591,6 +689,10 @@ impl Subscription for DurableSubscription {
                     .map(|i| u32::try_from(i.delivered).unwrap_or(u32::MAX))
                     .unwrap_or(1);
                 let (msg, acker) = msg.split();
+                if batch::is_batch(msg.headers.as_ref()) {
+                    self.unpack(msg, acker, attempt).await;
+                    continue;
+                }
                 let original = Original {
                     consumer: self.consumer.clone(),
                     subject: msg.subject.to_string(),
@@ -605,7 +707,7 @@ impl Subscription for DurableSubscription {
                         let acker = NatsAcker {
                             bus: self.bus.clone(),
                             original,
-                            acker,
+                            settles: Settles::Message(acker),
                             keep_alive: self.keep_alive,
                         };
                         return Some(Delivery::new(
@@ -627,6 +729,62 @@ impl Subscription for DurableSubscription {
 }
 
 impl DurableSubscription {
+    /// Queues the envelopes of a batch as deliveries that settle it together; dead-letters
+    /// those that cannot be handled (or the whole message, when it is no batch).
+    async fn unpack(
+        &mut self,
+        msg: async_nats::Message,
+        acker: jetstream::message::Acker,
+        attempt: u32,
+    ) {
+        let whole = Original {
+            consumer: self.consumer.clone(),
+            subject: msg.subject.to_string(),
+            payload: msg.payload.clone(),
+            attempt,
+            max_deliver: self.max_deliver,
+            dedup_id: None,
+        };
+        let parts = match batch::split(&msg.payload) {
+            Ok(parts) => parts,
+            Err(reason) => {
+                let kind = self.bus.reject(&whole, &reason).await;
+                if let Err(e) = acker.ack_with(kind).await {
+                    tracing::warn!(consumer = %self.consumer, error = %e, "could not settle a rejected batch");
+                }
+                return;
+            }
+        };
+        let settlement = Arc::new(BatchSettlement::new(acker, parts.len()));
+        let prefix = &self.bus.inner.config.subject_prefix;
+        let mut rejected = Vec::new();
+        for part in parts {
+            let original = Original {
+                payload: msg.payload.slice_ref(part.get().as_bytes()),
+                ..whole.clone()
+            };
+            match decode(prefix, &whole.subject, part.get().as_bytes()) {
+                Ok(envelope) => self.pending.push_back(Delivery::new(
+                    Arc::new(envelope),
+                    attempt,
+                    Some(Box::new(NatsAcker {
+                        bus: self.bus.clone(),
+                        original,
+                        settles: Settles::Part(settlement.clone()),
+                        keep_alive: self.keep_alive,
+                    })),
+                )),
+                Err(reason) => rejected.push((original, reason)),
+            }
+        }
+        for (original, reason) in rejected {
+            let kind = self.bus.reject(&original, &reason).await;
+            if let Err(e) = settlement.settled(kind).await {
+                tracing::warn!(consumer = %self.consumer, error = %e, "could not settle a batch");
+            }
+        }
+    }
+
     /// Dead-letters the message a `MAX_DELIVERIES` advisory names: its last delivery was never
     /// settled, so the server will not deliver it again. Every instance of the agent gets the
     /// advisory; the dead letter and its notice have ids derived from the message, so the
@@ -660,7 +818,25 @@ impl DurableSubscription {
             "not settled on its last delivery ({attempt} of {}, max_deliver): the handling instance died or stalled",
             self.max_deliver
         );
-        self.bus.reject(&original, &reason).await;
+        // A batch's envelopes are dead-lettered one by one, as they would have been handled.
+        let parts = batch::is_batch(Some(&stored.headers))
+            .then(|| batch::split(&original.payload).ok())
+            .flatten();
+        match parts {
+            Some(parts) => {
+                for (i, part) in parts.into_iter().enumerate() {
+                    let part = Original {
+                        payload: original.payload.slice_ref(part.get().as_bytes()),
+                        dedup_id: original.dedup_id.as_ref().map(|id| format!("{id}-{i}")),
+                        ..original.clone()
+                    };
+                    self.bus.reject(&part, &reason).await;
+                }
+            }
+            None => {
+                self.bus.reject(&original, &reason).await;
+            }
+        }
     }
 }
 
@@ -703,8 +879,55 @@ impl NatsBus {
 struct NatsAcker {
     bus: NatsBus,
     original: Original,
-    acker: jetstream::message::Acker,
+    settles: Settles,
     keep_alive: Duration,
+}
+
+/// What settling a delivery settles: its message, or its share of a batch.
+// Lives in a boxed `NatsAcker`: the size difference costs no copies, boxing would cost an
+// allocation per delivery.
+#[allow(clippy::large_enum_variant)]
+enum Settles {
+    Message(jetstream::message::Acker),
+    Part(Arc<BatchSettlement>),
+}
+
+/// A received batch being handled: acked once every envelope is settled (a dead-lettered one
+/// counts as settled), redelivered whole when any asked to be retried.
+struct BatchSettlement {
+    acker: jetstream::message::Acker,
+    /// Envelopes not settled yet, and the longest retry delay asked for.
+    open: std::sync::Mutex<(usize, Option<Duration>)>,
+}
+
+impl BatchSettlement {
+    fn new(acker: jetstream::message::Acker, parts: usize) -> Self {
+        Self {
+            acker,
+            open: std::sync::Mutex::new((parts, None)),
+        }
+    }
+
+    /// One envelope settled as `kind`; the last one settles the message.
+    async fn settled(&self, kind: AckKind) -> Result<()> {
+        let last = {
+            let mut open = self.open.lock().expect("batch settlement lock");
+            if let AckKind::Nak(delay) = kind {
+                let delay = delay.unwrap_or_default();
+                open.1 = Some(open.1.map_or(delay, |d| d.max(delay)));
+            }
+            open.0 = open.0.saturating_sub(1);
+            (open.0 == 0).then_some(open.1)
+        };
+        let Some(retry) = last else {
+            return Ok(());
+        };
+        let kind = retry.map_or(AckKind::Ack, |delay| AckKind::Nak(Some(delay)));
+        self.acker
+            .ack_with(kind)
+            .await
+            .map_err(|e| engine_error(EngineErrorKind::Ack, "ack", e))
+    }
 }
 
 impl Acker for NatsAcker {
@@ -728,10 +951,13 @@ impl Acker for NatsAcker {
                     self.bus.store_or_retry(original, &reason).await
                 }
             };
-            self.acker
-                .ack_with(kind)
-                .await
-                .map_err(|e| engine_error(EngineErrorKind::Ack, "ack", e))
+            match &self.settles {
+                Settles::Message(acker) => acker
+                    .ack_with(kind)
+                    .await
+                    .map_err(|e| engine_error(EngineErrorKind::Ack, "ack", e)),
+                Settles::Part(batch) => batch.settled(kind).await,
+            }
         })
     }
 
@@ -740,8 +966,12 @@ impl Acker for NatsAcker {
     }
 
     fn in_progress(&self) -> BoxFuture<'_, Result<()>> {
+        let acker = match &self.settles {
+            Settles::Message(acker) => acker,
+            Settles::Part(batch) => &batch.acker,
+        };
         Box::pin(async move {
-            self.acker
+            acker
                 .ack_with(AckKind::Progress)
                 .await
                 .map_err(|e| engine_error(EngineErrorKind::Ack, "progress ack", e))
@@ -751,6 +981,8 @@ impl Acker for NatsAcker {
 
 struct CoreSubscription {
     prefix: String,
+    /// The envelopes of a received batch not handed out yet.
+    pending: VecDeque<Delivery>,
     messages: Pin<Box<dyn Stream<Item = async_nats::Message> + Send>>,
     catch_up: CatchUp,
 }
@@ -759,16 +991,36 @@ impl Subscription for CoreSubscription {
     fn next(&mut self) -> BoxFuture<'_, Option<Delivery>> {
         Box::pin(async move {
             loop {
+                if let Some(delivery) = self.pending.pop_front() {
+                    return Some(delivery);
+                }
                 // Both branches are cancel-safe: nothing is lost when `next` is dropped.
                 let (msg, replayed) = tokio::select! {
                     m = self.messages.next() => (m?, false),
                     m = self.catch_up.next() => (m, true),
                 };
-                match decode(&self.prefix, &msg.subject, &msg.payload) {
-                    Ok(env) if !self.catch_up.deliver(&env.id, replayed) => {}
-                    Ok(env) => return Some(Delivery::new(Arc::new(env), 1, None)),
+                let parts = if batch::is_batch(msg.headers.as_ref()) {
+                    batch::split(&msg.payload)
+                } else {
+                    Ok(vec![])
+                };
+                let parts = match parts {
+                    Ok(parts) if parts.is_empty() => vec![&msg.payload[..]],
+                    Ok(parts) => parts.into_iter().map(|p| p.get().as_bytes()).collect(),
                     Err(reason) => {
-                        tracing::debug!(subject = %msg.subject, %reason, "ignoring a message that cannot be handled")
+                        tracing::debug!(subject = %msg.subject, %reason, "ignoring a batch that cannot be handled");
+                        continue;
+                    }
+                };
+                for part in parts {
+                    match decode(&self.prefix, &msg.subject, part) {
+                        Ok(env) if !self.catch_up.deliver(&env.id, replayed) => {}
+                        Ok(env) => self
+                            .pending
+                            .push_back(Delivery::new(Arc::new(env), 1, None)),
+                        Err(reason) => {
+                            tracing::debug!(subject = %msg.subject, %reason, "ignoring a message that cannot be handled")
+                        }
                     }
                 }
             }

@@ -14,6 +14,7 @@
 //! ```
 
 mod assets;
+mod batch;
 mod bus;
 mod catchup;
 pub(crate) mod names;
@@ -26,6 +27,7 @@ use std::time::Duration;
 
 pub use async_nats;
 pub use async_nats::jetstream::stream::StorageType;
+pub use batch::{BATCH_HEADER, envelopes_of};
 pub use bus::{DEAD_LETTER_REASON_HEADER, DEAD_LETTER_TRUNCATED_HEADER, NatsBus};
 pub use registry::NatsRegistry;
 pub use state::NatsStore;

@@ -955,12 +955,8 @@ impl<T, S: TaskState> TaskContext<T, S> {
                 self.record.task_id
             )));
         }
-        // 3. The requests.
-        concurrently(envelopes, STATE_CONCURRENCY, move |env: EventEnvelope| {
-            let bus = bus.clone();
-            async move { bus.publish_envelope(env).await }
-        })
-        .await?;
+        // 3. The requests (stored together where the platform can: one write for many).
+        bus.publish_envelopes(envelopes).await?;
         Ok(group_id)
     }
 
