@@ -538,11 +538,14 @@ async fn stored_replies(platform: &Platform, subject: &str) -> (usize, HashMap<S
             .expect("the stored replies are read")
             .unwrap()
             .unwrap();
-        let envelope: soorma::EventEnvelope = serde_json::from_slice(&message.payload).unwrap();
-        *replies
-            .entry(envelope.correlation_id.expect("correlated"))
-            .or_default() += 1;
-        total += 1;
+        for envelope in soorma::nats::envelopes_of(message.headers.as_ref(), &message.payload)
+            .expect("soorma envelopes")
+        {
+            *replies
+                .entry(envelope.correlation_id.expect("correlated"))
+                .or_default() += 1;
+            total += 1;
+        }
         if message.info().unwrap().pending == 0 {
             break;
         }

@@ -186,6 +186,95 @@ async fn envelopes_published_together_are_stored_in_batches_and_settled_one_by_o
     assert_eq!((info.num_pending, info.num_ack_pending), (0, 0));
 }
 
+/// The replies to the requests of one batch are stored together, in order, once every request
+/// is settled; a batch retried whole stores them once, when it is done.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn replies_to_a_batch_are_stored_together_once_it_is_handled() {
+    use soorma::EventEnvelope;
+    use soorma::bus::{EventFilter, Settlement, SubscriptionSpec};
+    use soorma::nats::async_nats::jetstream;
+
+    let server = NatsServer::start();
+    let platform = connect(&server).await;
+    let bus = platform.bus();
+    let spec = SubscriptionSpec::new("replier", Topic::ActionRequests, EventFilter::All);
+    let mut sub = bus.subscribe(spec).await.unwrap();
+    let requests: Vec<EventEnvelope> = (0..3)
+        .map(|i| {
+            EventEnvelope::new(
+                format!("q{i}"),
+                "test",
+                Topic::ActionRequests,
+                "x.requested",
+            )
+        })
+        .collect();
+    bus.publish_batch(requests).await.unwrap();
+    let reply_to = |d: &soorma::bus::Delivery| {
+        EventEnvelope::new(
+            format!("{}-reply", d.envelope.id),
+            "replier",
+            Topic::ActionResults,
+            "x.done",
+        )
+    };
+    let js = jetstream::new(platform.nats_client().unwrap().clone());
+    let stored_replies = || async {
+        let Ok(stream) = js.get_stream("SOORMA_ACTION_RESULTS").await else {
+            return Vec::new();
+        };
+        let last = stream.get_info().await.unwrap().state.last_sequence;
+        let mut out = Vec::new();
+        for seq in 1..=last {
+            let m = stream.get_raw_message(seq).await.unwrap();
+            let envelopes = soorma::nats::envelopes_of(Some(&m.headers), &m.payload).unwrap();
+            out.push(envelopes.into_iter().map(|e| e.id).collect::<Vec<_>>());
+        }
+        out
+    };
+    // First delivery: q1 asks for a retry, so no reply is stored.
+    for round in 1..=2 {
+        let mut deliveries = Vec::new();
+        for _ in 0..3 {
+            let d = tokio::time::timeout(WAIT, sub.next())
+                .await
+                .unwrap()
+                .unwrap();
+            assert_eq!(d.attempt, round);
+            assert!(d.batches_replies());
+            deliveries.push(d);
+        }
+        deliveries.sort_by(|a, b| b.envelope.id.cmp(&a.envelope.id)); // settled out of order
+        for d in deliveries {
+            if round == 1 && d.envelope.id == "q1" {
+                let retry = Settlement::Retry {
+                    delay: Duration::from_millis(10),
+                };
+                d.settle(retry).await.unwrap();
+            } else {
+                let reply = reply_to(&d);
+                d.settle_with_reply(reply).await.unwrap();
+            }
+        }
+        if round == 1 {
+            assert!(
+                stored_replies().await.is_empty(),
+                "stored before the batch was done"
+            );
+        }
+    }
+    assert_eq!(
+        stored_replies().await,
+        [["q0-reply", "q1-reply", "q2-reply"]]
+    );
+    assert!(
+        tokio::time::timeout(Duration::from_millis(300), sub.next())
+            .await
+            .is_err(),
+        "delivered again"
+    );
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn requests_published_while_the_agent_is_down_are_served_when_it_returns() {
     let server = NatsServer::start();
@@ -273,25 +362,37 @@ async fn gated_upper(req: Invocation<String>) -> Result<String, ToolError> {
     Ok(req.data.to_uppercase())
 }
 
-/// How many messages of `event` the action-results stream stores (after `Nats-Msg-Id`
-/// de-duplication): a doubled completion shows here even if no observer saw it.
+/// How many replies of `event` the action-results stream stores (after `Nats-Msg-Id`
+/// de-duplication; a batch counts its envelopes): a doubled completion shows here even if no
+/// observer saw it.
 async fn stored_results(platform: &Platform, event: &str) -> usize {
+    use soorma::nats::async_nats::jetstream::consumer;
     let js = soorma::nats::async_nats::jetstream::new(platform.nats_client().unwrap().clone());
     let stream = js.get_stream("SOORMA_ACTION_RESULTS").await.unwrap();
-    let mut subjects = stream
-        .info_with_subjects(format!("soorma.*.action-results.{event}"))
+    let consumer = stream
+        .create_consumer(consumer::pull::OrderedConfig {
+            filter_subject: format!("soorma.*.action-results.{event}"),
+            ..Default::default()
+        })
         .await
         .unwrap();
+    let mut messages = consumer.messages().await.unwrap();
     let mut total = 0;
-    while let Some(entry) = subjects.next().await {
-        total += entry.unwrap().1;
+    while let Ok(Some(m)) = tokio::time::timeout(Duration::from_millis(500), messages.next()).await
+    {
+        let m = m.unwrap();
+        total += soorma::nats::envelopes_of(m.headers.as_ref(), &m.payload)
+            .unwrap()
+            .len();
     }
     total
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_fan_in_completes_across_a_nats_server_restart() {
-    const EARLY: usize = 6;
+    // A fan-out's requests travel in batches of 64 whose replies are stored together: the
+    // early ones are the first batch, the late ones the next.
+    const EARLY: usize = 64;
     const LATE: usize = 6;
     let mut server = NatsServer::start();
     let platform = connect(&server).await;
@@ -897,4 +998,63 @@ async fn thousands_of_tasks_on_one_reused_connection_are_all_handled() {
     )
     .await;
     parker.shutdown().await.unwrap();
+}
+
+async fn echo_or_linger(req: Invocation<i64>) -> Result<i64, ToolError> {
+    if req.data < 0 {
+        tokio::time::sleep(Duration::from_secs(3)).await;
+    }
+    Ok(req.data)
+}
+
+/// Requests of concurrent callers published at the same moment share stored messages, and
+/// each caller still gets its reply as soon as it is ready: a slow request does not hold the
+/// replies of the others stored with it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn concurrent_requests_share_stored_messages_but_not_their_replies_wait() {
+    use soorma::nats::async_nats::jetstream;
+
+    let server = NatsServer::start();
+    let platform = connect(&server).await;
+    let mut t = TestPlatform::with_platform(platform.clone()).await.unwrap();
+    t.start(
+        Tool::new("echo")
+            .use_registered_handlers(false)
+            .handler(Handler::on_invoke("echo.requested", echo_or_linger)),
+    )
+    .await
+    .unwrap();
+    let client = t.client();
+    let call = |n: i64| {
+        let client = client.clone();
+        tokio::spawn(async move {
+            let started = std::time::Instant::now();
+            let r: i64 = client
+                .invoke("echo.requested", n, "echo.completed")
+                .await
+                .unwrap();
+            assert_eq!(r, n);
+            started.elapsed()
+        })
+    };
+    for round in 0..5 {
+        // The slow one among the fast ones: it goes in a batch with some of them.
+        let mut fast: Vec<_> = (0..100).map(|n| call(round * 1000 + n)).collect();
+        let slow = call(-1 - round);
+        fast.extend((100..200).map(|n| call(round * 1000 + n)));
+        for f in fast {
+            let took = f.await.unwrap();
+            assert!(took < Duration::from_secs(2), "a fast call took {took:?}");
+        }
+        assert!(slow.await.unwrap() >= Duration::from_secs(3));
+    }
+    let js = jetstream::new(platform.nats_client().unwrap().clone());
+    let mut stream = js.get_stream("SOORMA_ACTION_REQUESTS").await.unwrap();
+    let stored = stream.info().await.unwrap().state.messages;
+    assert!(
+        stored < 5 * 201,
+        "{stored} messages stored for {} requests",
+        5 * 201
+    );
+    eprintln!("{stored} messages stored for {} requests", 5 * 201);
 }

@@ -477,7 +477,12 @@ impl IntoFuture for Publish {
                 validator.check(&env).await?;
             }
             let id = env.id.clone();
-            self.bus.publish(env).await?;
+            if self.kind == Kind::Request {
+                // A new id (see `start`): may be stored with other requests of its subject.
+                self.bus.publish_coalesced(env).await?;
+            } else {
+                self.bus.publish(env).await?;
+            }
             Ok(id)
         })
     }

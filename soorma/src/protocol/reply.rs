@@ -53,14 +53,28 @@ pub(crate) async fn publish_reply(
     bus: &BusClient,
     answered: &str,
     route: ReplyRoute,
-    mut reply: ActionReply,
+    reply: ActionReply,
 ) -> Result<()> {
+    match reply_envelope(bus, answered, route, reply)? {
+        Some(env) => bus.publish_envelope(env).await,
+        None => Ok(()),
+    }
+}
+
+/// The envelope answering `answered` along `route`; `None` (logged) when the request named no
+/// response event.
+pub(crate) fn reply_envelope(
+    bus: &BusClient,
+    answered: &str,
+    route: ReplyRoute,
+    mut reply: ActionReply,
+) -> Result<Option<EventEnvelope>> {
     let Some(event) = route.event.filter(|e| !e.trim().is_empty()) else {
         tracing::warn!(
             answered,
             "the request named no response_event; no reply sent"
         );
-        return Ok(());
+        return Ok(None);
     };
     // An error message may quote hostile input: an error reply stays small.
     if let Some(error) = &mut reply.error {
@@ -78,11 +92,9 @@ pub(crate) async fn publish_reply(
     env.user_id = route.user_id;
     env.session_id = route.session_id;
     env.plan_id = route.plan_id;
-    bus.publish_envelope(env).await
+    Ok(Some(env))
 }
 
-/// Publishes `reply` on the `response_event` of `request` (the event being handled by `bus`'s
-/// handler).
 pub(crate) async fn send_reply(
     bus: &BusClient,
     request: &EventEnvelope,

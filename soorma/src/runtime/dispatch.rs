@@ -28,7 +28,7 @@ use super::service::{
     CatchPanic, CatchPanicLayer, HandlerError, HandlerRequest, HandlerResponse, HandlerService,
     UserLayer, handler_service,
 };
-use crate::protocol::reply::send_reply;
+use crate::protocol::reply::{ReplyRoute, reply_envelope, send_reply};
 use crate::spi::bus::{Delivery, Settlement, Subscription};
 use crate::util::{BoxFuture, MAX_REASON_BYTES, bounded};
 
@@ -317,6 +317,37 @@ where
                 );
                 settle(delivery, Settlement::Ack).await;
                 return Ok(());
+            };
+            // A batch's replies are stored together, by the platform, once all are handled.
+            let outcome = match outcome {
+                Ok(HandlerResponse {
+                    reply: Some(value), ..
+                }) if delivery.batches_replies() => {
+                    let reply = ActionReply::success(&input.envelope.id, value);
+                    let route = ReplyRoute::of_request(&input.envelope);
+                    let settled =
+                        match reply_envelope(&input.bus(), &input.envelope.id, route, reply) {
+                            Ok(Some(reply)) => delivery.settle_with_reply(reply).await,
+                            Ok(None) => delivery.settle(Settlement::Ack).await,
+                            Err(e) => {
+                                let attempt = delivery.attempt;
+                                let s = retry_or_dead_letter(
+                                    &input,
+                                    e.to_string(),
+                                    e.is_retryable(),
+                                    attempt,
+                                    max_deliver,
+                                )
+                                .await;
+                                delivery.settle(s).await
+                            }
+                        };
+                    if let Err(e) = settled {
+                        tracing::warn!(error = %e, "could not settle delivery");
+                    }
+                    return Ok(());
+                }
+                outcome => outcome,
             };
             let settlement =
                 settlement(&input, &handler, outcome, delivery.attempt, max_deliver).await;

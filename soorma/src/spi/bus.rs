@@ -296,6 +296,51 @@ pub trait Acker: Send + Sync {
     fn in_progress(&self) -> BoxFuture<'_, Result<()>> {
         Box::pin(std::future::ready(Ok(())))
     }
+
+    /// Whether this delivery came in a batch whose replies the engine stores together
+    /// ([`settle_with_reply`](Acker::settle_with_reply)). `false` by default.
+    ///
+    /// ```
+    /// # use soorma::bus::{Acker, Settlement};
+    /// # struct AutoAck;
+    /// # impl Acker for AutoAck {
+    /// #     fn settle(self: Box<Self>, _: Settlement) -> soorma::BoxFuture<'static, soorma::Result<()>> {
+    /// #         Box::pin(std::future::ready(Ok(())))
+    /// #     }
+    /// # }
+    /// assert!(!AutoAck.batches_replies());
+    /// ```
+    fn batches_replies(&self) -> bool {
+        false
+    }
+
+    /// Stores `reply` (the answer to the delivered request) with the replies to the other
+    /// deliveries of its batch, once every one of them is settled, then settles the batch.
+    /// Called only when [`batches_replies`](Acker::batches_replies) is `true`; the default
+    /// refuses.
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")] async fn main() {
+    /// # use soorma::bus::{Acker, Settlement};
+    /// # use soorma::{EventEnvelope, Topic};
+    /// # struct AutoAck;
+    /// # impl Acker for AutoAck {
+    /// #     fn settle(self: Box<Self>, _: Settlement) -> soorma::BoxFuture<'static, soorma::Result<()>> {
+    /// #         Box::pin(std::future::ready(Ok(())))
+    /// #     }
+    /// # }
+    /// let reply = EventEnvelope::new("r1", "tool", Topic::ActionResults, "x.done");
+    /// assert!(Box::new(AutoAck).settle_with_reply(reply).await.is_err());
+    /// # }
+    /// ```
+    fn settle_with_reply(self: Box<Self>, reply: EventEnvelope) -> BoxFuture<'static, Result<()>> {
+        Box::pin(async move {
+            Err(crate::error::Error::InvalidArgument(format!(
+                "this delivery does not batch replies (reply `{}`)",
+                reply.id
+            )))
+        })
+    }
 }
 
 /// One event delivered to a subscription.
@@ -371,6 +416,47 @@ impl Delivery {
         match self.acker {
             Some(acker) => acker.settle(settlement).await,
             None => Ok(()),
+        }
+    }
+
+    /// Whether the platform stores this delivery's reply together with the replies to the
+    /// other deliveries of its batch ([`Delivery::settle_with_reply`]).
+    ///
+    /// ```
+    /// use std::sync::Arc;
+    /// use soorma::bus::Delivery;
+    /// use soorma::{EventEnvelope, Topic};
+    ///
+    /// let env = EventEnvelope::new("e1", "shop", Topic::ActionRequests, "x.requested");
+    /// assert!(!Delivery::new(Arc::new(env), 1, None).batches_replies());
+    /// ```
+    pub fn batches_replies(&self) -> bool {
+        self.acker.as_deref().is_some_and(Acker::batches_replies)
+    }
+
+    /// Hands `reply` to the platform to store with the other replies of this delivery's batch
+    /// and settles the delivery as handled once they are stored (a failed store redelivers
+    /// the batch). Only for a delivery that [`batches_replies`](Delivery::batches_replies).
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")] async fn main() {
+    /// use std::sync::Arc;
+    /// use soorma::bus::Delivery;
+    /// use soorma::{EventEnvelope, Topic};
+    ///
+    /// let env = EventEnvelope::new("e1", "shop", Topic::ActionRequests, "x.requested");
+    /// let reply = EventEnvelope::new("e1-reply", "tool", Topic::ActionResults, "x.done");
+    /// // Not in a batch: the caller publishes the reply itself, then settles.
+    /// assert!(Delivery::new(Arc::new(env), 1, None).settle_with_reply(reply).await.is_err());
+    /// # }
+    /// ```
+    pub async fn settle_with_reply(self, reply: EventEnvelope) -> Result<()> {
+        match self.acker {
+            Some(acker) if acker.batches_replies() => acker.settle_with_reply(reply).await,
+            _ => Err(crate::error::Error::InvalidArgument(format!(
+                "delivery `{}` does not batch replies",
+                self.envelope.id
+            ))),
         }
     }
 
@@ -499,6 +585,26 @@ pub trait EventBus: Send + Sync + 'static {
             }
             Ok(())
         })
+    }
+    /// Publishes a request with a new id (never published before, and never published
+    /// again), which an engine may store together with other requests of its subject
+    /// published at the same moment (NATS: while one is on its way, the next ones wait and go
+    /// together, so 64 concurrent callers share a few stored messages). A lone request goes at
+    /// once. The default publishes it alone.
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")] async fn main() -> soorma::Result<()> {
+    /// use soorma::bus::EventBus;
+    /// use soorma::{EventEnvelope, Topic};
+    ///
+    /// let t = soorma::testing::TestPlatform::new();
+    /// let env = EventEnvelope::new("r1", "app", Topic::ActionRequests, "x.requested");
+    /// t.platform().bus().publish_coalesced(env).await?;
+    /// assert_eq!(t.events()[0].id, "r1");
+    /// # Ok(()) }
+    /// ```
+    fn publish_coalesced(&self, envelope: EventEnvelope) -> BoxFuture<'_, Result<()>> {
+        self.publish(envelope)
     }
     /// Subscribes; the subscription is live when the returned future resolves.
     ///

@@ -26,6 +26,12 @@ use soorma_common::EventEnvelope;
 /// ```
 pub const BATCH_HEADER: &str = "Soorma-Batch";
 
+/// Header on a batch whose replies are stored together, once every envelope is handled (a
+/// fan-out's requests); its value is [`REPLIES_TOGETHER`]. Without it (requests of unrelated
+/// callers published at the same moment) each reply goes out as soon as it is ready.
+pub(crate) const REPLIES_HEADER: &str = "Soorma-Batch-Replies";
+pub(crate) const REPLIES_TOGETHER: &str = "together";
+
 /// The most envelopes one published batch carries (so that a fan-out is still spread over
 /// the instances of the agent it calls: a batch goes to one of them).
 pub(crate) const MAX_PARTS: usize = 64;
@@ -99,6 +105,13 @@ pub(crate) fn batch_id(parts: &[Part]) -> String {
 /// Whether a message carries a batch.
 pub(crate) fn is_batch(headers: Option<&HeaderMap>) -> bool {
     headers.is_some_and(|h| h.get(BATCH_HEADER).is_some())
+}
+
+/// Whether a batch's replies are stored together.
+pub(crate) fn replies_together(headers: Option<&HeaderMap>) -> bool {
+    headers
+        .and_then(|h| h.get(REPLIES_HEADER))
+        .is_some_and(|v| v.as_str() == REPLIES_TOGETHER)
 }
 
 /// The envelopes' JSON texts of a batch payload, or why it is not one (bounded text).

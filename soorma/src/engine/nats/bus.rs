@@ -13,6 +13,7 @@ use tokio::sync::{Mutex, Semaphore, watch};
 
 use super::batch;
 use super::catchup::{self, CatchUp, Link, Source};
+use super::coalesce;
 use super::{NatsConfig, assets, engine_error, names};
 use crate::error::{EngineErrorKind, Error, Result};
 use crate::spi::bus::{
@@ -53,6 +54,8 @@ struct Inner {
     link: watch::Receiver<Link>,
     /// Bounds the catch-up replays running at once.
     replays: Arc<Semaphore>,
+    /// Requests waiting for the publish on their subject's way (see [`coalesce`]).
+    lanes: coalesce::Lanes,
 }
 
 /// The event bus on NATS JetStream: one stream per topic, one durable pull consumer per
@@ -87,6 +90,7 @@ impl NatsBus {
                 dlq: Mutex::new(false),
                 link,
                 replays: Arc::new(Semaphore::new(catchup::CONCURRENT_REPLAYS)),
+                lanes: coalesce::Lanes::default(),
             }),
         }
     }
@@ -249,7 +253,7 @@ impl NatsBus {
                 }
             }
         }
-        let max_bytes = batch::MAX_BATCH_BYTES.min(self.inner.client.max_payload() / 2);
+        let max_bytes = self.max_batch_bytes();
         let sends: Vec<_> = lanes
             .into_iter()
             .flat_map(|(subject, stream, parts)| {
@@ -259,22 +263,61 @@ impl NatsBus {
             })
             .collect();
         futures_util::stream::iter(sends)
-            .map(|(subject, stream, mut parts)| async move {
-                if parts.len() == 1 {
-                    let part = parts.pop().expect("one part");
-                    let tp = part.traceparent.as_deref();
-                    return self
-                        .store(&stream, &subject, &part.id, tp, None, part.json)
-                        .await;
-                }
-                let id = batch::batch_id(&parts);
-                let payload = batch::payload(&parts);
-                self.store(&stream, &subject, &id, None, Some(parts.len()), payload)
-                    .await
+            .map(|(subject, stream, parts)| async move {
+                self.store_parts(&stream, &subject, parts, true).await
             })
             .buffer_unordered(BATCHES_IN_FLIGHT)
             .fold(Ok(()), |first, r| async move { first.and(r) })
             .await
+    }
+
+    /// Publishes a new request, stored with others of its subject published at the same
+    /// moment (see [`coalesce`]).
+    async fn publish_coalesced_envelope(&self, envelope: &EventEnvelope) -> Result<()> {
+        let (subject, stream) = self.route(envelope).await?;
+        let part = part_of(envelope)?;
+        coalesce::publish(self, stream, subject, part).await
+    }
+
+    pub(super) fn lanes(&self) -> &coalesce::Lanes {
+        &self.inner.lanes
+    }
+
+    /// The most bytes of envelopes in one batch: [`batch::MAX_BATCH_BYTES`], at most half the
+    /// server's `max_payload`.
+    pub(super) fn max_batch_bytes(&self) -> usize {
+        batch::MAX_BATCH_BYTES.min(self.inner.client.max_payload() / 2)
+    }
+
+    /// Stores one envelope alone (with its `traceparent`).
+    pub(super) async fn store_part(
+        &self,
+        stream: &stream::Stream,
+        subject: &str,
+        part: batch::Part,
+    ) -> Result<()> {
+        let tp = part.traceparent.as_deref();
+        self.store(stream, subject, &part.id, tp, None, part.json)
+            .await
+    }
+
+    /// Stores envelopes of one subject: alone when one, else as one batch (whose replies are
+    /// stored together when `replies_together`).
+    pub(super) async fn store_parts(
+        &self,
+        stream: &stream::Stream,
+        subject: &str,
+        mut parts: Vec<batch::Part>,
+        replies_together: bool,
+    ) -> Result<()> {
+        if parts.len() == 1 {
+            let part = parts.pop().expect("one part");
+            return self.store_part(stream, subject, part).await;
+        }
+        let id = batch::batch_id(&parts);
+        let payload = batch::payload(&parts);
+        let batch = Some((parts.len(), replies_together));
+        self.store(stream, subject, &id, None, batch, payload).await
     }
 
     /// The subject `envelope` goes to and the stream that keeps it.
@@ -292,14 +335,14 @@ impl NatsBus {
     }
 
     /// Stores one message on `subject`: de-duplicated by `dedup_id`, marked as a batch of
-    /// `batch` envelopes when it is one.
+    /// `batch.0` envelopes when it is one (whose replies go together when `batch.1`).
     async fn store(
         &self,
         stream: &stream::Stream,
         subject: &str,
         dedup_id: &str,
         traceparent: Option<&str>,
-        batch: Option<usize>,
+        batch: Option<(usize, bool)>,
         payload: bytes::Bytes,
     ) -> Result<()> {
         let headers = |with_id: bool| {
@@ -310,8 +353,11 @@ impl NatsBus {
             if with_id {
                 headers.insert("Nats-Msg-Id", dedup_id);
             }
-            if let Some(n) = batch {
+            if let Some((n, replies_together)) = batch {
                 headers.insert(batch::BATCH_HEADER, n.to_string().as_str());
+                if replies_together {
+                    headers.insert(batch::REPLIES_HEADER, batch::REPLIES_TOGETHER);
+                }
             }
             headers
         };
@@ -506,6 +552,10 @@ impl EventBus for NatsBus {
 
     fn publish_batch(&self, envelopes: Vec<EventEnvelope>) -> BoxFuture<'_, Result<()>> {
         Box::pin(self.publish_all(envelopes))
+    }
+
+    fn publish_coalesced(&self, envelope: EventEnvelope) -> BoxFuture<'_, Result<()>> {
+        Box::pin(async move { self.publish_coalesced_envelope(&envelope).await })
     }
 
     fn subscribe(&self, spec: SubscriptionSpec) -> BoxFuture<'_, Result<Box<dyn Subscription>>> {
@@ -755,10 +805,11 @@ impl DurableSubscription {
                 return;
             }
         };
-        let settlement = Arc::new(BatchSettlement::new(acker, parts.len()));
+        let together = batch::replies_together(msg.headers.as_ref());
+        let settlement = Arc::new(BatchSettlement::new(acker, parts.len(), together));
         let prefix = &self.bus.inner.config.subject_prefix;
         let mut rejected = Vec::new();
-        for part in parts {
+        for (i, part) in parts.into_iter().enumerate() {
             let original = Original {
                 payload: msg.payload.slice_ref(part.get().as_bytes()),
                 ..whole.clone()
@@ -770,7 +821,7 @@ impl DurableSubscription {
                     Some(Box::new(NatsAcker {
                         bus: self.bus.clone(),
                         original,
-                        settles: Settles::Part(settlement.clone()),
+                        settles: Settles::Part(settlement.clone(), i),
                         keep_alive: self.keep_alive,
                     })),
                 )),
@@ -779,7 +830,7 @@ impl DurableSubscription {
         }
         for (original, reason) in rejected {
             let kind = self.bus.reject(&original, &reason).await;
-            if let Err(e) = settlement.settled(kind).await {
+            if let Err(e) = settlement.settled(&self.bus, kind, None).await {
                 tracing::warn!(consumer = %self.consumer, error = %e, "could not settle a batch");
             }
         }
@@ -889,40 +940,81 @@ struct NatsAcker {
 #[allow(clippy::large_enum_variant)]
 enum Settles {
     Message(jetstream::message::Acker),
-    Part(Arc<BatchSettlement>),
+    /// The batch, and this envelope's place in it.
+    Part(Arc<BatchSettlement>, usize),
 }
 
 /// A received batch being handled: acked once every envelope is settled (a dead-lettered one
-/// counts as settled), redelivered whole when any asked to be retried.
+/// counts as settled), redelivered whole when any asked to be retried. The replies handed to
+/// it are stored together, in the batch's order, before it is acked: the same batch handled
+/// again makes the same reply batches, which JetStream then keeps once.
 struct BatchSettlement {
     acker: jetstream::message::Acker,
-    /// Envelopes not settled yet, and the longest retry delay asked for.
-    open: std::sync::Mutex<(usize, Option<Duration>)>,
+    /// Whether its replies are stored together (a fan-out's batch; not coalesced requests of
+    /// unrelated callers, who each get their reply as soon as it is ready).
+    replies_together: bool,
+    open: std::sync::Mutex<BatchProgress>,
+}
+
+struct BatchProgress {
+    /// Envelopes not settled yet.
+    unsettled: usize,
+    /// The longest retry delay asked for, when any was.
+    retry: Option<Duration>,
+    /// Replies waiting for the batch: the envelope's place, its reply.
+    replies: Vec<(usize, EventEnvelope)>,
 }
 
 impl BatchSettlement {
-    fn new(acker: jetstream::message::Acker, parts: usize) -> Self {
+    fn new(acker: jetstream::message::Acker, parts: usize, replies_together: bool) -> Self {
         Self {
             acker,
-            open: std::sync::Mutex::new((parts, None)),
+            replies_together,
+            open: std::sync::Mutex::new(BatchProgress {
+                unsettled: parts,
+                retry: None,
+                replies: Vec::new(),
+            }),
         }
     }
 
-    /// One envelope settled as `kind`; the last one settles the message.
-    async fn settled(&self, kind: AckKind) -> Result<()> {
+    /// One envelope settled as `kind` (with its reply, to store with the batch's); the last
+    /// one stores the replies and settles the message.
+    async fn settled(
+        &self,
+        bus: &NatsBus,
+        kind: AckKind,
+        reply: Option<(usize, EventEnvelope)>,
+    ) -> Result<()> {
         let last = {
             let mut open = self.open.lock().expect("batch settlement lock");
             if let AckKind::Nak(delay) = kind {
                 let delay = delay.unwrap_or_default();
-                open.1 = Some(open.1.map_or(delay, |d| d.max(delay)));
+                open.retry = Some(open.retry.map_or(delay, |d| d.max(delay)));
             }
-            open.0 = open.0.saturating_sub(1);
-            (open.0 == 0).then_some(open.1)
+            open.replies.extend(reply);
+            open.unsettled = open.unsettled.saturating_sub(1);
+            (open.unsettled == 0).then(|| (open.retry, std::mem::take(&mut open.replies)))
         };
-        let Some(retry) = last else {
+        let Some((retry, mut replies)) = last else {
             return Ok(());
         };
-        let kind = retry.map_or(AckKind::Ack, |delay| AckKind::Nak(Some(delay)));
+        // Retried whole: its replies are made again, then stored as the same batches.
+        let kind = match retry {
+            Some(delay) => AckKind::Nak(Some(delay)),
+            None if replies.is_empty() => AckKind::Ack,
+            None => {
+                replies.sort_by_key(|(i, _)| *i);
+                let replies = replies.into_iter().map(|(_, r)| r).collect();
+                match bus.publish_all(replies).await {
+                    Ok(()) => AckKind::Ack,
+                    Err(e) => {
+                        tracing::warn!(error = %e, "could not store a batch's replies; redelivering the batch");
+                        AckKind::Nak(Some(DEAD_LETTER_RETRY))
+                    }
+                }
+            }
+        };
         self.acker
             .ack_with(kind)
             .await
@@ -956,7 +1048,27 @@ impl Acker for NatsAcker {
                     .ack_with(kind)
                     .await
                     .map_err(|e| engine_error(EngineErrorKind::Ack, "ack", e)),
-                Settles::Part(batch) => batch.settled(kind).await,
+                Settles::Part(batch, _) => batch.settled(&self.bus, kind, None).await,
+            }
+        })
+    }
+
+    fn batches_replies(&self) -> bool {
+        matches!(&self.settles, Settles::Part(batch, _) if batch.replies_together)
+    }
+
+    fn settle_with_reply(self: Box<Self>, reply: EventEnvelope) -> BoxFuture<'static, Result<()>> {
+        Box::pin(async move {
+            match &self.settles {
+                Settles::Part(batch, i) => {
+                    batch
+                        .settled(&self.bus, AckKind::Ack, Some((*i, reply)))
+                        .await
+                }
+                Settles::Message(_) => Err(Error::InvalidArgument(format!(
+                    "a delivery of its own does not batch its reply `{}`",
+                    reply.id
+                ))),
             }
         })
     }
@@ -968,7 +1080,7 @@ impl Acker for NatsAcker {
     fn in_progress(&self) -> BoxFuture<'_, Result<()>> {
         let acker = match &self.settles {
             Settles::Message(acker) => acker,
-            Settles::Part(batch) => &batch.acker,
+            Settles::Part(batch, _) => &batch.acker,
         };
         Box::pin(async move {
             acker

@@ -17,6 +17,7 @@ mod assets;
 mod batch;
 mod bus;
 mod catchup;
+mod coalesce;
 pub(crate) mod names;
 mod registry;
 mod state;
