@@ -262,11 +262,17 @@ impl Workflow {
             let path = e.path().to_string();
             let inner = e.into_inner();
             let location = inner.location();
+            let message = strip_position(&inner.to_string());
+            // serde_norway starts its message with the path, which the problem says already.
+            let message = match message.strip_prefix(&format!("{path}: ")) {
+                Some(rest) => rest.to_owned(),
+                None => message,
+            };
             InvalidWorkflow::new(vec![WorkflowProblem::NotAWorkflow {
                 path,
                 line: location.as_ref().map(|l| l.line()),
                 column: location.as_ref().map(|l| l.column()),
-                message: strip_position(&inner.to_string()),
+                message,
             }])
         })?;
         Self::new(definition)
@@ -313,7 +319,12 @@ impl Workflow {
 
     /// The steps without dependencies (ready when the workflow starts), in definition order.
     ///
-    /// See [`Workflow::from_yaml`].
+    /// ```
+    /// let wf = soorma::workflow::Workflow::from_json(r#"{"goal": "g", "steps": [
+    ///   {"id": "b", "operator": "op", "depends_on": ["a"]}, {"id": "a", "operator": "op"}, {"id": "c", "operator": "op"}]}"#)?;
+    /// assert_eq!(wf.roots().map(|s| s.id()).collect::<Vec<_>>(), ["a", "c"]);
+    /// # Ok::<(), soorma::workflow::InvalidWorkflow>(())
+    /// ```
     pub fn roots(&self) -> impl Iterator<Item = &Step> {
         self.steps.iter().filter(|s| s.dependencies.is_empty())
     }

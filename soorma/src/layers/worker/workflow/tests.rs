@@ -126,10 +126,19 @@ fn json_and_yaml_round_trip() {
 #[test]
 fn yaml_errors_name_the_path_and_line() {
     let err = Workflow::from_yaml("goal: g\nsteps:\n  - id: a\n    depends_on: 3\n").unwrap_err();
-    let [WorkflowProblem::NotAWorkflow { path, line, .. }] = err.problems() else {
+    let [
+        WorkflowProblem::NotAWorkflow {
+            path,
+            line,
+            message,
+            ..
+        },
+    ] = err.problems()
+    else {
         panic!("{err}");
     };
     assert_eq!((path.as_str(), *line), ("steps[0].depends_on", Some(4)));
+    assert_eq!(message, "invalid type: integer `3`, expected a sequence");
 }
 
 #[test]
