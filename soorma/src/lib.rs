@@ -206,6 +206,7 @@ pub mod nats {
 /// ```
 pub mod workflow {
     pub use crate::layers::worker::workflow::*;
+    pub use soorma_common::{FailurePolicy, HumanInput, WorkflowDefinition, WorkflowStep};
 }
 
 pub mod planner {

@@ -588,6 +588,8 @@ fn templated_inputs_are_checked_where_their_type_is_known() {
         op("c")
             .depends_on("a")
             .with_input("query", "{{ a.count | default: 'x' }}"),
+        // Known to be a string, but not known to be long enough: no `minLength` alarm.
+        op("d").with_input("query", "ab{{topic}}"),
     ]);
     let all = registry_problems(def);
     assert_eq!(all.len(), 2, "{all:#?}");
