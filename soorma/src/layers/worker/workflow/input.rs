@@ -28,7 +28,7 @@ const MAX_SHORT_NAMES: usize = 256;
 /// let reads: Vec<String> = wf.step("b").unwrap().input().reads().iter().map(ToString::to_string).collect();
 /// assert_eq!(reads, ["input.n", "steps.a.results"]); // input_mapping keys are sorted
 /// assert_eq!(wf.step("a").unwrap().input().reads()[0].step(), None);
-/// assert_eq!(wf.step("b").unwrap().input().reads()[0].step(), Some("a"));
+/// assert_eq!(wf.step("b").unwrap().input().reads()[1].step(), Some("a"));
 /// # Ok::<(), soorma::workflow::InvalidWorkflow>(())
 /// ```
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -141,6 +141,7 @@ impl StepOutputs for Map<String, Value> {
 #[derive(Debug, Clone)]
 pub struct StepInput {
     template: Template,
+    #[cfg_attr(not(feature = "schema-validation"), allow(dead_code))]
     roots: Roots,
     bindings: Vec<(String, Binding)>,
     reads: Vec<Reference>,
@@ -228,12 +229,14 @@ impl StepInput {
 
     /// The template roots this step's placeholders may use (`input`, `steps`, the step ids,
     /// the inputs).
+    #[cfg(feature = "schema-validation")]
     pub(super) fn roots(&self) -> &Roots {
         &self.roots
     }
 
     /// What `path`, a path over this step's roots, reads (`None` for a root the step's
     /// template does not use).
+    #[cfg(feature = "schema-validation")]
     pub(super) fn reference(&self, path: &Path) -> Option<Reference> {
         let (_, binding) = self.bindings.iter().find(|(r, _)| r == path.root())?;
         Some(binding.reference(path))
@@ -397,12 +400,14 @@ fn parse(
 
 /// Whether `source` is exactly one placeholder (so it renders as the value itself, keeping its
 /// JSON type), not text with placeholders (which renders as a string).
+#[cfg(feature = "schema-validation")]
 pub(super) fn is_lone(source: &str) -> bool {
     source.starts_with("{{") && source.ends_with("}}") && source.matches("{{").count() == 1
 }
 
 /// The path `source` reads when it is one placeholder holding just a path, written canonically
 /// (`{{ steps.a.x }}`): then its value is the value at the path, of the path's type.
+#[cfg(feature = "schema-validation")]
 pub(super) fn single_path<'t>(source: &str, template: &'t Template) -> Option<&'t Path> {
     if !is_lone(source) {
         return None;

@@ -333,12 +333,20 @@ impl Workflow {
         let mut problems = Vec::new();
         let built = Builder::new(&definition, depth, &mut problems).build();
         match built {
-            Some((steps, index, order)) if problems.is_empty() => Ok(Self {
-                definition,
-                steps,
-                index,
-                order,
-            }),
+            Some((steps, index, order)) if problems.is_empty() => {
+                let workflow = Self {
+                    definition,
+                    steps,
+                    index,
+                    order,
+                };
+                workflow.check_sub_workflow_inputs(&mut problems);
+                if problems.is_empty() {
+                    Ok(workflow)
+                } else {
+                    Err(InvalidWorkflow::new(problems))
+                }
+            }
             _ => Err(InvalidWorkflow::new(problems)),
         }
     }

@@ -203,6 +203,19 @@ pub enum WorkflowProblem {
         /// The violation.
         message: String,
     },
+    /// A sub-workflow step's input (as far as it is known before running) violates the
+    /// sub-workflow's `input_schema`.
+    #[error(
+        "step `{step}`: its input does not match the input schema of its sub-workflow: at `{pointer}`: {message}"
+    )]
+    SubWorkflowInputViolatesSchema {
+        /// The sub-workflow step.
+        step: String,
+        /// JSON Pointer into the step's input.
+        pointer: String,
+        /// The violation.
+        message: String,
+    },
     /// Sub-workflows nest too deeply.
     #[error("step `{step}`: sub-workflows nest deeper than {max} levels")]
     TooDeep {

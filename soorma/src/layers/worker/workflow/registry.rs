@@ -4,9 +4,13 @@
 use serde_json::Value;
 use soorma_common::{AgentCapability, AgentDefinition};
 
-use super::input::{Reference, is_lone, single_path};
+use super::input::Reference;
+#[cfg(feature = "schema-validation")]
+use super::input::{is_lone, single_path};
 use super::problem::{InvalidWorkflow, WorkflowProblem};
-use super::schema::{Known, Lookup, article, base, known_without_registry, single_type};
+use super::schema::{Known, Lookup, base};
+#[cfg(feature = "schema-validation")]
+use super::schema::{article, known_without_registry, single_type};
 use super::{Step, StepKind, Workflow};
 
 /// The capability `name` names: by task name first, then by the event it consumes (as
@@ -92,7 +96,16 @@ impl Workflow {
                     if let Some(schema) =
                         found.and_then(|c| c.consumed_event.payload_schema.as_ref())
                     {
-                        self.check_payload(step, operator, schema, agents, problems);
+                        problems.extend(
+                            self.input_violations(step, schema, agents).into_iter().map(
+                                |(pointer, message)| WorkflowProblem::InputViolatesSchema {
+                                    step: step.id.clone(),
+                                    capability: operator.clone(),
+                                    pointer,
+                                    message,
+                                },
+                            ),
+                        );
                     }
                 }
                 StepKind::SubWorkflow(inner) => {
@@ -137,6 +150,7 @@ impl Workflow {
     }
 
     /// What a template reads is known to be of this JSON type (`None`: not known).
+    #[cfg(feature = "schema-validation")]
     fn type_of(&self, reference: &Reference, agents: &[AgentDefinition]) -> Option<String> {
         let known = known_without_registry(&self.definition, &self.index, reference)
             .or_else(|| self.reply_of(reference, agents))?;
@@ -146,25 +160,26 @@ impl Workflow {
         }
     }
 
-    /// Validates a probe of the step's input against the payload schema: static values as they
+    /// Validates a probe of the step's input against `schema`: static values as they
     /// are, placeholders as a value of their known type (or `null`), keeping only the
     /// violations the template decides.
+    /// Each violation is `(JSON Pointer, message)`; a schema that is not a valid JSON Schema is
+    /// logged and not enforced.
     #[cfg(feature = "schema-validation")]
-    fn check_payload(
+    fn input_violations(
         &self,
         step: &Step,
-        capability: &str,
         schema: &Value,
         agents: &[AgentDefinition],
-        problems: &mut Vec<WorkflowProblem>,
-    ) {
+    ) -> Vec<(String, String)> {
         let validator = match crate::platform::validation::compile(schema) {
             Ok(v) => v,
             Err(e) => {
-                tracing::warn!(capability, error = %e, "the registered payload schema is not a valid JSON Schema; step inputs are not checked against it");
-                return;
+                tracing::warn!(step = %step.id, error = %e, "the schema of a step's input is not a valid JSON Schema; the input is not checked against it");
+                return Vec::new();
             }
         };
+        let mut violations = Vec::new();
         let mut leaves = Vec::new();
         let probe = self.probe(
             step,
@@ -199,24 +214,39 @@ impl Workflow {
                 None if leaves.iter().any(|l| is_below(&at, &l.pointer)) => continue,
                 None => error.to_string(),
             };
-            problems.push(WorkflowProblem::InputViolatesSchema {
-                step: step.id.clone(),
-                capability: capability.to_owned(),
-                pointer: at,
-                message,
-            });
+            violations.push((at, message));
         }
+        violations
     }
 
     #[cfg(not(feature = "schema-validation"))]
-    fn check_payload(
+    fn input_violations(
         &self,
         _: &Step,
-        _: &str,
         _: &Value,
         _: &[AgentDefinition],
-        _: &mut Vec<WorkflowProblem>,
-    ) {
+    ) -> Vec<(String, String)> {
+        Vec::new()
+    }
+
+    /// A sub-workflow step's input must match the sub-workflow's input schema as far as it is
+    /// known without a registry (the registry-free part of validation).
+    pub(super) fn check_sub_workflow_inputs(&self, problems: &mut Vec<WorkflowProblem>) {
+        for step in &self.steps {
+            let StepKind::SubWorkflow(inner) = &step.kind else {
+                continue;
+            };
+            let Some(schema) = &inner.definition.input_schema else {
+                continue;
+            };
+            for (pointer, message) in self.input_violations(step, schema, &[]) {
+                problems.push(WorkflowProblem::SubWorkflowInputViolatesSchema {
+                    step: step.id.clone(),
+                    pointer,
+                    message,
+                });
+            }
+        }
     }
 
     /// The template with each string holding a placeholder replaced by a value of its known

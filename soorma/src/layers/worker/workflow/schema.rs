@@ -19,7 +19,7 @@ const MAX_REFS: usize = 32;
 #[derive(Debug)]
 pub(super) enum Lookup<'s> {
     /// The schema of the value at the path.
-    Found(&'s Value),
+    Found(#[cfg_attr(not(feature = "schema-validation"), allow(dead_code))] &'s Value),
     /// The path cannot exist: why.
     Missing(String),
     /// The schema does not say (no `properties`, a union, a `$ref` outside the document, ...).

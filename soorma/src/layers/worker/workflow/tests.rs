@@ -409,6 +409,33 @@ fn sub_workflow_problems_name_their_step() {
     );
 }
 
+#[cfg(feature = "schema-validation")]
+#[test]
+fn sub_workflow_inputs_are_checked_against_its_input_schema() {
+    let inner = wf([op("x").with_input("q", "{{name}}")]).with_input_schema(json!({
+        "type": "object",
+        "required": ["name"],
+        "properties": {"name": {"type": "string"}, "n": {"type": "integer"}}
+    }));
+    let ask = HumanInput::new("How many?").with_response_schema(
+        json!({"type": "object", "properties": {"count": {"type": "string"}}}),
+    );
+    let shown: Vec<String> = problems(wf([
+        WorkflowStep::human("ask", ask),
+        WorkflowStep::sub_workflow("research", inner.clone())
+            .depends_on("ask")
+            .with_input("n", "{{ask.count}}"),
+    ]))
+    .iter()
+    .map(ToString::to_string)
+    .collect();
+    assert_eq!(shown.len(), 2, "{shown:#?}");
+    assert!(shown[0].starts_with("step `research`: its input does not match the input schema of its sub-workflow: at ``: \"name\" is a required property"), "{shown:#?}");
+    assert!(shown[1].starts_with("step `research`: its input does not match the input schema of its sub-workflow: at `/n`: `{{ask.count}}` gives a string here"), "{shown:#?}");
+    let fine = wf([WorkflowStep::sub_workflow("research", inner).with_input("name", "{{topic}}")]);
+    assert!(Workflow::new(fine).is_ok());
+}
+
 #[test]
 fn every_problem_is_reported_at_once() {
     let mut bad_timeout = op("b").depends_on("ghost").with_input("q", "{{c.x}}");
