@@ -112,6 +112,14 @@ pub enum CliError {
         /// How many.
         count: usize,
     },
+    /// `soorma workflow check|graph`: the workflow has problems.
+    #[error("`{}` is not a valid workflow: {count} problem{} (listed above)", .path.display(), if *.count == 1 { "" } else { "s" })]
+    InvalidWorkflow {
+        /// The file.
+        path: PathBuf,
+        /// How many problems.
+        count: usize,
+    },
 }
 
 fn unknown_agent(name: &str, registered: &[String], url: &str) -> String {

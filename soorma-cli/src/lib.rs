@@ -10,13 +10,17 @@
 //! soorma mcp call <server:tool> [--args JSON] [--timeout-ms N] --config mcp.json
 //! soorma mcp bridge --config mcp.json [--name N]
 //! soorma mcp serve [--http ADDR [--token TOKEN] [--allowed-host HOST]...] [--agent NAME]...
+//! soorma workflow check <FILE> [--registry]
+//! soorma workflow graph <FILE>
 //! ```
 //!
 //! `new` scaffolds an agent crate; `dev` runs a local `nats-server -js`; `agents`, `card` and
 //! `events tail` work on the shared platform named by `SOORMA_NATS_URL` (the embedded platform
 //! lives inside one process, so there is nothing for them to see there). `mcp tools` and
 //! `mcp call` talk to the MCP servers of an `mcp.json`; `mcp bridge` puts their tools on the
-//! shared platform and `mcp serve` offers its agents to MCP clients. See `docs/cli.md`.
+//! shared platform and `mcp serve` offers its agents to MCP clients. `workflow check` validates a
+//! workflow definition (and, with `--registry`, against the shared platform's registry);
+//! `workflow graph` draws it as a Mermaid flowchart. See `docs/cli.md`.
 //!
 //! This library holds the commands so they can be documented and unit-tested; the `soorma`
 //! binary parses the command line with [`Cli`] and calls [`run`].
@@ -30,6 +34,7 @@ pub mod mcp;
 pub mod output;
 pub mod platform;
 pub mod scaffold;
+pub mod workflow;
 
 use std::ffi::OsStr;
 use std::path::PathBuf;
@@ -82,6 +87,32 @@ pub enum Command {
         /// What to do.
         #[command(subcommand)]
         command: McpCommand,
+    },
+    /// Workflows: validate a definition file, draw it as a Mermaid flowchart.
+    Workflow {
+        /// What to do.
+        #[command(subcommand)]
+        command: WorkflowCommand,
+    },
+}
+
+/// `soorma workflow ...`.
+#[derive(Debug, Subcommand)]
+pub enum WorkflowCommand {
+    /// Validate a workflow definition (YAML or JSON): print every problem, one per line, and
+    /// exit with status 1 if there is one.
+    Check {
+        /// The workflow file (`.yaml`, `.yml` or `.json`).
+        file: PathBuf,
+        /// Also check it against the registry of the platform named by SOORMA_NATS_URL:
+        /// capabilities exist, inputs match their schemas, reply fields exist.
+        #[arg(long)]
+        registry: bool,
+    },
+    /// Print a workflow definition as a Mermaid flowchart.
+    Graph {
+        /// The workflow file (`.yaml`, `.yml` or `.json`).
+        file: PathBuf,
     },
 }
 
@@ -336,6 +367,10 @@ pub async fn run(cli: Cli) -> Result<(), CliError> {
                 });
                 mcp::serve(http, agents).await
             }
+        },
+        Command::Workflow { command } => match command {
+            WorkflowCommand::Check { file, registry } => workflow::check(&file, registry).await,
+            WorkflowCommand::Graph { file } => workflow::graph(&file),
         },
     }
 }

@@ -231,6 +231,7 @@ fn a_closed_stdout_ends_quietly_instead_of_panicking() {
         &["new", "--help"],
         &["events", "tail", "--help"],
         &["mcp", "call", "--help"],
+        &["workflow", "check", "--help"],
     ] {
         let out = soorma_into_closed_pipe(args, &tmp.0);
         let err = stderr(&out);

@@ -1,5 +1,5 @@
 //! Shared data types for soorma: the event envelope, the topic set, registry DTOs,
-//! state-machine DTOs, persisted task / plan / session records, and A2A agent cards ([`a2a`]).
+//! state-machine and workflow DTOs, persisted task / plan / session records, and A2A agent cards ([`a2a`]).
 //!
 //! These types are plain serde + schemars data with no runtime dependencies, so services
 //! written in other languages and the Rust SDK agree on one wire format (snake_case JSON; the
@@ -23,6 +23,7 @@ mod registry;
 mod reply;
 mod state_machine;
 mod topic;
+mod workflow;
 
 pub use envelope::{EventEnvelope, SPEC_VERSION};
 pub use records::{
@@ -33,6 +34,7 @@ pub use registry::{AgentCapability, AgentDefinition, AgentKind, EventDefinition}
 pub use reply::{ActionReply, TaskProgress};
 pub use state_machine::{PlanDefinition, StateAction, StateConfig, StateTransition};
 pub use topic::{Topic, UnknownTopic};
+pub use workflow::{FailurePolicy, HumanInput, WorkflowDefinition, WorkflowStep};
 
 /// The tenant used when an event names none.
 pub const DEFAULT_TENANT: &str = "default";

@@ -184,6 +184,31 @@ pub mod nats {
     pub use crate::platform::connect_nats as connect;
 }
 
+/// Workflows: a goal and a DAG of capability calls, validated up front.
+///
+/// A [`WorkflowDefinition`](crate::common::WorkflowDefinition) (JSON, YAML with the `yaml`
+/// feature, or builders) becomes a [`Workflow`](workflow::Workflow) when every check passes:
+/// unique ids, known dependencies, no cycle (reported with its path), exactly one of
+/// operator / human input / sub-workflow per step, valid timeouts, and templates that compile
+/// and read only the workflow's input and the outputs of the step's ancestors.
+/// [`Workflow::check_against`](workflow::Workflow::check_against) adds the registry's view
+/// (capabilities exist, inputs match their schemas, reply fields exist), and
+/// [`Workflow::to_mermaid`](workflow::Workflow::to_mermaid) draws it. The guide is
+/// `docs/workflows.md`.
+///
+/// ```
+/// let wf = soorma::workflow::Workflow::from_json(r#"{"goal": "g", "steps": [
+///   {"id": "a", "operator": "search", "input_mapping": {"q": "{{topic}}"}},
+///   {"id": "b", "operator": "summarize", "input_mapping": {"text": "{{a.hits}}"}, "depends_on": ["a"]}
+/// ]}"#)?;
+/// assert_eq!(wf.order().map(|s| s.id()).collect::<Vec<_>>(), ["a", "b"]);
+/// # Ok::<(), soorma::workflow::InvalidWorkflow>(())
+/// ```
+pub mod workflow {
+    pub use crate::layers::worker::workflow::*;
+    pub use soorma_common::{FailurePolicy, HumanInput, WorkflowDefinition, WorkflowStep};
+}
+
 pub mod planner {
     //! The planner layer: goals start plans, plans are event-driven state machines.
     //!

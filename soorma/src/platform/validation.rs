@@ -153,7 +153,7 @@ impl RequestValidator {
             match cache.compiled.get(event) {
                 Some(c) if c.schema == *schema => c.validator.clone(),
                 _ => {
-                    let validator = match jsonschema::validator_for(schema) {
+                    let validator = match compile(schema) {
                         Ok(v) => Some(Arc::new(v)),
                         Err(e) => {
                             tracing::warn!(event_type = %event, error = %e, "the registered payload schema is not a valid JSON Schema; not enforced");
@@ -184,6 +184,15 @@ impl RequestValidator {
     fn violations(&self, _: &str, _: &Value, _: &Value) -> Vec<SchemaViolation> {
         Vec::new()
     }
+}
+
+/// Compiles a JSON Schema (a registered payload schema) into a validator; the error says why
+/// it is not a valid JSON Schema.
+#[cfg(feature = "schema-validation")]
+pub(crate) fn compile(
+    schema: &Value,
+) -> std::result::Result<jsonschema::Validator, jsonschema::ValidationError<'static>> {
+    jsonschema::validator_for(schema)
 }
 
 /// Event type → payload schema, from each capability's consumed event. When several agents

@@ -5,6 +5,7 @@ mod delegation;
 mod fan_in;
 mod result;
 mod task;
+pub mod workflow;
 
 use std::collections::BTreeSet;
 
