@@ -724,7 +724,8 @@ pub struct TaskRecord {
     /// Where the task stands.
     #[serde(default)]
     pub status: TaskStatus,
-    /// Delegation groups by id (the sub-tasks themselves are stored under their own keys).
+    /// Delegation groups by id: which of their sub-tasks have a result and where the results
+    /// are (what each sub-task delegates is in the group's [`DelegationGroup`] record).
     #[serde(default)]
     pub groups: BTreeMap<String, SubTaskGroup>,
     /// Handler-owned state.
