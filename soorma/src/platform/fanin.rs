@@ -19,9 +19,12 @@ use crate::util::{concurrently, now_rfc3339};
 /// contention of a large fan-in; across processes the revision check still arbitrates.
 pub(crate) struct FanIn {
     lanes: Mutex<HashMap<StateKey, Vec<MarkWaiter>>>,
-    complete: OnceCache<GroupKey, Arc<Vec<SubTaskInfo>>>,
-    groups: OnceCache<StateKey, Arc<DelegationGroup>>,
-    pages: OnceCache<StateKey, Arc<MemberPage>>,
+    /// The members of complete groups (their results never change).
+    pub(crate) complete: OnceCache<GroupKey, Vec<SubTaskInfo>>,
+    /// Delegation group records (never changed once written), by key.
+    pub(crate) groups: OnceCache<StateKey, DelegationGroup>,
+    /// The further pages of large groups' records, by key.
+    pub(crate) pages: OnceCache<StateKey, MemberPage>,
 }
 
 impl Default for FanIn {
@@ -51,17 +54,17 @@ const CHUNK_BYTES: usize = 256 * 1024;
 
 /// Values loaded once and shared, for records that never change once written (bounded:
 /// oldest evicted first; a failed load is not kept).
-struct OnceCache<K, V> {
+pub(crate) struct OnceCache<K, V> {
     kept: usize,
     cells: Mutex<CacheCells<K, V>>,
 }
 
 struct CacheCells<K, V> {
-    cells: HashMap<K, Arc<tokio::sync::OnceCell<V>>>,
+    cells: HashMap<K, Arc<tokio::sync::OnceCell<Arc<V>>>>,
     order: VecDeque<K>,
 }
 
-impl<K: Eq + Hash + Clone, V: Clone> OnceCache<K, V> {
+impl<K: Eq + Hash + Clone, V> OnceCache<K, V> {
     fn new(kept: usize) -> Self {
         Self {
             kept,
@@ -73,11 +76,11 @@ impl<K: Eq + Hash + Clone, V: Clone> OnceCache<K, V> {
     }
 
     /// The value of `key`: loaded by the first caller, shared with the rest.
-    async fn get_or_load(
+    pub(crate) async fn get_or_load(
         &self,
         key: K,
         load: impl std::future::Future<Output = Result<V>>,
-    ) -> Result<V> {
+    ) -> Result<Arc<V>> {
         let cell = {
             let mut c = self.cells.lock().expect("fan-in cache lock");
             if let Some(cell) = c.cells.get(&key) {
@@ -94,7 +97,10 @@ impl<K: Eq + Hash + Clone, V: Clone> OnceCache<K, V> {
                 cell
             }
         };
-        let loaded = cell.get_or_try_init(|| load).await.cloned();
+        let loaded = cell
+            .get_or_try_init(|| async { load.await.map(Arc::new) })
+            .await
+            .cloned();
         if loaded.is_err() {
             // Not found (a forged or stale id) or unreadable: not kept, so that unknown keys
             // do not push known ones out, and a later load tries again.
@@ -204,39 +210,6 @@ impl FanIn {
             Ok(Err(e)) => Err(failed().with_source(e).into()),
             Err(_) => Err(failed().with_source("the fan-in writer stopped").into()),
         }
-    }
-
-    /// The members of a complete group, loaded by the first caller and shared with the rest.
-    pub(crate) async fn complete_group(
-        &self,
-        key: GroupKey,
-        load: impl std::future::Future<Output = Result<Vec<SubTaskInfo>>>,
-    ) -> Result<Arc<Vec<SubTaskInfo>>> {
-        self.complete
-            .get_or_load(key, async { load.await.map(Arc::new) })
-            .await
-    }
-
-    /// The delegation group record at `key` (it never changes once written), loaded once.
-    pub(crate) async fn group(
-        &self,
-        key: StateKey,
-        load: impl std::future::Future<Output = Result<DelegationGroup>>,
-    ) -> Result<Arc<DelegationGroup>> {
-        self.groups
-            .get_or_load(key, async { load.await.map(Arc::new) })
-            .await
-    }
-
-    /// A further page of a large delegation group's members, loaded once.
-    pub(crate) async fn group_page(
-        &self,
-        key: StateKey,
-        load: impl std::future::Future<Output = Result<MemberPage>>,
-    ) -> Result<Arc<MemberPage>> {
-        self.pages
-            .get_or_load(key, async { load.await.map(Arc::new) })
-            .await
     }
 
     async fn drain(self: Arc<Self>, store: Arc<dyn StateStore>, key: StateKey) {
@@ -731,8 +704,8 @@ mod tests {
             .get_or_load(1, async { Err(Error::UnknownSubTask("x".into())) })
             .await;
         assert!(missing.is_err());
-        assert_eq!(cache.get_or_load(1, async { Ok(5) }).await.unwrap(), 5);
-        assert_eq!(cache.get_or_load(1, async { Ok(6) }).await.unwrap(), 5);
+        assert_eq!(*cache.get_or_load(1, async { Ok(5) }).await.unwrap(), 5);
+        assert_eq!(*cache.get_or_load(1, async { Ok(6) }).await.unwrap(), 5);
         for k in 2..10 {
             cache.get_or_load(k, async move { Ok(k) }).await.unwrap();
         }

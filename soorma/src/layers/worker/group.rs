@@ -74,7 +74,8 @@ pub(super) async fn load(
     let store = platform.state().clone();
     platform
         .fan_in()
-        .group(key.clone(), async move {
+        .groups
+        .get_or_load(key.clone(), async move {
             match state::load::<DelegationGroup>(&*store, "sub-task group", &key).await? {
                 // Its key says which group and tenant it is; a record claiming another group
                 // is not this one.
@@ -96,7 +97,8 @@ async fn page(
     let store = platform.state().clone();
     platform
         .fan_in()
-        .group_page(key.clone(), async move {
+        .pages
+        .get_or_load(key.clone(), async move {
             state::load::<MemberPage>(&*store, "sub-task group page", &key)
                 .await?
                 .map(|p| p.value)

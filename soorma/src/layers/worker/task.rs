@@ -454,7 +454,8 @@ impl<T, S: TaskState> TaskContext<T, S> {
                 .runtime
                 .platform
                 .fan_in()
-                .complete_group(key, self.load_members(&[g], true))
+                .complete
+                .get_or_load(key, self.load_members(&[g], true))
                 .await?;
             out.extend(members.iter().cloned());
         }
