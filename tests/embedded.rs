@@ -142,3 +142,150 @@ async fn a_misspelt_agent_name_on_an_attribute_fails_the_group_naming_it() {
     // Nothing started.
     assert!(platform.discovery().all().await.unwrap().is_empty());
 }
+
+/// A state store counting the writes (create, update, put) of each bucket.
+#[derive(Clone, Default)]
+struct CountingStore {
+    inner: soorma::embedded::MemoryStore,
+    writes: std::sync::Arc<std::sync::Mutex<std::collections::HashMap<&'static str, usize>>>,
+}
+
+impl CountingStore {
+    fn count(&self, key: &soorma::state::StateKey) {
+        *self.writes.lock().unwrap().entry(key.bucket).or_default() += 1;
+    }
+
+    fn writes(&self, bucket: &str) -> usize {
+        self.writes
+            .lock()
+            .unwrap()
+            .get(bucket)
+            .copied()
+            .unwrap_or(0)
+    }
+}
+
+impl soorma::state::StateStore for CountingStore {
+    fn get<'a>(
+        &'a self,
+        key: &'a soorma::state::StateKey,
+    ) -> soorma::BoxFuture<'a, soorma::Result<Option<soorma::state::Versioned<Vec<u8>>>>> {
+        self.inner.get(key)
+    }
+    fn create<'a>(
+        &'a self,
+        key: &'a soorma::state::StateKey,
+        value: Vec<u8>,
+    ) -> soorma::BoxFuture<'a, soorma::Result<soorma::state::Revision>> {
+        self.count(key);
+        self.inner.create(key, value)
+    }
+    fn update<'a>(
+        &'a self,
+        key: &'a soorma::state::StateKey,
+        value: Vec<u8>,
+        expected: soorma::state::Revision,
+    ) -> soorma::BoxFuture<'a, soorma::Result<soorma::state::Revision>> {
+        self.count(key);
+        self.inner.update(key, value, expected)
+    }
+    fn put<'a>(
+        &'a self,
+        key: &'a soorma::state::StateKey,
+        value: Vec<u8>,
+    ) -> soorma::BoxFuture<'a, soorma::Result<soorma::state::Revision>> {
+        self.count(key);
+        self.inner.put(key, value)
+    }
+    fn delete<'a>(
+        &'a self,
+        key: &'a soorma::state::StateKey,
+    ) -> soorma::BoxFuture<'a, soorma::Result<()>> {
+        self.inner.delete(key)
+    }
+    fn keys<'a>(
+        &'a self,
+        bucket: &'static str,
+        tenant: &'a str,
+    ) -> soorma::BoxFuture<'a, soorma::Result<Vec<String>>> {
+        self.inner.keys(bucket, tenant)
+    }
+    fn tenants<'a>(
+        &'a self,
+        bucket: &'static str,
+    ) -> soorma::BoxFuture<'a, soorma::Result<Vec<String>>> {
+        self.inner.tenants(bucket)
+    }
+}
+
+/// A fan-out/fan-in of 1,000 costs state writes per delegation group and per batch of
+/// results, not per sub-task: one group record, and per batch one results chunk and one
+/// update of the task (each chunk written is one the task lists).
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_fan_in_writes_state_per_group_and_per_batch_of_results_not_per_sub_task() {
+    use soorma::EngineParts;
+    use soorma::embedded::{EmbeddedBus, MemoryRegistry};
+    use std::sync::Arc;
+
+    const FAN: usize = 1_000;
+    let store = CountingStore::default();
+    let platform = Platform::from_parts(EngineParts::new(
+        "embedded",
+        Arc::new(EmbeddedBus::new()),
+        Arc::new(store.clone()),
+        Arc::new(MemoryRegistry::new()),
+    ));
+    let mut t = TestPlatform::with_platform(platform).await.unwrap();
+    t.start(soorma_tests::agents::fan_in()).await.unwrap();
+    let client = t.client();
+    client
+        .bus()
+        .request("big.requested", FAN as u32, "big.completed")
+        .await
+        .unwrap();
+    let deadline = std::time::Instant::now() + WAIT;
+    while t.events_of_type("ghost.requested").len() < FAN {
+        assert!(std::time::Instant::now() < deadline, "not fanned out");
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    let (tasks_before, subtasks_before) = (
+        store.writes(soorma::TASKS_BUCKET),
+        store.writes(soorma::SUBTASKS_BUCKET),
+    );
+    assert_eq!(subtasks_before, 1, "the group's record, once");
+    let bus = client.bus();
+    let sends: Vec<_> = t
+        .events_of_type("ghost.requested")
+        .iter()
+        .map(|req| {
+            let value: i64 = serde_json::from_value(req.data.clone()).unwrap();
+            let env = soorma_tests::agents::result_for(req, value, None);
+            let bus = bus.clone();
+            tokio::spawn(async move { bus.publish_envelope(env).await })
+        })
+        .collect();
+    for s in sends {
+        s.await.unwrap().unwrap();
+    }
+    t.expect_event("big.completed", WAIT * 4).await.unwrap();
+    let task_id = t.events_of_type("big.requested")[0].id.clone();
+    let key = soorma::state::StateKey::new(soorma::TASKS_BUCKET, "default", task_id);
+    let stored = t.platform().state().get(&key).await.unwrap().unwrap();
+    let record: soorma::TaskRecord = serde_json::from_slice(&stored.value).unwrap();
+    let chunks: usize = record.groups.values().map(|g| g.chunks.len()).sum();
+    let chunk_writes = store.writes(soorma::SUBTASKS_BUCKET) - subtasks_before;
+    let task_writes = store.writes(soorma::TASKS_BUCKET) - tasks_before;
+    println!("{FAN} results: {chunk_writes} chunk writes, {task_writes} task writes");
+    assert_eq!(chunk_writes, chunks, "every chunk written is listed");
+    // One task update per batch (as many as chunks), plus completing the task and marking
+    // its reply sent.
+    assert!(
+        task_writes <= chunks + 3,
+        "{task_writes} task writes for {chunks} batches"
+    );
+    assert!(
+        chunk_writes + task_writes < FAN / 2,
+        "{chunk_writes} + {task_writes} writes for {FAN} results"
+    );
+    t.shutdown().await.unwrap();
+}

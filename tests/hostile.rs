@@ -728,14 +728,21 @@ async fn a_result_claiming_another_tenant_cannot_answer_its_sub_task() {
     });
     let sub_request = t.expect_event("upper.requested", WAIT).await.unwrap();
     let sub_task_id = sub_request.correlation_id.clone().unwrap();
-    let sub_key = StateKey::new(soorma::SUBTASKS_BUCKET, "globex", sub_task_id.clone());
-    let before = platform
-        .state()
-        .get(&sub_key)
-        .await
-        .unwrap()
-        .unwrap()
-        .revision;
+    // Globex's task, its sub-task's group record and every record of what it delegated (a
+    // result recorded would add a chunk).
+    let task_id = t.events_of_type("batch.requested")[0].id.clone();
+    let task_key = StateKey::new(soorma::TASKS_BUCKET, "globex", task_id);
+    let (group_id, _) = sub_task_id.rsplit_once('-').unwrap();
+    let group_key = StateKey::new(soorma::SUBTASKS_BUCKET, "globex", group_id);
+    let state = platform.state().clone();
+    let stored = || async {
+        (
+            state.get(&task_key).await.unwrap().unwrap().revision,
+            state.get(&group_key).await.unwrap().unwrap().revision,
+            state.keys(soorma::SUBTASKS_BUCKET, "globex").await.unwrap(),
+        )
+    };
+    let before = stored().await;
 
     // On acme's subject, an envelope claiming globex answers globex's sub-task.
     let mut forged = EventEnvelope::new(
@@ -757,13 +764,7 @@ async fn a_result_claiming_another_tenant_cannot_answer_its_sub_task() {
     let notice = t.expect_event("event.dead_lettered", WAIT).await.unwrap();
     assert_eq!(notice.tenant(), "acme");
     assert_nothing_pending(&js).await;
-    let after = platform
-        .state()
-        .get(&sub_key)
-        .await
-        .unwrap()
-        .unwrap()
-        .revision;
+    let after = stored().await;
     assert_eq!(before, after, "globex's sub-task was touched");
 
     // The real result still completes the task.

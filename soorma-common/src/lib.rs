@@ -27,8 +27,8 @@ mod workflow;
 
 pub use envelope::{EventEnvelope, SPEC_VERSION};
 pub use records::{
-    PlanRecord, PlanStatus, PlanStep, SessionRecord, SubTaskGroup, SubTaskInfo, SubTaskStatus,
-    TaskRecord, TaskStatus,
+    ChunkResult, DelegationGroup, MemberPage, MemberRun, PlanRecord, PlanStatus, PlanStep,
+    ResultChunk, SessionRecord, SubTaskGroup, SubTaskInfo, SubTaskStatus, TaskRecord, TaskStatus,
 };
 pub use registry::{AgentCapability, AgentDefinition, AgentKind, EventDefinition};
 pub use reply::{ActionReply, TaskProgress};

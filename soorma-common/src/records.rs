@@ -68,8 +68,9 @@ pub enum SubTaskStatus {
 
 /// A sub-task delegated by a task, with its result once it arrives.
 ///
-/// Stored under its own key (its id), so results of a large fan-out are recorded without
-/// contending on one big record; the parent keeps a [`SubTaskGroup`] per fan-out.
+/// Not stored as such: it is assembled from its group's [`DelegationGroup`] record (what was
+/// delegated) and the [`ResultChunk`]s its parent's [`SubTaskGroup`] lists (the results), see
+/// [`DelegationGroup::sub_tasks`].
 ///
 /// ```
 /// use soorma_common::SubTaskInfo;
@@ -190,6 +191,11 @@ pub struct SubTaskGroup {
     /// the key of the `#[on_fan_in]` handler that receives the group's replies.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub fan_in: Option<String>,
+    /// The ids of the [`ResultChunk`]s holding the group's results, in the order they were
+    /// recorded (chunk `c` is stored at `<group id>-<c>` in the `subtasks` bucket). For each
+    /// sub-task, the first listed chunk that has it holds its result.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub chunks: Vec<String>,
 }
 
 impl SubTaskGroup {
@@ -207,6 +213,7 @@ impl SubTaskGroup {
             finished: 0,
             finished_bits: "0".repeat((size as usize).div_ceil(8) * 2),
             fan_in: None,
+            chunks: Vec::new(),
         }
     }
 
@@ -284,6 +291,390 @@ impl SubTaskGroup {
     }
 }
 
+/// Consecutive members of a delegation group delegating the same event with the same reply
+/// event (a group's members are stored run-length encoded: a fan-out of one kind of request
+/// is one run however large it is).
+///
+/// ```
+/// use soorma_common::MemberRun;
+/// let run = MemberRun::new("add.requested", "add.done", 1000);
+/// assert_eq!(run.count, 1000);
+/// ```
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[non_exhaustive]
+pub struct MemberRun {
+    /// The event type of the requests.
+    pub event_type: String,
+    /// The reply event they answer with.
+    pub response_event: String,
+    /// How many consecutive members.
+    pub count: u32,
+}
+
+impl MemberRun {
+    /// `count` consecutive members delegating `event_type`, answered with `response_event`.
+    ///
+    /// ```
+    /// # use soorma_common::MemberRun;
+    /// assert_eq!(MemberRun::new("a", "b", 2).response_event, "b");
+    /// ```
+    pub fn new(
+        event_type: impl Into<String>,
+        response_event: impl Into<String>,
+        count: u32,
+    ) -> Self {
+        Self {
+            event_type: event_type.into(),
+            response_event: response_event.into(),
+            count,
+        }
+    }
+}
+
+/// A page of a large delegation group's members, stored at `<group id>-p<n>` (n from 1) in
+/// the `subtasks` bucket when the members do not fit in the group record itself.
+///
+/// ```
+/// use soorma_common::{MemberPage, MemberRun};
+/// let page = MemberPage { first: 4000, members: vec![MemberRun::new("a", "b", 10)] };
+/// assert_eq!(page.member(4009).map(|m| m.event_type.as_str()), Some("a"));
+/// assert!(page.member(4010).is_none());
+/// ```
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+pub struct MemberPage {
+    /// Index (within the group) of the page's first member.
+    pub first: u32,
+    /// Its members, in order, run-length encoded.
+    pub members: Vec<MemberRun>,
+}
+
+impl MemberPage {
+    /// The member with group index `index`, if this page holds it.
+    ///
+    /// ```
+    /// # use soorma_common::{MemberPage, MemberRun};
+    /// let page = MemberPage { first: 0, members: vec![MemberRun::new("a", "b", 1), MemberRun::new("c", "d", 1)] };
+    /// assert_eq!(page.member(1).unwrap().event_type, "c");
+    /// ```
+    pub fn member(&self, index: u32) -> Option<&MemberRun> {
+        let mut at = index.checked_sub(self.first)?;
+        for run in &self.members {
+            if at < run.count {
+                return Some(run);
+            }
+            at -= run.count;
+        }
+        None
+    }
+
+    /// How many members the page holds.
+    ///
+    /// ```
+    /// # use soorma_common::{MemberPage, MemberRun};
+    /// assert_eq!(MemberPage { first: 3, members: vec![MemberRun::new("a", "b", 5)] }.len(), 5);
+    /// ```
+    pub fn len(&self) -> u32 {
+        self.members.iter().map(|r| r.count).sum()
+    }
+
+    /// Whether the page holds no member.
+    ///
+    /// ```
+    /// # use soorma_common::MemberPage;
+    /// assert!(MemberPage { first: 0, members: vec![] }.is_empty());
+    /// ```
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+}
+
+/// A delegation group as its task stored it, once, when it delegated: which task delegated
+/// it and what each member (sub-task) delegates. Stored at `<group id>` in the `subtasks`
+/// bucket; the sub-task ids are `<group id>-<index>` (index from 0). Members that do not fit
+/// in `members` (beyond [`pages`](Self::pages)`[0]`) are in [`MemberPage`] records.
+///
+/// ```
+/// use soorma_common::{DelegationGroup, MemberRun};
+/// let (group, pages) = DelegationGroup::paged(
+///     "t-g0", "t", 0,
+///     (0..3).map(|_| ("add.requested", "add.done")),
+///     64 * 1024,
+/// );
+/// assert!(pages.is_empty());
+/// assert_eq!(group.members, [MemberRun::new("add.requested", "add.done", 3)]);
+/// assert_eq!(group.sub_task_id(2), "t-g0-2");
+/// ```
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[non_exhaustive]
+pub struct DelegationGroup {
+    /// Group id.
+    pub group_id: String,
+    /// The task that delegated it.
+    pub parent_task_id: String,
+    /// Sequence number (within the task) of the first member.
+    pub first_seq: u32,
+    /// Number of members.
+    pub size: u32,
+    /// The first members, in order, run-length encoded (every member unless `pages` is set).
+    pub members: Vec<MemberRun>,
+    /// The index of the first member of each further page: page `n` (from 1) starts at
+    /// `pages[n - 1]` and is stored at `<group id>-p<n>`.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub pages: Vec<u32>,
+}
+
+impl DelegationGroup {
+    /// The group record of `members` (event type and reply event of each, in order) and its
+    /// further pages, each holding about `page_bytes` of encoded members at most (one member
+    /// at least).
+    ///
+    /// ```
+    /// # use soorma_common::DelegationGroup;
+    /// let (group, pages) = DelegationGroup::paged("g", "t", 5, (0..4).map(|i| (format!("e{i}"), "r")), 20);
+    /// assert_eq!((group.size, group.members.len(), pages.len()), (4, 1, 3));
+    /// assert_eq!(group.pages, [1, 2, 3]);
+    /// assert_eq!(group.page_of(3), 3);
+    /// ```
+    pub fn paged<E, R>(
+        group_id: impl Into<String>,
+        parent_task_id: impl Into<String>,
+        first_seq: u32,
+        members: impl IntoIterator<Item = (E, R)>,
+        page_bytes: usize,
+    ) -> (Self, Vec<MemberPage>)
+    where
+        E: AsRef<str>,
+        R: AsRef<str>,
+    {
+        // Approximate encoded size of a run: its two strings and JSON framing.
+        let run_bytes = |e: &str, r: &str| e.len() + r.len() + 64;
+        let mut pages = vec![MemberPage {
+            first: 0,
+            members: Vec::new(),
+        }];
+        let (mut bytes, mut size) = (0usize, 0u32);
+        for (e, r) in members {
+            let (e, r) = (e.as_ref(), r.as_ref());
+            let page = pages.last_mut().expect("one page at least");
+            match page.members.last_mut() {
+                Some(run) if run.event_type == e && run.response_event == r => run.count += 1,
+                last => {
+                    let cost = run_bytes(e, r);
+                    if last.is_some() && bytes + cost > page_bytes {
+                        pages.push(MemberPage {
+                            first: size,
+                            members: Vec::new(),
+                        });
+                        bytes = 0;
+                    }
+                    bytes += cost;
+                    let page = pages.last_mut().expect("one page at least");
+                    page.members.push(MemberRun::new(e, r, 1));
+                }
+            }
+            size += 1;
+        }
+        let mut pages = pages.into_iter();
+        let first = pages.next().map(|p| p.members).unwrap_or_default();
+        let rest: Vec<MemberPage> = pages.collect();
+        let group = Self {
+            group_id: group_id.into(),
+            parent_task_id: parent_task_id.into(),
+            first_seq,
+            size,
+            members: first,
+            pages: rest.iter().map(|p| p.first).collect(),
+        };
+        (group, rest)
+    }
+
+    /// The key (in the `subtasks` bucket) of page `n` (from 1).
+    ///
+    /// ```
+    /// # use soorma_common::DelegationGroup;
+    /// let (group, _) = DelegationGroup::paged("t-g0", "t", 0, [("a", "b")], 1024);
+    /// assert_eq!(group.page_key(2), "t-g0-p2");
+    /// ```
+    pub fn page_key(&self, n: usize) -> String {
+        format!("{}-p{n}", self.group_id)
+    }
+
+    /// The key (in the `subtasks` bucket) of the results chunk `chunk` (an id listed in
+    /// [`SubTaskGroup::chunks`]).
+    ///
+    /// ```
+    /// # use soorma_common::DelegationGroup;
+    /// let (group, _) = DelegationGroup::paged("t-g0", "t", 0, [("a", "b")], 1024);
+    /// assert_eq!(group.chunk_key("r00ff"), "t-g0-r00ff");
+    /// ```
+    pub fn chunk_key(&self, chunk: &str) -> String {
+        format!("{}-{chunk}", self.group_id)
+    }
+
+    /// The id of member `index`: the correlation id of its request and reply.
+    ///
+    /// ```
+    /// # use soorma_common::DelegationGroup;
+    /// let (group, _) = DelegationGroup::paged("t-g0", "t", 0, [("a", "b")], 1024);
+    /// assert_eq!(group.sub_task_id(0), "t-g0-0");
+    /// ```
+    pub fn sub_task_id(&self, index: u32) -> String {
+        format!("{}-{index}", self.group_id)
+    }
+
+    /// Which page holds member `index`: 0 for this record, `n` for page `n`.
+    ///
+    /// ```
+    /// # use soorma_common::DelegationGroup;
+    /// let (group, _) = DelegationGroup::paged("g", "t", 0, [("a", "b")], 1024);
+    /// assert_eq!(group.page_of(0), 0);
+    /// ```
+    pub fn page_of(&self, index: u32) -> usize {
+        self.pages.partition_point(|&first| first <= index)
+    }
+
+    /// This record's own members as a page.
+    ///
+    /// ```
+    /// # use soorma_common::DelegationGroup;
+    /// let (group, _) = DelegationGroup::paged("g", "t", 0, [("a", "b")], 1024);
+    /// assert_eq!(group.first_page().len(), 1);
+    /// ```
+    pub fn first_page(&self) -> MemberPage {
+        MemberPage {
+            first: 0,
+            members: self.members.clone(),
+        }
+    }
+
+    /// The group's sub-tasks, in order: the members of `pages` (this record's own first, then
+    /// every further page, in order) with the results `chunks` hold (in the order the parent
+    /// lists them: for each sub-task the first chunk that has it wins; only those marked
+    /// finished in `progress` count). A member missing from `pages` is left out.
+    ///
+    /// ```
+    /// use soorma_common::{ChunkResult, DelegationGroup, ResultChunk, SubTaskGroup, SubTaskStatus};
+    /// let (group, _) = DelegationGroup::paged("t-g0", "t", 0, [("a", "a.done"), ("b", "b.done")], 1024);
+    /// let mut progress = SubTaskGroup::new("t-g0", 0, 2);
+    /// progress.mark_finished(1);
+    /// let chunk = ResultChunk { results: vec![ChunkResult::completed(1, serde_json::json!(7))] };
+    /// let subs = group.sub_tasks(&progress, &[group.first_page()], &[chunk]);
+    /// assert_eq!(subs[0].status, SubTaskStatus::Pending);
+    /// assert_eq!(subs[1].result, Some(serde_json::json!(7)));
+    /// assert_eq!(subs[1].sub_task_id, "t-g0-1");
+    /// ```
+    pub fn sub_tasks(
+        &self,
+        progress: &SubTaskGroup,
+        pages: &[MemberPage],
+        chunks: &[ResultChunk],
+    ) -> Vec<SubTaskInfo> {
+        let mut results: BTreeMap<u32, &ChunkResult> = BTreeMap::new();
+        for r in chunks.iter().flat_map(|c| &c.results) {
+            if progress.is_finished(r.seq) {
+                results.entry(r.seq).or_insert(r);
+            }
+        }
+        let mut out = Vec::with_capacity(self.size as usize);
+        for page in pages {
+            let mut index = page.first;
+            for run in &page.members {
+                for _ in 0..run.count {
+                    if index >= self.size {
+                        break;
+                    }
+                    let seq = self.first_seq + index;
+                    let mut info = SubTaskInfo::new(
+                        self.sub_task_id(index),
+                        &run.event_type,
+                        &run.response_event,
+                        seq,
+                    )
+                    .with_parent(&self.parent_task_id, &self.group_id);
+                    if let Some(r) = results.get(&seq) {
+                        info.status = r.status;
+                        info.result.clone_from(&r.result);
+                        info.error.clone_from(&r.error);
+                    }
+                    out.push(info);
+                    index += 1;
+                }
+            }
+        }
+        out
+    }
+}
+
+/// One sub-task's result in a [`ResultChunk`].
+///
+/// ```
+/// use soorma_common::{ChunkResult, SubTaskStatus};
+/// assert_eq!(ChunkResult::failed(3, "boom").status, SubTaskStatus::Failed);
+/// ```
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[non_exhaustive]
+pub struct ChunkResult {
+    /// The sub-task's sequence number within its task.
+    pub seq: u32,
+    /// Completed or failed.
+    pub status: SubTaskStatus,
+    /// The result, when completed.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub result: Option<Value>,
+    /// The error, when failed.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub error: Option<String>,
+}
+
+impl ChunkResult {
+    /// The result of sub-task `seq`, which succeeded.
+    ///
+    /// ```
+    /// # use soorma_common::ChunkResult;
+    /// assert_eq!(ChunkResult::completed(0, 1.into()).result, Some(1.into()));
+    /// ```
+    pub fn completed(seq: u32, result: Value) -> Self {
+        Self {
+            seq,
+            status: SubTaskStatus::Completed,
+            result: Some(result),
+            error: None,
+        }
+    }
+
+    /// The error of sub-task `seq`, which failed.
+    ///
+    /// ```
+    /// # use soorma_common::ChunkResult;
+    /// assert_eq!(ChunkResult::failed(0, "no").error.as_deref(), Some("no"));
+    /// ```
+    pub fn failed(seq: u32, error: impl Into<String>) -> Self {
+        Self {
+            seq,
+            status: SubTaskStatus::Failed,
+            result: None,
+            error: Some(error.into()),
+        }
+    }
+}
+
+/// Results of sub-tasks of one delegation group, recorded together (one write for a batch of
+/// results). Stored at `<group id>-<chunk id>` in the `subtasks` bucket, written before the
+/// parent task's update that lists it in [`SubTaskGroup::chunks`]; a chunk no group lists
+/// (its writer died before the parent was updated) is ignored.
+///
+/// ```
+/// use soorma_common::{ChunkResult, ResultChunk};
+/// let chunk = ResultChunk { results: vec![ChunkResult::completed(0, serde_json::json!("hi"))] };
+/// let back: ResultChunk = serde_json::from_str(&serde_json::to_string(&chunk).unwrap()).unwrap();
+/// assert_eq!(back, chunk);
+/// ```
+#[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize, JsonSchema)]
+pub struct ResultChunk {
+    /// The results, first recorded first.
+    pub results: Vec<ChunkResult>,
+}
+
 /// A worker's task, persisted so its completion can happen in a later handler.
 ///
 /// ```
@@ -333,7 +724,8 @@ pub struct TaskRecord {
     /// Where the task stands.
     #[serde(default)]
     pub status: TaskStatus,
-    /// Delegation groups by id (the sub-tasks themselves are stored under their own keys).
+    /// Delegation groups by id: which of their sub-tasks have a result and where the results
+    /// are (what each sub-task delegates is in the group's [`DelegationGroup`] record).
     #[serde(default)]
     pub groups: BTreeMap<String, SubTaskGroup>,
     /// Handler-owned state.
@@ -725,6 +1117,68 @@ mod tests {
         let sub = SubTaskInfo::new("s", "a", "b", 3).with_parent("t", "g");
         let v = serde_json::to_value(&sub).unwrap();
         assert_eq!(serde_json::from_value::<SubTaskInfo>(v).unwrap(), sub);
+    }
+
+    #[test]
+    fn a_large_group_is_paged_under_the_size_limit_and_every_member_is_found() {
+        let kinds = [
+            ("alpha.requested", "alpha.done"),
+            ("bravo.requested", "bravo.done"),
+        ];
+        let (group, pages) =
+            DelegationGroup::paged("t-g0", "t", 7, (0..20_000).map(|i| kinds[i % 2]), 64 * 1024);
+        assert_eq!(group.size, 20_000);
+        assert!(pages.len() > 10, "{} pages", pages.len());
+        assert!(serde_json::to_vec(&group).unwrap().len() <= 64 * 1024);
+        for page in &pages {
+            assert!(serde_json::to_vec(page).unwrap().len() <= 64 * 1024);
+        }
+        let mut all = vec![group.first_page()];
+        all.extend(pages.iter().cloned());
+        for i in 0..20_000u32 {
+            let page = &all[group.page_of(i)];
+            assert_eq!(page.member(i).unwrap().event_type, kinds[i as usize % 2].0);
+        }
+        assert!(all.last().unwrap().member(20_000).is_none());
+        let subs = group.sub_tasks(&SubTaskGroup::new("t-g0", 7, 20_000), &all, &[]);
+        assert_eq!(subs.len(), 20_000);
+        assert_eq!(subs[19_999].sub_task_id, "t-g0-19999");
+        assert_eq!(
+            (subs[19_999].seq, subs[19_999].event_type.as_str()),
+            (20_006, "bravo.requested")
+        );
+    }
+
+    #[test]
+    fn each_result_comes_from_the_first_listed_chunk_that_has_it() {
+        let (group, _) = DelegationGroup::paged("g", "t", 0, (0..3).map(|_| ("e", "r")), 1024);
+        let mut progress = SubTaskGroup::new("g", 0, 3);
+        progress.mark_finished(0);
+        progress.mark_finished(1);
+        let first = ResultChunk {
+            results: vec![
+                ChunkResult::completed(0, json!("a")),
+                ChunkResult::failed(1, "no"),
+            ],
+        };
+        let later = ResultChunk {
+            results: vec![
+                ChunkResult::completed(1, json!("late")),
+                ChunkResult::completed(0, json!("late")),
+                // Not marked finished in the task (its update never landed): not a result.
+                ChunkResult::completed(2, json!("orphan")),
+            ],
+        };
+        let subs = group.sub_tasks(&progress, &[group.first_page()], &[first, later]);
+        assert_eq!(subs[0].result, Some(json!("a")));
+        assert_eq!(
+            (subs[1].status, subs[1].error.as_deref()),
+            (SubTaskStatus::Failed, Some("no"))
+        );
+        assert_eq!(
+            (subs[2].status, &subs[2].result),
+            (SubTaskStatus::Pending, &None)
+        );
     }
 
     #[test]

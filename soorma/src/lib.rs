@@ -309,8 +309,9 @@ pub use soorma_common as common;
 /// ```
 pub use soorma_common::a2a;
 pub use soorma_common::{
-    ActionReply, AgentCapability, AgentDefinition, AgentKind, EventDefinition, EventEnvelope,
-    SubTaskInfo, SubTaskStatus, TaskProgress, TaskRecord, TaskStatus, Topic,
+    ActionReply, AgentCapability, AgentDefinition, AgentKind, ChunkResult, DelegationGroup,
+    EventDefinition, EventEnvelope, MemberPage, MemberRun, ResultChunk, SubTaskInfo, SubTaskStatus,
+    TaskProgress, TaskRecord, TaskStatus, Topic,
 };
 
 /// `#[derive(Request)]`: a request type names its event and its reply type once.

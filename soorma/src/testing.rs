@@ -184,6 +184,41 @@ impl TestPlatform {
         Ok(self.agents.last().expect("just pushed"))
     }
 
+    /// The sub-task `sub_task_id` (a delegated request's correlation id) of `tenant` as
+    /// stored: what it delegates and, once recorded in its task, its result; `None` when no
+    /// task of `tenant` delegated it.
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")] async fn main() -> soorma::Result<()> {
+    /// use soorma::prelude::*;
+    ///
+    /// async fn plan(mut task: TaskContext) -> soorma::Result<String> {
+    ///     // Nobody serves `search.requested` here: this test plays the searcher.
+    ///     let search = Delegation::new("search.requested", &"rust", "search.completed").skip_consumer_check();
+    ///     task.delegate_with(search).await
+    /// }
+    /// # async fn searched(_: ResultContext) {}
+    ///
+    /// let mut t = soorma::testing::TestPlatform::new();
+    /// # t.start(Worker::new("planner").use_registered_handlers(false)
+    /// #     .handler(Handler::on_task("plan.requested", plan))
+    /// #     .handler(Handler::on_result("search.completed", searched))).await?;
+    /// t.client().bus().request("plan.requested", (), "plan.completed").await?;
+    /// let search = t.expect_event("search.requested", std::time::Duration::from_secs(1)).await?;
+    /// let id = search.correlation_id.as_deref().unwrap();
+    /// let sub_task = t.sub_task("default", id).await?.unwrap();
+    /// assert_eq!((sub_task.event_type.as_str(), sub_task.is_finished()), ("search.requested", false));
+    /// assert!(t.sub_task("globex", id).await?.is_none());
+    /// # t.shutdown().await }
+    /// ```
+    pub async fn sub_task(
+        &self,
+        tenant: &str,
+        sub_task_id: &str,
+    ) -> Result<Option<soorma_common::SubTaskInfo>> {
+        crate::layers::worker::group::stored_sub_task(&self.platform, tenant, sub_task_id).await
+    }
+
     /// A client named `test-client`.
     ///
     /// ```

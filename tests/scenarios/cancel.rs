@@ -144,11 +144,9 @@ async fn a_canceled_worker_task_and_its_sub_tasks_stop_and_late_results_change_n
     .with_tenant_id("acme")
     .with_data(serde_json::to_value(ActionReply::success(&sub_request.id, json!(1))).unwrap());
     t.platform().bus().publish(late).await.unwrap();
-    let sub_key = StateKey::new(soorma::SUBTASKS_BUCKET, "acme", sub_task_id);
     let deadline = Instant::now() + wait;
     loop {
-        let stored = t.platform().state().get(&sub_key).await.unwrap().unwrap();
-        let info: soorma::SubTaskInfo = serde_json::from_slice(&stored.value).unwrap();
+        let info = t.sub_task("acme", &sub_task_id).await.unwrap().unwrap();
         if info.is_finished() {
             break;
         }

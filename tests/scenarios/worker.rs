@@ -265,13 +265,11 @@ async fn concurrent_fan_in_of_1000_results_completes_exactly_once_with_all_resul
             .values()
             .all(|g| g.size == FAN as u32 && g.finished == FAN as u32)
     );
-    let sub_key = soorma::state::StateKey::new(
-        soorma::SUBTASKS_BUCKET,
-        "default",
-        requests[0].correlation_id.clone().unwrap(),
-    );
-    let first = t.platform().state().get(&sub_key).await.unwrap().unwrap();
-    let first: soorma::SubTaskInfo = serde_json::from_slice(&first.value).unwrap();
+    let first = t
+        .sub_task("default", requests[0].correlation_id.as_deref().unwrap())
+        .await
+        .unwrap()
+        .unwrap();
     assert_eq!(
         first.result,
         Some(requests[0].data.clone()),
@@ -350,11 +348,16 @@ async fn results_for_unknown_or_foreign_sub_tasks_are_dead_lettered_without_touc
     let task_id = t.events_of_type("batch.requested")[0].id.clone();
     let state = t.platform().state().clone();
     let task_key = StateKey::new(soorma::TASKS_BUCKET, "globex", task_id);
-    let sub_key = StateKey::new(soorma::SUBTASKS_BUCKET, "globex", sub_task_id.clone());
+    // The sub-task's group record, and every record of what globex's task delegated (a
+    // result recorded would add a chunk) or of what acme's did (none).
+    let (group_id, _) = sub_task_id.rsplit_once('-').unwrap();
+    let group_key = StateKey::new(soorma::SUBTASKS_BUCKET, "globex", group_id);
     let revisions = || async {
         (
             state.get(&task_key).await.unwrap().unwrap().revision,
-            state.get(&sub_key).await.unwrap().unwrap().revision,
+            state.get(&group_key).await.unwrap().unwrap().revision,
+            state.keys(soorma::SUBTASKS_BUCKET, "globex").await.unwrap(),
+            state.keys(soorma::SUBTASKS_BUCKET, "acme").await.unwrap(),
         )
     };
     let before = revisions().await;
@@ -565,6 +568,201 @@ async fn a_late_result_for_an_ended_task_leaves_the_reply_to_the_handler_that_en
     assert!(
         !load().await.reply_sent,
         "the late result's handler republished the task's reply"
+    );
+    t.shutdown().await.unwrap();
+}
+
+/// Delegations of [`large_group_worker`]'s one fan-out.
+const LARGE_GROUP: u32 = 20_000;
+/// Its two kinds of request, alternating, so that the group's members do not fit in one
+/// record (each member a run of its own): the group record is paged.
+const LARGE_KINDS: [(&str, &str); 2] = [
+    (
+        "large.group.member.alpha.requested",
+        "large.group.member.alpha.done",
+    ),
+    (
+        "large.group.member.bravo.requested",
+        "large.group.member.bravo.done",
+    ),
+];
+
+async fn large_fan_out(mut task: TaskContext<u32>) -> soorma::Result<()> {
+    let d: Vec<Delegation> = (0..task.data)
+        .map(|i| {
+            let (event, reply) = LARGE_KINDS[i as usize % 2];
+            Delegation::new(event, &i, reply)
+        })
+        .collect();
+    task.delegate_parallel(d).await?;
+    Ok(())
+}
+
+async fn large_member_done(result: ResultContext<u32>) -> soorma::Result<()> {
+    let mut task = result.record_in_parent().await?;
+    if let Some(all) = task.group_results(result.group_id()).await? {
+        let members: Vec<(String, Value)> = all
+            .into_iter()
+            .map(|s| (s.event_type, s.result.unwrap_or_default()))
+            .collect();
+        task.complete(members).await?;
+    }
+    Ok(())
+}
+
+fn large_group_worker() -> AgentBuilder {
+    Worker::new("large-group")
+        .use_registered_handlers(false)
+        .concurrency(64)
+        .handler(Handler::on_task("large.requested", large_fan_out))
+        .handler(Handler::on_result(LARGE_KINDS[0].1, large_member_done))
+        .handler(Handler::on_result(LARGE_KINDS[1].1, large_member_done))
+}
+
+async fn large_member(req: Invocation<u32>) -> Result<u32, ToolError> {
+    Ok(req.data * 3)
+}
+
+scenario!(a_fan_out_of_20000_mixed_delegations_completes_with_every_result_in_order);
+async fn a_fan_out_of_20000_mixed_delegations_completes_with_every_result_in_order(
+    mut t: TestPlatform,
+    wait: Duration,
+) {
+    t.start(
+        Tool::new("large-members")
+            .use_registered_handlers(false)
+            .concurrency(64)
+            .handler(Handler::on_invoke(LARGE_KINDS[0].0, large_member))
+            .handler(Handler::on_invoke(LARGE_KINDS[1].0, large_member)),
+    )
+    .await
+    .unwrap();
+    t.start(large_group_worker()).await.unwrap();
+    let members: Vec<(String, u32)> = t
+        .client()
+        .with_timeout(wait * 15)
+        .invoke("large.requested", LARGE_GROUP, "large.completed")
+        .await
+        .unwrap();
+    assert_eq!(members.len(), LARGE_GROUP as usize);
+    for (i, (event, value)) in members.iter().enumerate() {
+        assert_eq!(
+            (event.as_str(), *value),
+            (LARGE_KINDS[i % 2].0, i as u32 * 3),
+            "member {i}"
+        );
+    }
+    // One record for the group (and its pages), not one per sub-task.
+    let task_id = t.events_of_type("large.requested")[0].id.clone();
+    let stored = t
+        .platform()
+        .state()
+        .keys(soorma::SUBTASKS_BUCKET, "default")
+        .await
+        .unwrap();
+    let group = format!("{task_id}-g0");
+    let (pages, chunks) = (format!("{group}-p"), format!("{group}-r"));
+    let not_results: Vec<&String> = stored.iter().filter(|k| !k.starts_with(&chunks)).collect();
+    let first: Vec<&&String> = not_results.iter().take(5).collect();
+    assert!(
+        not_results.len() > 2
+            && not_results.contains(&&group)
+            && not_results
+                .iter()
+                .all(|k| **k == group || k.starts_with(&pages)),
+        "the group's record and its pages, not a record per sub-task: {} records, {first:?}..",
+        not_results.len()
+    );
+    t.shutdown().await.unwrap();
+}
+
+async fn mixed_fan_out(mut task: TaskContext) -> soorma::Result<()> {
+    // Nobody serves these: the test plays the sub-agents.
+    let d =
+        LARGE_KINDS.map(|(event, reply)| Delegation::new(event, &(), reply).skip_consumer_check());
+    task.delegate_parallel(d).await?;
+    Ok(())
+}
+
+scenario!(a_result_with_another_members_reply_event_is_dead_lettered_without_touching_the_task);
+async fn a_result_with_another_members_reply_event_is_dead_lettered_without_touching_the_task(
+    mut t: TestPlatform,
+    wait: Duration,
+) {
+    t.start(
+        Worker::new("mixed")
+            .use_registered_handlers(false)
+            .handler(Handler::on_task("mixed.requested", mixed_fan_out))
+            .handler(Handler::on_result(LARGE_KINDS[0].1, large_member_done))
+            .handler(Handler::on_result(LARGE_KINDS[1].1, large_member_done)),
+    )
+    .await
+    .unwrap();
+    let client = t.client().with_timeout(wait * 2);
+    let call = tokio::spawn({
+        let client = client.clone();
+        async move {
+            client
+                .invoke::<Vec<(String, u32)>>("mixed.requested", (), "mixed.completed")
+                .await
+        }
+    });
+    wait_until(wait, || {
+        t.events_of_type(LARGE_KINDS[1].0).len() == 1
+            && t.events_of_type(LARGE_KINDS[0].0).len() == 1
+    })
+    .await;
+    let alpha = t.events_of_type(LARGE_KINDS[0].0)[0].clone();
+    let bravo = t.events_of_type(LARGE_KINDS[1].0)[0].clone();
+    let task_id = t.events_of_type("mixed.requested")[0].id.clone();
+    let task_key = soorma::state::StateKey::new(soorma::TASKS_BUCKET, "default", task_id);
+    let state = t.platform().state().clone();
+    let before = state.get(&task_key).await.unwrap().unwrap().revision;
+    let reply = |request: &EventEnvelope, event: &str, value: u32| {
+        EventEnvelope::new(
+            format!("reply-{}-{event}", request.id),
+            "sub-agent",
+            Topic::ActionResults,
+            event,
+        )
+        .with_correlation_id(request.correlation_id.clone().unwrap())
+        .with_data(
+            serde_json::to_value(soorma::ActionReply::success(&request.id, json!(value))).unwrap(),
+        )
+    };
+    // Alpha's sub-task answered with bravo's reply event.
+    let bus = t.platform().bus().clone();
+    bus.publish(reply(&alpha, LARGE_KINDS[1].1, 666))
+        .await
+        .unwrap();
+    let notice = t.expect_event("event.dead_lettered", wait).await.unwrap();
+    let reason = notice.data["reason"].as_str().unwrap();
+    assert!(
+        reason.contains(&format!(
+            "replies with `{}`, not `{}`",
+            LARGE_KINDS[0].1, LARGE_KINDS[1].1
+        )),
+        "{reason}"
+    );
+    assert_eq!(
+        state.get(&task_key).await.unwrap().unwrap().revision,
+        before,
+        "the task was touched"
+    );
+    // The right replies complete the task.
+    bus.publish(reply(&alpha, LARGE_KINDS[0].1, 1))
+        .await
+        .unwrap();
+    bus.publish(reply(&bravo, LARGE_KINDS[1].1, 2))
+        .await
+        .unwrap();
+    let members = call.await.unwrap().unwrap();
+    assert_eq!(
+        members,
+        [
+            (LARGE_KINDS[0].0.to_owned(), 1),
+            (LARGE_KINDS[1].0.to_owned(), 2)
+        ]
     );
     t.shutdown().await.unwrap();
 }

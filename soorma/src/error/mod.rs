@@ -161,6 +161,16 @@ pub enum Error {
     /// A result arrived for a sub-task no stored task delegated.
     #[error("no parent task is recorded for sub-task `{0}`")]
     UnknownSubTask(String),
+    /// A result arrived for a sub-task with an event that is not the sub-task's reply event.
+    #[error("sub-task `{sub_task}` replies with `{expected}`, not `{event}`")]
+    UnexpectedReply {
+        /// The sub-task (the result's correlation id).
+        sub_task: String,
+        /// The result's event type.
+        event: String,
+        /// The reply event the sub-task was delegated with.
+        expected: String,
+    },
     /// A request was answered with an error reply.
     #[error("`{event}` failed: {message}")]
     Remote {

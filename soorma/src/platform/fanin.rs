@@ -1,41 +1,139 @@
-//! The fan-in coalescer: concurrent "this sub-task has a result" marks on one parent task go
-//! into a few revision-checked writes, and the members of a complete group are loaded once.
+//! The fan-in coalescer: concurrent sub-task results of one parent task go into a few writes
+//! (per batch, one results chunk per group and one revision-checked update of the parent), and
+//! immutable records (delegation groups, the members of complete groups) are loaded once.
 
-use std::sync::Arc;
+use std::collections::{HashMap, HashSet, VecDeque};
+use std::hash::Hash;
+use std::sync::{Arc, Mutex};
 
-use soorma_common::{SubTaskInfo, TaskRecord};
+use soorma_common::{ChunkResult, DelegationGroup, MemberPage, SubTaskInfo, TaskRecord};
 
 use crate::error::{EngineError, EngineErrorKind, Error, Result};
-use crate::spi::state::{self, Change, StateKey};
-use crate::util::now_rfc3339;
+use crate::spi::state::{self, StateKey, StateStore, Versioned};
+use crate::util::{concurrently, now_rfc3339};
 
-/// Coalesces concurrent "this sub-task has a result" marks on one parent task into a few
-/// revision-checked writes: while one write is in flight, later marks queue and go into the
-/// next one. Within a process this removes the write contention of a large fan-in; across
-/// processes the revision check still arbitrates.
-#[derive(Default)]
+/// Coalesces concurrent results of one parent task: while one write is in flight, later
+/// results queue and go into the next one. Each batch costs one results chunk per group (more
+/// only for results too large for one record) and one revision-checked update of the parent,
+/// which sets the results' bits and lists the chunk. Within a process this removes the write
+/// contention of a large fan-in; across processes the revision check still arbitrates.
 pub(crate) struct FanIn {
-    lanes: std::sync::Mutex<std::collections::HashMap<StateKey, Vec<MarkWaiter>>>,
-    complete: std::sync::Mutex<CompleteGroups>,
+    lanes: Mutex<HashMap<StateKey, Vec<MarkWaiter>>>,
+    /// The members of complete groups (their results never change).
+    pub(crate) complete: OnceCache<GroupKey, Vec<SubTaskInfo>>,
+    /// Delegation group records (never changed once written), by key.
+    pub(crate) groups: OnceCache<StateKey, DelegationGroup>,
+    /// The further pages of large groups' records, by key.
+    pub(crate) pages: OnceCache<StateKey, MemberPage>,
+}
+
+impl Default for FanIn {
+    fn default() -> Self {
+        Self {
+            lanes: Mutex::default(),
+            complete: OnceCache::new(COMPLETE_GROUPS_KEPT),
+            groups: OnceCache::new(GROUP_RECORDS_KEPT),
+            pages: OnceCache::new(GROUP_PAGES_KEPT),
+        }
+    }
 }
 
 /// (tenant, task id, group id)
 pub(crate) type GroupKey = (String, String, String);
-type GroupCell = Arc<tokio::sync::OnceCell<Arc<Vec<SubTaskInfo>>>>;
 
-/// The members of recently completed groups, loaded once (bounded, oldest evicted first).
-#[derive(Default)]
-struct CompleteGroups {
-    cells: std::collections::HashMap<GroupKey, GroupCell>,
-    order: std::collections::VecDeque<GroupKey>,
+/// How many complete groups' members are kept loaded.
+const COMPLETE_GROUPS_KEPT: usize = 256;
+/// How many delegation group records are kept loaded (each holds its members' event types,
+/// run-length encoded, 64 KiB at most: larger groups are paged).
+const GROUP_RECORDS_KEPT: usize = 256;
+/// How many further pages of large groups are kept loaded (64 KiB at most each).
+const GROUP_PAGES_KEPT: usize = 64;
+/// The encoded results one chunk holds at most, about (a single larger result gets a chunk
+/// of its own: it arrived in one message, so it fits in one record).
+const CHUNK_BYTES: usize = 256 * 1024;
+
+/// Values loaded once and shared, for records that never change once written (bounded:
+/// oldest evicted first; a failed load is not kept).
+pub(crate) struct OnceCache<K, V> {
+    kept: usize,
+    cells: Mutex<CacheCells<K, V>>,
 }
 
-const COMPLETE_GROUPS_KEPT: usize = 256;
+struct CacheCells<K, V> {
+    cells: HashMap<K, Arc<tokio::sync::OnceCell<Arc<V>>>>,
+    order: VecDeque<K>,
+}
+
+impl<K: Eq + Hash + Clone, V> OnceCache<K, V> {
+    fn new(kept: usize) -> Self {
+        Self {
+            kept,
+            cells: Mutex::new(CacheCells {
+                cells: HashMap::new(),
+                order: VecDeque::new(),
+            }),
+        }
+    }
+
+    /// The value of `key`: loaded by the first caller, shared with the rest.
+    pub(crate) async fn get_or_load(
+        &self,
+        key: K,
+        load: impl std::future::Future<Output = Result<V>>,
+    ) -> Result<Arc<V>> {
+        let cell = {
+            let mut c = self.cells.lock().expect("fan-in cache lock");
+            if let Some(cell) = c.cells.get(&key) {
+                cell.clone()
+            } else {
+                let cell = Arc::new(tokio::sync::OnceCell::new());
+                c.cells.insert(key.clone(), cell.clone());
+                c.order.push_back(key.clone());
+                while c.order.len() > self.kept {
+                    if let Some(old) = c.order.pop_front() {
+                        c.cells.remove(&old);
+                    }
+                }
+                cell
+            }
+        };
+        let loaded = cell
+            .get_or_try_init(|| async { load.await.map(Arc::new) })
+            .await
+            .cloned();
+        if loaded.is_err() {
+            // Not found (a forged or stale id) or unreadable: not kept, so that unknown keys
+            // do not push known ones out, and a later load tries again.
+            let mut c = self.cells.lock().expect("fan-in cache lock");
+            if c.cells
+                .get(&key)
+                .is_some_and(|kept| Arc::ptr_eq(kept, &cell) && !kept.initialized())
+            {
+                c.cells.remove(&key);
+                c.order.retain(|k| *k != key);
+            }
+        }
+        loaded
+    }
+}
 
 struct MarkWaiter {
-    group: String,
-    seq: u32,
+    mark: Mark,
     tx: tokio::sync::oneshot::Sender<std::result::Result<Marked, SharedError>>,
+}
+
+/// One sub-task result to record: its group record's key (the group's results chunks are
+/// stored beside it) and the result.
+#[derive(Debug, Clone)]
+pub(crate) struct Mark {
+    pub(crate) group: StateKey,
+    pub(crate) result: ChunkResult,
+}
+
+impl Mark {
+    fn group_id(&self) -> &str {
+        &self.group.key
+    }
 }
 
 /// A mark written: the stored task after the write, and whether this mark is the one that
@@ -45,7 +143,7 @@ pub(crate) struct Marked {
     /// The task as stored by the write, shared by every mark of that write: a parent record
     /// holds the task's whole request, so a copy per sub-task result would cost O(n) each,
     /// O(n²) for a fan-out of n.
-    pub(crate) task: Arc<state::Versioned<TaskRecord>>,
+    pub(crate) task: Arc<Versioned<TaskRecord>>,
     pub(crate) completed_group: bool,
 }
 
@@ -66,20 +164,26 @@ impl std::error::Error for SharedError {
     }
 }
 
+/// A results chunk written for a batch: its id and the sequence numbers it holds.
+struct Chunk {
+    id: String,
+    seqs: HashSet<u32>,
+}
+
 impl FanIn {
-    /// Marks sub-task `seq` of `group` finished in the task at `key`; returns the stored task
-    /// after a write that includes the mark, and whether this mark completed the group.
+    /// Records `mark`'s result in the task at `key` (first result of a sub-task wins); returns
+    /// the stored task after a write that includes it, and whether it completed its group.
     pub(crate) async fn mark(
         self: &Arc<Self>,
-        store: Arc<dyn crate::spi::state::StateStore>,
+        store: Arc<dyn StateStore>,
         key: StateKey,
-        group: String,
-        seq: u32,
+        mark: Mark,
     ) -> Result<Marked> {
+        let seq = mark.result.seq;
         let (tx, rx) = tokio::sync::oneshot::channel();
         let lead = {
             let mut lanes = self.lanes.lock().expect("group marks lock");
-            let waiter = MarkWaiter { group, seq, tx };
+            let waiter = MarkWaiter { mark, tx };
             match lanes.get_mut(&key) {
                 Some(waiters) => {
                     waiters.push(waiter);
@@ -98,7 +202,7 @@ impl FanIn {
         let failed = || {
             EngineError::new(
                 EngineErrorKind::StateWrite,
-                format!("mark sub-task {seq} finished in `{key}`"),
+                format!("record the result of sub-task {seq} in `{key}`"),
             )
         };
         match rx.await {
@@ -108,34 +212,7 @@ impl FanIn {
         }
     }
 
-    /// The members of a complete group, loaded by the first caller and shared with the rest.
-    pub(crate) async fn complete_group(
-        &self,
-        key: GroupKey,
-        load: impl std::future::Future<Output = Result<Vec<SubTaskInfo>>>,
-    ) -> Result<Arc<Vec<SubTaskInfo>>> {
-        let cell = {
-            let mut complete = self.complete.lock().expect("complete groups lock");
-            if let Some(cell) = complete.cells.get(&key) {
-                cell.clone()
-            } else {
-                let cell = GroupCell::default();
-                complete.cells.insert(key.clone(), cell.clone());
-                complete.order.push_back(key);
-                while complete.order.len() > COMPLETE_GROUPS_KEPT {
-                    if let Some(old) = complete.order.pop_front() {
-                        complete.cells.remove(&old);
-                    }
-                }
-                cell
-            }
-        };
-        cell.get_or_try_init(|| async { load.await.map(Arc::new) })
-            .await
-            .cloned()
-    }
-
-    async fn drain(self: Arc<Self>, store: Arc<dyn crate::spi::state::StateStore>, key: StateKey) {
+    async fn drain(self: Arc<Self>, store: Arc<dyn StateStore>, key: StateKey) {
         loop {
             let batch = {
                 let mut lanes = self.lanes.lock().expect("group marks lock");
@@ -146,43 +223,11 @@ impl FanIn {
                 }
                 std::mem::take(waiters)
             };
-            let now = now_rfc3339();
-            // Which waiter's mark completed its group in the write that succeeds (recomputed
-            // on every attempt of the revision-checked update).
-            let result = state::update_with(
-                &*store,
-                "task",
-                &key,
-                || Error::TaskNotFound(key.key.clone()),
-                |rec: &mut TaskRecord| {
-                    let mut completed = vec![false; batch.len()];
-                    let mut changed = false;
-                    for (i, w) in batch.iter().enumerate() {
-                        let group = rec.groups.get_mut(&w.group).ok_or_else(|| {
-                            EngineError::new(
-                                EngineErrorKind::Inconsistent,
-                                format!(
-                                    "task `{}` has no delegation group `{}`",
-                                    rec.task_id, w.group
-                                ),
-                            )
-                        })?;
-                        let was_complete = group.is_complete();
-                        let marked = group.mark_finished(w.seq);
-                        changed |= marked;
-                        completed[i] = marked && !was_complete && group.is_complete();
-                    }
-                    if changed {
-                        rec.updated_at = Some(now.clone());
-                        Ok(Change::Write(completed))
-                    } else {
-                        Ok(Change::Keep(completed))
-                    }
-                },
-            )
-            .await
-            .map(|(completed, stored)| (completed, Arc::new(stored)))
-            .map_err(|e| SharedError(Arc::new(e)));
+            let marks: Vec<&Mark> = batch.iter().map(|w| &w.mark).collect();
+            let result = write_batch(&store, &key, &marks)
+                .await
+                .map(|(completed, stored)| (completed, Arc::new(stored)))
+                .map_err(|e| SharedError(Arc::new(e)));
             for (i, w) in batch.into_iter().enumerate() {
                 let marked = result.as_ref().map(|(completed, stored)| Marked {
                     task: stored.clone(),
@@ -194,43 +239,323 @@ impl FanIn {
     }
 }
 
+/// Records a batch of results in the task at `key`: writes a results chunk per group for the
+/// results not recorded yet, then, revision-checked, sets their bits and lists the chunks.
+/// Retried on conflict (reusing the chunks written). Returns which mark completed its group
+/// and the task as stored.
+async fn write_batch(
+    store: &Arc<dyn StateStore>,
+    key: &StateKey,
+    marks: &[&Mark],
+) -> Result<(Vec<bool>, Versioned<TaskRecord>)> {
+    let mut written: HashMap<String, Vec<Chunk>> = HashMap::new();
+    for attempt in 0..state::MAX_ATTEMPTS {
+        let Some(mut current) = state::load::<TaskRecord>(&**store, "task", key).await? else {
+            return Err(Error::TaskNotFound(key.key.clone()));
+        };
+        let rec = &mut current.value;
+        // The marks that set a bit (first result of each sub-task), and the one that
+        // completed its group.
+        let mut fresh = vec![false; marks.len()];
+        let mut completed = vec![false; marks.len()];
+        for (i, m) in marks.iter().enumerate() {
+            let group = rec.groups.get_mut(m.group_id()).ok_or_else(|| {
+                EngineError::new(
+                    EngineErrorKind::Inconsistent,
+                    format!(
+                        "task `{}` has no delegation group `{}`",
+                        rec.task_id,
+                        m.group_id()
+                    ),
+                )
+            })?;
+            let was_complete = group.is_complete();
+            fresh[i] = group.mark_finished(m.result.seq);
+            completed[i] = fresh[i] && !was_complete && group.is_complete();
+        }
+        if !fresh.contains(&true) {
+            // Every result was recorded already (a redelivery): nothing to write.
+            return Ok((completed, current));
+        }
+        // The chunks hold every result fresh in this attempt (bits only ever get set, so on a
+        // retry the results left fresh are among those of the chunks already written).
+        let missing: Vec<&Mark> = marks
+            .iter()
+            .zip(&fresh)
+            .filter(|(m, fresh)| {
+                **fresh
+                    && !written
+                        .get(m.group_id())
+                        .is_some_and(|cs| cs.iter().any(|c| c.seqs.contains(&m.result.seq)))
+            })
+            .map(|(m, _)| *m)
+            .collect();
+        for (group, chunk) in write_chunks(store, &missing).await? {
+            written.entry(group).or_default().push(chunk);
+        }
+        // List the chunks that hold a result newly recorded.
+        for (m, _) in marks.iter().zip(&fresh).filter(|(_, fresh)| **fresh) {
+            let chunk = written
+                .get(m.group_id())
+                .and_then(|cs| cs.iter().find(|c| c.seqs.contains(&m.result.seq)));
+            if let (Some(group), Some(chunk)) = (rec.groups.get_mut(m.group_id()), chunk)
+                && !group.chunks.contains(&chunk.id)
+            {
+                // (Both are there: the group was checked and the chunk written above.)
+                group.chunks.push(chunk.id.clone());
+            }
+        }
+        rec.updated_at = Some(now_rfc3339());
+        let bytes = state::encode("task", rec)?;
+        match store.update(key, bytes, current.revision).await {
+            Ok(revision) => {
+                current.revision = revision;
+                return Ok((completed, current));
+            }
+            Err(Error::Conflict { .. }) => state::backoff(attempt).await,
+            Err(e) => return Err(e),
+        }
+    }
+    Err(Error::Conflict {
+        key: key.to_string(),
+    })
+}
+
+/// Writes the results of `marks` as chunks (one per group, split when large), concurrently;
+/// returns each chunk's group and what it holds.
+async fn write_chunks(
+    store: &Arc<dyn StateStore>,
+    marks: &[&Mark],
+) -> Result<Vec<(String, Chunk)>> {
+    let mut by_group: HashMap<&StateKey, Vec<&ChunkResult>> = HashMap::new();
+    for m in marks {
+        by_group.entry(&m.group).or_default().push(&m.result);
+    }
+    let mut chunks = Vec::new();
+    for (group, results) in by_group {
+        // Each result encoded once; a chunk's record is `{"results":[..]}` around them.
+        let mut parts: Vec<(u32, Vec<u8>)> = Vec::with_capacity(results.len());
+        for r in results {
+            parts.push((r.seq, state::encode("sub-task result", r)?));
+        }
+        let mut start = 0;
+        while start < parts.len() {
+            let mut end = start + 1;
+            let mut bytes = parts[start].1.len();
+            while end < parts.len() && bytes + parts[end].1.len() < CHUNK_BYTES {
+                bytes += parts[end].1.len() + 1;
+                end += 1;
+            }
+            let mut record = Vec::with_capacity(bytes + 16);
+            record.extend_from_slice(br#"{"results":["#);
+            for (i, (_, part)) in parts[start..end].iter().enumerate() {
+                if i > 0 {
+                    record.push(b',');
+                }
+                record.extend_from_slice(part);
+            }
+            record.extend_from_slice(b"]}");
+            let id = format!("r{:016x}", uuid::Uuid::new_v4().as_u64_pair().0);
+            let chunk_key = StateKey::new(
+                group.bucket,
+                group.tenant.clone(),
+                format!("{}-{id}", group.key),
+            );
+            let seqs = parts[start..end].iter().map(|(seq, _)| *seq).collect();
+            chunks.push((group.key.clone(), Chunk { id, seqs }, chunk_key, record));
+            start = end;
+        }
+    }
+    let store = store.clone();
+    let writes: Vec<(StateKey, Vec<u8>)> = chunks
+        .iter_mut()
+        .map(|(_, _, key, record)| (key.clone(), std::mem::take(record)))
+        .collect();
+    concurrently(writes, CHUNK_WRITES_IN_FLIGHT, move |(key, record)| {
+        let store = store.clone();
+        async move { store.create(&key, record).await.map(drop) }
+    })
+    .await?;
+    Ok(chunks
+        .into_iter()
+        .map(|(group, chunk, _, _)| (group, chunk))
+        .collect())
+}
+
+/// How many chunk writes of one batch are in flight at once.
+const CHUNK_WRITES_IN_FLIGHT: usize = 16;
+
 #[cfg(test)]
 mod tests {
-    use soorma_common::SubTaskGroup;
+    use std::sync::atomic::{AtomicUsize, Ordering};
+
+    use serde_json::json;
+    use soorma_common::{ResultChunk, SubTaskGroup, SubTaskStatus};
 
     use super::*;
     use crate::engine::embedded::MemoryStore;
-    use crate::spi::state::StateStore;
+    use crate::spi::state::Revision;
+    use crate::util::BoxFuture;
 
-    /// Marks that go into one write share the stored task: a fan-out of n does not copy its
-    /// (request-sized) task n times. On one thread every mark queues before the writer runs,
-    /// so all go into one write.
-    #[tokio::test]
-    async fn marks_of_one_write_share_the_stored_task() {
-        let store: Arc<dyn StateStore> = Arc::new(MemoryStore::default());
-        let key = StateKey::new("tasks", "acme", "t");
+    /// A memory store counting its writes; its first `conflicts` updates fail with a conflict
+    /// (as if another process had written first).
+    #[derive(Default)]
+    struct Counting {
+        inner: MemoryStore,
+        creates: AtomicUsize,
+        updates: AtomicUsize,
+        puts: AtomicUsize,
+        conflicts: AtomicUsize,
+    }
+
+    impl Counting {
+        fn writes(&self) -> (usize, usize, usize) {
+            (
+                self.creates.load(Ordering::SeqCst),
+                self.updates.load(Ordering::SeqCst),
+                self.puts.load(Ordering::SeqCst),
+            )
+        }
+    }
+
+    impl StateStore for Counting {
+        fn get<'a>(
+            &'a self,
+            key: &'a StateKey,
+        ) -> BoxFuture<'a, Result<Option<Versioned<Vec<u8>>>>> {
+            self.inner.get(key)
+        }
+        fn create<'a>(
+            &'a self,
+            key: &'a StateKey,
+            value: Vec<u8>,
+        ) -> BoxFuture<'a, Result<Revision>> {
+            self.creates.fetch_add(1, Ordering::SeqCst);
+            self.inner.create(key, value)
+        }
+        fn update<'a>(
+            &'a self,
+            key: &'a StateKey,
+            value: Vec<u8>,
+            expected: Revision,
+        ) -> BoxFuture<'a, Result<Revision>> {
+            self.updates.fetch_add(1, Ordering::SeqCst);
+            let lose = self
+                .conflicts
+                .fetch_update(Ordering::SeqCst, Ordering::SeqCst, |n| n.checked_sub(1))
+                .is_ok();
+            if lose {
+                return Box::pin(async move {
+                    Err(Error::Conflict {
+                        key: key.to_string(),
+                    })
+                });
+            }
+            self.inner.update(key, value, expected)
+        }
+        fn put<'a>(&'a self, key: &'a StateKey, value: Vec<u8>) -> BoxFuture<'a, Result<Revision>> {
+            self.puts.fetch_add(1, Ordering::SeqCst);
+            self.inner.put(key, value)
+        }
+        fn delete<'a>(&'a self, key: &'a StateKey) -> BoxFuture<'a, Result<()>> {
+            self.inner.delete(key)
+        }
+        fn keys<'a>(
+            &'a self,
+            bucket: &'static str,
+            tenant: &'a str,
+        ) -> BoxFuture<'a, Result<Vec<String>>> {
+            self.inner.keys(bucket, tenant)
+        }
+        fn tenants<'a>(&'a self, bucket: &'static str) -> BoxFuture<'a, Result<Vec<String>>> {
+            self.inner.tenants(bucket)
+        }
+    }
+
+    fn task_key() -> StateKey {
+        StateKey::new("tasks", "acme", "t")
+    }
+
+    /// A stored task `t` with a group `g` of `size`, its request `request_bytes` long.
+    async fn task_with_group(store: &dyn StateStore, size: u32, request_bytes: usize) {
         let mut record = TaskRecord::new("t", "w", "e.requested");
-        record.data = serde_json::json!({"big": "x".repeat(100_000)});
+        record.data = json!({"big": "x".repeat(request_bytes)});
         record
             .groups
-            .insert("g".into(), SubTaskGroup::new("g", 0, 200));
+            .insert("g".into(), SubTaskGroup::new("g", 0, size));
         store
-            .create(&key, serde_json::to_vec(&record).unwrap())
+            .create(&task_key(), serde_json::to_vec(&record).unwrap())
             .await
             .unwrap();
-        let fan_in = Arc::new(FanIn::default());
-        let marks: Vec<_> = (0..200u32)
-            .map(|seq| {
-                let (fan_in, store, key) = (fan_in.clone(), store.clone(), key.clone());
-                tokio::spawn(async move { fan_in.mark(store, key, "g".into(), seq).await })
+    }
+
+    fn mark(seq: u32, value: serde_json::Value) -> Mark {
+        Mark {
+            group: StateKey::new("subtasks", "acme", "g"),
+            result: ChunkResult::completed(seq, value),
+        }
+    }
+
+    /// Records every mark concurrently (on one thread every mark queues before the writer
+    /// runs, so all go into one write).
+    async fn mark_all(
+        fan_in: &Arc<FanIn>,
+        store: &Arc<dyn StateStore>,
+        marks: Vec<Mark>,
+    ) -> Vec<Marked> {
+        let tasks: Vec<_> = marks
+            .into_iter()
+            .map(|m| {
+                let (fan_in, store) = (fan_in.clone(), store.clone());
+                tokio::spawn(async move { fan_in.mark(store, task_key(), m).await })
             })
             .collect();
         let mut marked = Vec::new();
-        for m in marks {
-            marked.push(m.await.unwrap().unwrap());
+        for t in tasks {
+            marked.push(t.await.unwrap().unwrap());
         }
+        marked
+    }
+
+    /// The group's sub-tasks as a reader assembles them from the stored task and chunks.
+    async fn stored_results(store: &dyn StateStore, size: u32) -> Vec<SubTaskInfo> {
+        let task: TaskRecord = state::load(store, "task", &task_key())
+            .await
+            .unwrap()
+            .unwrap()
+            .value;
+        let progress = &task.groups["g"];
+        let (group, _) =
+            DelegationGroup::paged("g", "t", 0, (0..size).map(|_| ("e", "r")), 64 * 1024);
+        let mut chunks = Vec::new();
+        for c in &progress.chunks {
+            let key = StateKey::new("subtasks", "acme", group.chunk_key(c));
+            chunks.push(
+                state::load::<ResultChunk>(store, "chunk", &key)
+                    .await
+                    .unwrap()
+                    .unwrap()
+                    .value,
+            );
+        }
+        group.sub_tasks(progress, &[group.first_page()], &chunks)
+    }
+
+    /// Marks that go into one write share the stored task: a fan-out of n does not copy its
+    /// (request-sized) task n times.
+    #[tokio::test]
+    async fn marks_of_one_write_share_the_stored_task() {
+        let store: Arc<dyn StateStore> = Arc::new(MemoryStore::default());
+        task_with_group(&*store, 200, 100_000).await;
+        let fan_in = Arc::new(FanIn::default());
+        let marked = mark_all(
+            &fan_in,
+            &store,
+            (0..200u32).map(|seq| mark(seq, json!(seq))).collect(),
+        )
+        .await;
         assert_eq!(marked.iter().filter(|m| m.completed_group).count(), 1);
-        let mut copies: Vec<*const state::Versioned<TaskRecord>> =
+        let mut copies: Vec<*const Versioned<TaskRecord>> =
             marked.iter().map(|m| Arc::as_ptr(&m.task)).collect();
         copies.sort();
         copies.dedup();
@@ -240,5 +565,151 @@ mod tests {
             "copies of the task for {} marks",
             marked.len()
         );
+    }
+
+    /// A drained batch of n results costs one results chunk and one parent update, not a write
+    /// per result; readers find every result.
+    #[tokio::test]
+    async fn a_batch_of_results_is_one_chunk_write_and_one_parent_write() {
+        let counting = Arc::new(Counting::default());
+        let store: Arc<dyn StateStore> = counting.clone();
+        task_with_group(&*store, 500, 10).await;
+        let before = counting.writes();
+        let fan_in = Arc::new(FanIn::default());
+        mark_all(
+            &fan_in,
+            &store,
+            (0..500u32).map(|seq| mark(seq, json!(seq * 2))).collect(),
+        )
+        .await;
+        let (creates, updates, puts) = counting.writes();
+        assert_eq!(
+            (creates - before.0, updates - before.1, puts - before.2),
+            (1, 1, 0),
+            "(chunk creates, parent updates, puts) for a batch of 500 results"
+        );
+        let results = stored_results(&*store, 500).await;
+        assert!(
+            results
+                .iter()
+                .all(|s| s.status == SubTaskStatus::Completed
+                    && s.result == Some(json!(s.seq * 2)))
+        );
+    }
+
+    /// First result wins: a redelivered result with another outcome, in a later batch or in
+    /// the same one, changes nothing; a batch of only duplicates writes nothing.
+    #[tokio::test]
+    async fn a_result_recorded_twice_keeps_the_first_outcome() {
+        let counting = Arc::new(Counting::default());
+        let store: Arc<dyn StateStore> = counting.clone();
+        task_with_group(&*store, 3, 10).await;
+        let fan_in = Arc::new(FanIn::default());
+        let first = mark_all(&fan_in, &store, vec![mark(0, json!("first"))]).await;
+        assert!(!first[0].completed_group);
+        let writes = counting.writes();
+        let again = mark_all(&fan_in, &store, vec![mark(0, json!("again"))]).await;
+        assert!(!again[0].completed_group);
+        assert_eq!(
+            counting.writes(),
+            writes,
+            "a duplicate alone writes nothing"
+        );
+        let failed = Mark {
+            group: StateKey::new("subtasks", "acme", "g"),
+            result: ChunkResult::failed(1, "boom"),
+        };
+        let marked = mark_all(
+            &fan_in,
+            &store,
+            vec![
+                failed,
+                mark(1, json!("late")),
+                mark(0, json!("third")),
+                mark(2, json!(2)),
+            ],
+        )
+        .await;
+        assert_eq!(
+            marked.iter().map(|m| m.completed_group).collect::<Vec<_>>(),
+            [false, false, false, true]
+        );
+        let results = stored_results(&*store, 3).await;
+        assert_eq!(results[0].result, Some(json!("first")));
+        assert_eq!(results[1].status, SubTaskStatus::Failed);
+        assert_eq!(results[1].error.as_deref(), Some("boom"));
+        assert_eq!(results[1].result, None);
+        assert_eq!(results[2].result, Some(json!(2)));
+    }
+
+    /// A parent update that loses a race is retried with the chunk already written (not a new
+    /// one per attempt).
+    #[tokio::test]
+    async fn a_retried_parent_update_reuses_its_chunk() {
+        let counting = Arc::new(Counting::default());
+        let store: Arc<dyn StateStore> = counting.clone();
+        task_with_group(&*store, 10, 10).await;
+        counting.conflicts.store(3, Ordering::SeqCst);
+        let before = counting.writes();
+        let fan_in = Arc::new(FanIn::default());
+        mark_all(
+            &fan_in,
+            &store,
+            (0..10u32).map(|seq| mark(seq, json!(seq))).collect(),
+        )
+        .await;
+        let (creates, updates, _) = counting.writes();
+        assert_eq!((creates - before.0, updates - before.1), (1, 4));
+        let task: TaskRecord = state::load(&*store, "task", &task_key())
+            .await
+            .unwrap()
+            .unwrap()
+            .value;
+        assert_eq!(task.groups["g"].chunks.len(), 1);
+        assert!(task.groups["g"].is_complete());
+    }
+
+    /// Results too large for one record are split over several chunks, all listed.
+    #[tokio::test]
+    async fn large_results_are_split_over_chunks() {
+        let store: Arc<dyn StateStore> = Arc::new(MemoryStore::default());
+        task_with_group(&*store, 8, 10).await;
+        let fan_in = Arc::new(FanIn::default());
+        let big = "y".repeat(CHUNK_BYTES / 3);
+        mark_all(
+            &fan_in,
+            &store,
+            (0..8u32).map(|seq| mark(seq, json!(big))).collect(),
+        )
+        .await;
+        let task: TaskRecord = state::load(&*store, "task", &task_key())
+            .await
+            .unwrap()
+            .unwrap()
+            .value;
+        assert!(
+            task.groups["g"].chunks.len() >= 3,
+            "{:?}",
+            task.groups["g"].chunks
+        );
+        let results = stored_results(&*store, 8).await;
+        assert!(results.iter().all(|s| s.result == Some(json!(big))));
+    }
+
+    /// A record that is not found is not kept: a later load finds it once it is there.
+    #[tokio::test]
+    async fn a_failed_load_is_not_cached() {
+        let cache: OnceCache<u32, u32> = OnceCache::new(2);
+        let missing = cache
+            .get_or_load(1, async { Err(Error::UnknownSubTask("x".into())) })
+            .await;
+        assert!(missing.is_err());
+        assert_eq!(*cache.get_or_load(1, async { Ok(5) }).await.unwrap(), 5);
+        assert_eq!(*cache.get_or_load(1, async { Ok(6) }).await.unwrap(), 5);
+        for k in 2..10 {
+            cache.get_or_load(k, async move { Ok(k) }).await.unwrap();
+        }
+        let kept = cache.cells.lock().unwrap().cells.len();
+        assert_eq!(kept, 2);
     }
 }

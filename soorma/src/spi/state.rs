@@ -223,7 +223,8 @@ pub(crate) enum Change<R> {
     Keep(R),
 }
 
-const MAX_ATTEMPTS: u32 = 10_000;
+/// How many times a revision-checked update is tried before it gives up with a conflict.
+pub(crate) const MAX_ATTEMPTS: u32 = 10_000;
 
 pub(crate) fn encode<T: Serialize>(what: &'static str, value: &T) -> Result<Vec<u8>> {
     serde_json::to_vec(value).map_err(|e| Error::serialize(what, e))
@@ -293,7 +294,8 @@ where
     })
 }
 
-async fn backoff(attempt: u32) {
+/// Waits before attempt `attempt` of a revision-checked update that lost a race.
+pub(crate) async fn backoff(attempt: u32) {
     if attempt < 8 {
         tokio::task::yield_now().await;
     } else {

@@ -3,6 +3,7 @@
 
 mod delegation;
 mod fan_in;
+pub(crate) mod group;
 mod result;
 mod task;
 pub mod workflow;
@@ -52,7 +53,11 @@ use crate::util::BoxFuture;
 /// # worker.shutdown().await?; Ok(()) }
 /// ```
 pub const TASKS_BUCKET: &str = "tasks";
-/// State bucket holding sub-task records (keyed by sub-task id = correlation id).
+/// State bucket holding what tasks delegated: a record per delegation group (key: the group
+/// id; the sub-task ids, the correlation ids of the requests, are `<group id>-<index>`), pages
+/// of very large groups (`<group id>-p<n>`) and the chunks of results the fan-in recorded
+/// (`<group id>-r<id>`, listed in the parent task). See
+/// [`DelegationGroup`](crate::DelegationGroup) and [`ResultChunk`](crate::ResultChunk).
 ///
 /// ```
 /// # #[tokio::main(flavor = "current_thread")] async fn main() -> soorma::Result<()> {
@@ -71,8 +76,8 @@ pub const TASKS_BUCKET: &str = "tasks";
 /// #     .handler(Handler::on_result("search.completed", searched))).await?;
 /// t.client().bus().request("plan.requested", (), "plan.completed").await?;
 /// let search = t.expect_event("search.requested", std::time::Duration::from_secs(1)).await?;
-/// let sub_tasks = t.platform().state().keys(soorma::SUBTASKS_BUCKET, "default").await?;
-/// assert_eq!(Some(&sub_tasks[0]), search.correlation_id.as_ref());
+/// let groups = t.platform().state().keys(soorma::SUBTASKS_BUCKET, "default").await?;
+/// assert_eq!(search.correlation_id, Some(format!("{}-0", groups[0])));
 /// # t.shutdown().await }
 /// ```
 pub const SUBTASKS_BUCKET: &str = "subtasks";

@@ -5,15 +5,17 @@ use std::sync::{Arc, OnceLock};
 
 use serde::de::DeserializeOwned;
 use serde_json::Value;
-use soorma_common::{ActionReply, EventEnvelope, SubTaskInfo, SubTaskStatus, TaskRecord};
+use soorma_common::events::HUMAN_INPUT;
+use soorma_common::{ActionReply, ChunkResult, DelegationGroup, EventEnvelope, TaskRecord};
 
 use super::task::TaskContext;
-use super::{subtask_key, task_key};
+use super::{TASK_TIMEOUT_EVENT, group, subtask_key, task_key};
 use crate::error::{Error, Result};
+use crate::platform::fanin::Mark;
 use crate::protocol::decode_payload;
 use crate::runtime::context::context_accessors;
 use crate::runtime::extract::{AgentRuntime, HandlerInput};
-use crate::spi::state::{self, Change, StateKey};
+use crate::spi::state;
 
 /// A sub-task's result, for `#[on_result]` handlers.
 ///
@@ -188,32 +190,41 @@ impl<T> ResultContext<T> {
         self.group.get().and_then(|g| g.as_deref())
     }
 
-    /// This result's sub-task id (its correlation id) and the key of the sub-task's record.
-    fn sub_task_key(&self) -> Result<(&str, StateKey)> {
+    /// The sub-task this result answers: its group, found under the result's tenant, and its
+    /// index there. The correlation id is `<group id>-<index>`; the index must be one of the
+    /// group's and the result's event the member's reply event (or, for a question to a
+    /// person, the timeout's).
+    async fn sub_task(&self) -> Result<(Arc<DelegationGroup>, u32)> {
         let sub_task_id = self
             .sub_task_id()
             .ok_or_else(|| Error::UnknownSubTask("<result without correlation_id>".into()))?;
-        Ok((
-            sub_task_id,
-            subtask_key(self.envelope.tenant(), sub_task_id),
-        ))
-    }
-
-    async fn sub_task_record(&self) -> Result<(StateKey, SubTaskInfo)> {
-        let (sub_task_id, key) = self.sub_task_key()?;
-        let info = state::load::<SubTaskInfo>(&**self.runtime.platform.state(), "sub-task", &key)
+        let unknown = || Error::UnknownSubTask(sub_task_id.to_owned());
+        let (group_id, index) = group::parse_sub_task_id(sub_task_id).ok_or_else(unknown)?;
+        let platform = &self.runtime.platform;
+        let tenant = self.envelope.tenant();
+        let group = group::load(platform, tenant, group_id, unknown).await?;
+        let member = group::member(platform, tenant, &group, index)
             .await?
-            .ok_or_else(|| Error::UnknownSubTask(sub_task_id.to_owned()))?
-            .value;
-        let _ = self.group.set(Some(info.group_id.clone()));
-        Ok((key, info))
+            .ok_or_else(unknown)?;
+        let event = &self.envelope.event_type;
+        let timed_out = event == TASK_TIMEOUT_EVENT && member.event_type == HUMAN_INPUT;
+        if *event != member.response_event && !timed_out {
+            return Err(Error::UnexpectedReply {
+                sub_task: sub_task_id.to_owned(),
+                event: event.clone(),
+                expected: member.response_event,
+            });
+        }
+        let _ = self.group.set(Some(group.group_id.clone()));
+        Ok((group, index))
     }
 
     /// Records this result in the task that delegated it and returns that task.
     ///
-    /// The sub-task's own record takes the result (first result wins; a duplicate delivery
-    /// changes nothing), then the parent's group bitset is updated with a revision-checked,
-    /// retried write, so concurrent results are never lost. Use
+    /// The result is written with the others arriving at the same time (a results chunk),
+    /// then the parent's group bitset is updated with a revision-checked, retried write that
+    /// lists the chunk, so concurrent results are never lost; the first result of a sub-task
+    /// wins (a duplicate delivery changes nothing). Use
     /// [`TaskContext::group_results`] on the returned task to see whether the fan-in is done.
     ///
     /// ```
@@ -257,47 +268,32 @@ impl<T> ResultContext<T> {
         .gated_by(group, completed_group || self.attempt > 1))
     }
 
-    /// Records this result in its parent task; also says whether this result completed its
-    /// delegation group (true for exactly one result of each group).
     /// Records the result; returns the parent task as stored (shared with the other results
     /// of the same write, not copied) and whether this result completed its group.
     pub(crate) async fn record(&self) -> Result<(Arc<state::Versioned<TaskRecord>>, bool)> {
+        let (group, index) = self.sub_task().await?;
+        let seq = group
+            .first_seq
+            .checked_add(index)
+            .ok_or_else(|| Error::UnknownSubTask(group.sub_task_id(index)))?;
+        let result = match &self.error {
+            None => ChunkResult::completed(seq, self.raw.clone().unwrap_or(Value::Null)),
+            Some(e) => ChunkResult::failed(seq, e.clone()),
+        };
         let platform = &self.runtime.platform;
         let tenant = self.envelope.tenant();
-        let (sub_task_id, key) = self.sub_task_key()?;
-        // First result wins; a duplicate reads the record and changes nothing.
-        let (info, _) = state::update_with(
-            &**platform.state(),
-            "sub-task",
-            &key,
-            || Error::UnknownSubTask(sub_task_id.to_owned()),
-            |sub: &mut SubTaskInfo| {
-                if sub.is_finished() {
-                    return Ok(Change::Keep(sub.clone()));
-                }
-                match &self.error {
-                    None => {
-                        sub.status = SubTaskStatus::Completed;
-                        sub.result = Some(self.raw.clone().unwrap_or(Value::Null));
-                    }
-                    Some(e) => {
-                        sub.status = SubTaskStatus::Failed;
-                        sub.error = Some(e.clone());
-                    }
-                }
-                Ok(Change::Write(sub.clone()))
-            },
-        )
-        .await?;
-        let _ = self.group.set(Some(info.group_id.clone()));
-        // Set the sub-task's bit in the parent (idempotent; coalesced with concurrent results).
+        // Coalesced with concurrent results: one results chunk and one revision-checked
+        // update of the parent per batch; the first result of a sub-task wins.
+        let mark = Mark {
+            group: subtask_key(tenant, &group.group_id),
+            result,
+        };
         let marked = platform
             .fan_in()
             .mark(
                 platform.state().clone(),
-                task_key(tenant, &info.parent_task_id),
-                info.group_id,
-                info.seq,
+                task_key(tenant, &group.parent_task_id),
+                mark,
             )
             .await?;
         Ok((marked.task, marked.completed_group))
@@ -334,15 +330,15 @@ impl<T> ResultContext<T> {
     /// # tool.shutdown().await?; worker.shutdown().await?; Ok(()) }
     /// ```
     pub async fn parent(&self) -> Result<TaskContext<Value>> {
-        let (_, info) = self.sub_task_record().await?;
+        let (group, _) = self.sub_task().await?;
         let store = &**self.runtime.platform.state();
         let stored = state::load::<TaskRecord>(
             store,
             "task",
-            &task_key(self.envelope.tenant(), &info.parent_task_id),
+            &task_key(self.envelope.tenant(), &group.parent_task_id),
         )
         .await?
-        .ok_or_else(|| Error::TaskNotFound(info.parent_task_id.clone()))?;
+        .ok_or_else(|| Error::TaskNotFound(group.parent_task_id.clone()))?;
         Ok(TaskContext::restored(
             stored.value,
             stored.revision,

@@ -8,14 +8,13 @@ use serde::de::DeserializeOwned;
 use serde_json::{Map, Value};
 use soorma_common::events::{HUMAN_INPUT, TASK_DEADLINE, TASK_PROGRESS};
 use soorma_common::{
-    ActionReply, EventEnvelope, SubTaskGroup, SubTaskInfo, TaskProgress, TaskRecord, TaskStatus,
-    Topic,
+    ActionReply, DelegationGroup, EventEnvelope, SubTaskGroup, SubTaskInfo, TaskProgress,
+    TaskRecord, TaskStatus, Topic,
 };
 
 use super::delegation::Delegation;
 use super::{
-    STATE_CONCURRENCY, TASK_TIMEOUT_EVENT, WorkerWiring, sub_task_id, subtask_key, task_key,
-    update_task,
+    STATE_CONCURRENCY, TASK_TIMEOUT_EVENT, WorkerWiring, group, sub_task_id, task_key, update_task,
 };
 use crate::error::{Error, Result};
 use crate::platform::timers;
@@ -336,34 +335,28 @@ impl<T, S: TaskState> TaskContext<T, S> {
         self.record.groups.get(group_id)
     }
 
-    async fn load_members(&self, groups: &[&SubTaskGroup]) -> Result<Vec<SubTaskInfo>> {
+    /// The sub-tasks of `groups`, in delegation order: with their results when
+    /// `with_results`, else all as pending (see [`group::sub_tasks`]).
+    async fn load_members(
+        &self,
+        groups: &[&SubTaskGroup],
+        with_results: bool,
+    ) -> Result<Vec<SubTaskInfo>> {
         let tenant = self.tenant_owned();
-        let keys: Vec<StateKey> = groups
-            .iter()
-            .flat_map(|g| (0..g.size).map(move |i| sub_task_id(&g.group_id, i)))
-            .map(|id| subtask_key(&tenant, &id))
-            .collect();
-        let store = self.runtime.platform.state().clone();
-        let mut out = concurrently(keys, STATE_CONCURRENCY, move |key: StateKey| {
-            let store = store.clone();
-            async move {
-                state::load::<SubTaskInfo>(&*store, "sub-task", &key)
-                    .await?
-                    .map(|v| v.value)
-                    .ok_or_else(|| {
-                        Error::from(crate::error::EngineError::new(
-                            crate::error::EngineErrorKind::Inconsistent,
-                            format!("sub-task `{key}` is missing"),
-                        ))
-                    })
-            }
+        let platform = self.runtime.platform.clone();
+        let groups: Vec<SubTaskGroup> = groups.iter().map(|g| (*g).clone()).collect();
+        let members = concurrently(groups, STATE_CONCURRENCY, move |g: SubTaskGroup| {
+            let (platform, tenant) = (platform.clone(), tenant.clone());
+            async move { group::sub_tasks(&platform, &tenant, &g, with_results).await }
         })
         .await?;
+        let mut out: Vec<SubTaskInfo> = members.into_iter().flatten().collect();
         out.sort_by_key(|s| s.seq);
         Ok(out)
     }
 
-    /// The sub-tasks still without a result, in delegation order.
+    /// The sub-tasks still without a result, in delegation order (no result is read: the
+    /// group records and the task's bits say which).
     pub(crate) async fn pending_sub_tasks(&self) -> Result<Vec<SubTaskInfo>> {
         let open: Vec<&SubTaskGroup> = self
             .record
@@ -371,8 +364,14 @@ impl<T, S: TaskState> TaskContext<T, S> {
             .values()
             .filter(|g| !g.is_complete())
             .collect();
-        let mut members = self.load_members(&open).await?;
-        members.retain(|m| !m.is_finished());
+        let mut members = self.load_members(&open, false).await?;
+        members.retain(|m| {
+            !self
+                .record
+                .groups
+                .get(&m.group_id)
+                .is_some_and(|g| g.is_finished(m.seq))
+        });
         Ok(members)
     }
 
@@ -405,7 +404,7 @@ impl<T, S: TaskState> TaskContext<T, S> {
     /// ```
     pub async fn sub_tasks(&self) -> Result<Vec<SubTaskInfo>> {
         let groups: Vec<&SubTaskGroup> = self.record.groups.values().collect();
-        self.load_members(&groups).await
+        self.load_members(&groups, true).await
     }
 
     /// The sub-tasks of a delegation group (or of every group for `None`), in delegation
@@ -455,7 +454,8 @@ impl<T, S: TaskState> TaskContext<T, S> {
                 .runtime
                 .platform
                 .fan_in()
-                .complete_group(key, self.load_members(&[g]))
+                .complete
+                .get_or_load(key, self.load_members(&[g], true))
                 .await?;
             out.extend(members.iter().cloned());
         }
@@ -902,34 +902,17 @@ impl<T, S: TaskState> TaskContext<T, S> {
         }
         let base_seq = self.record.next_seq;
         let tenant = self.tenant_owned();
-        // 1. The sub-task records (a replay finds them already there).
-        let infos: Vec<SubTaskInfo> = planned
-            .iter()
-            .enumerate()
-            .map(|(i, (event_type, response_event, _, _))| {
-                let i = i as u32;
-                SubTaskInfo::new(
-                    sub_task_id(&group_id, i),
-                    event_type,
-                    response_event,
-                    base_seq + i,
-                )
-                .with_parent(&self.record.task_id, &group_id)
-            })
-            .collect();
-        let store = self.runtime.platform.state().clone();
-        let tenant_for_create = tenant.clone();
-        concurrently(infos, STATE_CONCURRENCY, move |info: SubTaskInfo| {
-            let store = store.clone();
-            let key = subtask_key(&tenant_for_create, &info.sub_task_id);
-            async move {
-                match store.create(&key, state::encode("sub-task", &info)?).await {
-                    Ok(_) | Err(Error::Conflict { .. }) => Ok(()),
-                    Err(e) => Err(e),
-                }
-            }
-        })
-        .await?;
+        // 1. The group's record: what each member delegates (a replay finds it there).
+        let (record, pages) = DelegationGroup::paged(
+            &group_id,
+            &self.record.task_id,
+            base_seq,
+            planned
+                .iter()
+                .map(|(event, response, _, _)| (event, response)),
+            group::PAGE_BYTES,
+        );
+        group::store(&self.runtime.platform, &tenant, &record, pages).await?;
         // 2. The group in the parent task, with the task's state.
         let mut group = SubTaskGroup::new(&group_id, base_seq, size);
         if let Some(key) = fan_in {
