@@ -49,3 +49,57 @@ pub const TASK_DEADLINE: &str = "task.deadline";
 /// assert_eq!(soorma_common::events::CANCEL_REQUESTED, "request.cancel_requested");
 /// ```
 pub const CANCEL_REQUESTED: &str = "request.cancel_requested";
+
+/// A workflow step's request (or question) went out; data:
+/// [`WorkflowStepProgress`](crate::WorkflowStepProgress), on `system-events`.
+///
+/// ```
+/// assert_eq!(soorma_common::events::WORKFLOW_STEP_STARTED, "workflow.step.started");
+/// ```
+pub const WORKFLOW_STEP_STARTED: &str = "workflow.step.started";
+
+/// A workflow step completed (see [`WORKFLOW_STEP_STARTED`]).
+///
+/// ```
+/// assert_eq!(soorma_common::events::WORKFLOW_STEP_COMPLETED, "workflow.step.completed");
+/// ```
+pub const WORKFLOW_STEP_COMPLETED: &str = "workflow.step.completed";
+
+/// A workflow step's attempt failed and another (a retry or the fallback) went out (see
+/// [`WORKFLOW_STEP_STARTED`]).
+///
+/// ```
+/// assert_eq!(soorma_common::events::WORKFLOW_STEP_RETRYING, "workflow.step.retrying");
+/// ```
+pub const WORKFLOW_STEP_RETRYING: &str = "workflow.step.retrying";
+
+/// A workflow step failed for good (see [`WORKFLOW_STEP_STARTED`]).
+///
+/// ```
+/// assert_eq!(soorma_common::events::WORKFLOW_STEP_FAILED, "workflow.step.failed");
+/// ```
+pub const WORKFLOW_STEP_FAILED: &str = "workflow.step.failed";
+
+/// A workflow step was skipped (see [`WORKFLOW_STEP_STARTED`]).
+///
+/// ```
+/// assert_eq!(soorma_common::events::WORKFLOW_STEP_SKIPPED, "workflow.step.skipped");
+/// ```
+pub const WORKFLOW_STEP_SKIPPED: &str = "workflow.step.skipped";
+
+/// The reply event of workflow steps' requests (and the answers to their questions), on
+/// `action-results`: the worker running the workflow records it and starts the steps that
+/// became ready.
+///
+/// ```
+/// assert_eq!(soorma_common::events::WORKFLOW_STEP_REPLIED, "workflow.step.replied");
+/// ```
+pub const WORKFLOW_STEP_REPLIED: &str = "workflow.step.replied";
+
+/// The request event of [`WorkflowSpec`](crate::WorkflowSpec)s: run this definition on this
+/// input (served by `Handler::run_workflows`; sub-workflow steps use it too).
+///
+/// ```
+/// assert_eq!(soorma_common::events::WORKFLOW_RUN_REQUESTED, "workflow.run.requested");
+/// ```
+pub const WORKFLOW_RUN_REQUESTED: &str = "workflow.run.requested";

@@ -34,7 +34,10 @@ pub use registry::{AgentCapability, AgentDefinition, AgentKind, EventDefinition}
 pub use reply::{ActionReply, TaskProgress};
 pub use state_machine::{PlanDefinition, StateAction, StateConfig, StateTransition};
 pub use topic::{Topic, UnknownTopic};
-pub use workflow::{FailurePolicy, HumanInput, WorkflowDefinition, WorkflowStep};
+pub use workflow::{
+    FailurePolicy, HumanInput, StepOutcome, StepRun, StepStatus, WorkflowDefinition,
+    WorkflowOutput, WorkflowRun, WorkflowSpec, WorkflowStep, WorkflowStepProgress,
+};
 
 /// The tenant used when an event names none.
 pub const DEFAULT_TENANT: &str = "default";

@@ -757,6 +757,9 @@ pub struct TaskRecord {
     /// When the task fails unless it ended before (RFC 3339), if it has a deadline.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub deadline_at: Option<String>,
+    /// The workflow the task runs, if it runs one: where each step stands.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub workflow: Option<crate::WorkflowRun>,
 }
 
 impl TaskRecord {
@@ -796,6 +799,7 @@ impl TaskRecord {
             created_at: None,
             updated_at: None,
             deadline_at: None,
+            workflow: None,
         }
     }
 }

@@ -381,6 +381,296 @@ impl WorkflowDefinition {
     }
 }
 
+/// Where one step of a running workflow stands.
+///
+/// ```
+/// use soorma_common::StepStatus;
+/// assert_eq!(serde_json::to_string(&StepStatus::Skipped).unwrap(), "\"skipped\"");
+/// assert!(StepStatus::Failed.is_terminal() && !StepStatus::Running.is_terminal());
+/// ```
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "snake_case")]
+#[non_exhaustive]
+pub enum StepStatus {
+    /// Waiting for its dependencies.
+    #[default]
+    Pending,
+    /// Its request (or question) is out; waiting for the reply.
+    Running,
+    /// Replied successfully: its output is the reply.
+    Completed,
+    /// Failed for good (after its retries and its fallback).
+    Failed,
+    /// Not run: a step it depends on failed under `skip_descendants`, or the workflow failed.
+    Skipped,
+}
+
+impl StepStatus {
+    /// Whether the step has ended (completed, failed or skipped).
+    ///
+    /// See [`StepStatus`].
+    pub fn is_terminal(self) -> bool {
+        matches!(self, Self::Completed | Self::Failed | Self::Skipped)
+    }
+}
+
+/// One step of a running workflow, as stored in its task ([`WorkflowRun`]).
+///
+/// ```
+/// use soorma_common::{StepRun, StepStatus};
+/// let step = StepRun::default();
+/// assert_eq!((step.status, step.attempts), (StepStatus::Pending, 0));
+/// assert_eq!(serde_json::to_string(&step).unwrap(), r#"{"status":"pending"}"#);
+/// ```
+#[derive(Debug, Clone, PartialEq, Eq, Default, Serialize, Deserialize, JsonSchema)]
+#[non_exhaustive]
+pub struct StepRun {
+    /// Where the step stands.
+    #[serde(default)]
+    pub status: StepStatus,
+    /// How many attempts were started (retries and the fallback included).
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub attempts: u32,
+    /// Whether the current attempt calls the step's fallback.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub fallback: bool,
+    /// The delegation group of the current attempt (one sub-task: the step's request).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub group: Option<String>,
+    /// The id of the handled event whose write started the current attempt: a redelivery of
+    /// that event publishes the request again (its first handling may have died before).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub started_by: Option<String>,
+    /// Why the step failed or was skipped.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub error: Option<String>,
+}
+
+/// A workflow running in a worker task: where its definition and input are stored, and where
+/// each step stands. Stored in the task ([`TaskRecord::workflow`](crate::TaskRecord::workflow)).
+///
+/// ```
+/// use soorma_common::{StepStatus, WorkflowRun};
+/// let run = WorkflowRun::new("task-1-wf", ["search", "summarize"]);
+/// assert_eq!(run.steps["search"].status, StepStatus::Pending);
+/// assert!(!run.is_finished());
+/// ```
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[non_exhaustive]
+pub struct WorkflowRun {
+    /// The key of the [`WorkflowSpec`] (definition and input) in the `subtasks` bucket.
+    pub spec: String,
+    /// Each step's run, by step id.
+    pub steps: std::collections::BTreeMap<String, StepRun>,
+    /// The step whose failure failed the workflow (policy `fail_fast`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub failed_by: Option<String>,
+}
+
+impl WorkflowRun {
+    /// A run of the steps `ids`, all pending, whose spec is stored at `spec`.
+    ///
+    /// See [`WorkflowRun`].
+    pub fn new<I: Into<String>>(spec: impl Into<String>, ids: impl IntoIterator<Item = I>) -> Self {
+        Self {
+            spec: spec.into(),
+            steps: ids
+                .into_iter()
+                .map(|id| (id.into(), StepRun::default()))
+                .collect(),
+            failed_by: None,
+        }
+    }
+
+    /// Whether every step has ended, or a step failed the workflow.
+    ///
+    /// ```
+    /// use soorma_common::{StepStatus, WorkflowRun};
+    /// let mut run = WorkflowRun::new("k", ["a"]);
+    /// run.steps.get_mut("a").unwrap().status = StepStatus::Completed;
+    /// assert!(run.is_finished());
+    /// ```
+    pub fn is_finished(&self) -> bool {
+        self.failed_by.is_some() || self.steps.values().all(|s| s.status.is_terminal())
+    }
+}
+
+/// What a workflow run is: its definition and its input, stored once when it starts (key:
+/// [`WorkflowRun::spec`]), so that any instance of the worker can go on with it.
+///
+/// ```
+/// use soorma_common::{WorkflowDefinition, WorkflowSpec, WorkflowStep};
+/// let spec = WorkflowSpec::new(
+///     WorkflowDefinition::new("g").with_step(WorkflowStep::new("a", "op")),
+///     serde_json::json!({"topic": "rust"}),
+/// );
+/// assert_eq!(spec.input["topic"], "rust");
+/// ```
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[non_exhaustive]
+pub struct WorkflowSpec {
+    /// The definition.
+    pub workflow: WorkflowDefinition,
+    /// The workflow's input.
+    #[serde(default)]
+    pub input: Value,
+}
+
+impl WorkflowSpec {
+    /// A run of `workflow` on `input`.
+    ///
+    /// See [`WorkflowSpec`].
+    pub fn new(workflow: WorkflowDefinition, input: Value) -> Self {
+        Self { workflow, input }
+    }
+}
+
+/// How one step of a finished workflow ended: part of [`WorkflowOutput`].
+///
+/// ```
+/// use soorma_common::{StepOutcome, StepStatus};
+/// let done = StepOutcome::completed(serde_json::json!({"hits": 3}), 1);
+/// assert_eq!(done.status, StepStatus::Completed);
+/// ```
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[non_exhaustive]
+pub struct StepOutcome {
+    /// Completed, failed or skipped.
+    pub status: StepStatus,
+    /// The reply, for a completed step.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub output: Option<Value>,
+    /// Why it failed or was skipped.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub error: Option<String>,
+    /// How many attempts were made (retries and the fallback included).
+    #[serde(default)]
+    pub attempts: u32,
+}
+
+impl StepOutcome {
+    /// A completed step's outcome.
+    ///
+    /// See [`StepOutcome`].
+    pub fn completed(output: Value, attempts: u32) -> Self {
+        Self {
+            status: StepStatus::Completed,
+            output: Some(output),
+            error: None,
+            attempts,
+        }
+    }
+
+    /// A failed or skipped step's outcome.
+    ///
+    /// ```
+    /// use soorma_common::{StepOutcome, StepStatus};
+    /// let failed = StepOutcome::ended(StepStatus::Failed, "timed out", 2);
+    /// assert_eq!(failed.error.as_deref(), Some("timed out"));
+    /// ```
+    pub fn ended(status: StepStatus, error: impl Into<String>, attempts: u32) -> Self {
+        Self {
+            status,
+            output: None,
+            error: Some(error.into()),
+            attempts,
+        }
+    }
+}
+
+/// What a workflow task completes with: every step's outcome, by step id.
+///
+/// ```
+/// use soorma_common::{StepOutcome, WorkflowOutput};
+/// let mut out = WorkflowOutput::new("Summarize");
+/// out.steps.insert("search".into(), StepOutcome::completed(serde_json::json!(["a"]), 1));
+/// assert_eq!(out.output("search"), Some(&serde_json::json!(["a"])));
+/// ```
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[non_exhaustive]
+pub struct WorkflowOutput {
+    /// The workflow's goal.
+    pub goal: String,
+    /// Each step's outcome, by step id.
+    pub steps: std::collections::BTreeMap<String, StepOutcome>,
+}
+
+impl WorkflowOutput {
+    /// An output with no steps yet.
+    ///
+    /// See [`WorkflowOutput`].
+    pub fn new(goal: impl Into<String>) -> Self {
+        Self {
+            goal: goal.into(),
+            steps: std::collections::BTreeMap::new(),
+        }
+    }
+
+    /// The output of step `id`, if it completed.
+    ///
+    /// See [`WorkflowOutput`].
+    pub fn output(&self, id: &str) -> Option<&Value> {
+        self.steps.get(id).and_then(|s| s.output.as_ref())
+    }
+}
+
+/// A workflow step's progress, on `system-events` as `workflow.step.started`,
+/// `workflow.step.completed`, `workflow.step.failed`, `workflow.step.retrying` or
+/// `workflow.step.skipped` (see [`events`](crate::events)).
+///
+/// ```
+/// use soorma_common::{StepStatus, WorkflowStepProgress};
+/// let p = WorkflowStepProgress::new("task-1", "pricing", "search", StepStatus::Running);
+/// assert_eq!(p.step, "search");
+/// ```
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[non_exhaustive]
+pub struct WorkflowStepProgress {
+    /// The task running the workflow.
+    pub task_id: String,
+    /// The worker running it.
+    pub agent: String,
+    /// The step.
+    pub step: String,
+    /// Where the step stands now.
+    pub status: StepStatus,
+    /// Which attempt (1 for the first).
+    #[serde(default)]
+    pub attempt: u32,
+    /// What the attempt calls: the operator or fallback, or the human-input event.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub calls: Option<String>,
+    /// The sub-task of the attempt (its request's correlation id).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub sub_task_id: Option<String>,
+    /// Why it failed, is retried or was skipped.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub error: Option<String>,
+}
+
+impl WorkflowStepProgress {
+    /// A progress report for `step` of `task_id`'s workflow.
+    ///
+    /// See [`WorkflowStepProgress`].
+    pub fn new(
+        task_id: impl Into<String>,
+        agent: impl Into<String>,
+        step: impl Into<String>,
+        status: StepStatus,
+    ) -> Self {
+        Self {
+            task_id: task_id.into(),
+            agent: agent.into(),
+            step: step.into(),
+            status,
+            attempt: 0,
+            calls: None,
+            sub_task_id: None,
+            error: None,
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

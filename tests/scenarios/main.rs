@@ -52,6 +52,7 @@ mod platform;
 mod tool;
 mod wiring;
 mod worker;
+mod workflow;
 
 /// How long embedded scenarios wait for an event.
 const EMBEDDED_WAIT: Duration = Duration::from_secs(5);

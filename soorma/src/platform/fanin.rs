@@ -65,7 +65,8 @@ struct CacheCells<K, V> {
 }
 
 impl<K: Eq + Hash + Clone, V> OnceCache<K, V> {
-    fn new(kept: usize) -> Self {
+    /// A cache keeping at most `kept` values.
+    pub(crate) fn new(kept: usize) -> Self {
         Self {
             kept,
             cells: Mutex::new(CacheCells {

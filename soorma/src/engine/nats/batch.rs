@@ -19,6 +19,8 @@ use serde_json::value::RawValue;
 use sha2::{Digest, Sha256};
 use soorma_common::EventEnvelope;
 
+use crate::error::Error;
+
 /// Header on a message carrying a batch of envelopes: how many.
 ///
 /// ```
@@ -173,13 +175,13 @@ pub(crate) fn split(payload: &[u8]) -> Result<Vec<&RawValue>, String> {
 pub fn envelopes_of(
     headers: Option<&HeaderMap>,
     payload: &[u8],
-) -> Result<Vec<EventEnvelope>, crate::Error> {
-    let undecodable = |e: serde_json::Error| crate::Error::serialize("event envelope", e);
+) -> Result<Vec<EventEnvelope>, Error> {
+    let undecodable = |e: serde_json::Error| Error::serialize("event envelope", e);
     if !is_batch(headers) {
         return Ok(vec![serde_json::from_slice(payload).map_err(undecodable)?]);
     }
     split(payload)
-        .map_err(crate::Error::InvalidArgument)?
+        .map_err(Error::InvalidArgument)?
         .into_iter()
         .map(|p| serde_json::from_str(p.get()).map_err(undecodable))
         .collect()

@@ -316,6 +316,12 @@ fn assemble_worker(handlers: &mut Vec<Handler>, wiring: &mut Extensions) -> Vec<
     if has_tasks && !deadline_handled {
         handlers.push(deadline_handler());
     }
+    let steps_handled = handlers.iter().any(|h| {
+        h.topic == Topic::ActionResults && h.event == soorma_common::events::WORKFLOW_STEP_REPLIED
+    });
+    if handlers.iter().any(workflow::starts_workflows) && !steps_handled {
+        handlers.push(workflow::step_handler());
+    }
     wiring.insert(worker);
     problems
 }

@@ -171,7 +171,7 @@ impl<T, S: TaskState> TaskContext<T, S> {
         &**self.runtime.platform.state()
     }
 
-    fn key(&self) -> StateKey {
+    pub(super) fn key(&self) -> StateKey {
         task_key(
             self.record
                 .tenant_id
@@ -495,7 +495,7 @@ impl<T, S: TaskState> TaskContext<T, S> {
     }
 
     /// Applies `mutate` locally and to the stored record (created on first save).
-    async fn persist(&mut self, mutate: impl Fn(&mut TaskRecord)) -> Result<()> {
+    pub(super) async fn persist(&mut self, mutate: impl Fn(&mut TaskRecord)) -> Result<()> {
         let now = now_rfc3339();
         mutate(&mut self.record);
         self.record.updated_at = Some(now.clone());
@@ -943,7 +943,18 @@ impl<T, S: TaskState> TaskContext<T, S> {
         Ok(group_id)
     }
 
-    fn tenant_owned(&self) -> String {
+    /// The agent handling the task, its platform and bus.
+    pub(super) fn runtime(&self) -> &Arc<AgentRuntime> {
+        &self.runtime
+    }
+
+    /// Takes the task as a write stored it.
+    pub(super) fn set_stored(&mut self, stored: state::Versioned<TaskRecord>) {
+        self.record = stored.value;
+        self.revision = Some(stored.revision);
+    }
+
+    pub(super) fn tenant_owned(&self) -> String {
         self.record
             .tenant_id
             .clone()

@@ -7,6 +7,7 @@ mod graph;
 mod input;
 mod problem;
 mod registry;
+mod run;
 mod schema;
 #[cfg(test)]
 mod tests;
@@ -21,6 +22,7 @@ pub use input::{Reference, StepInput, StepOutputs};
 pub use problem::{InvalidWorkflow, WorkflowProblem};
 
 use input::{INPUT_ROOT, STEPS_ROOT, Scope};
+pub(in crate::layers::worker) use run::{starts_workflows, step_handler};
 
 /// How deeply sub-workflows may nest.
 pub const MAX_SUB_WORKFLOW_DEPTH: usize = 8;
