@@ -509,3 +509,74 @@ async fn canceling_a_workflow_cancels_its_running_steps(mut t: TestPlatform, wai
     waiting.abort();
     t.shutdown().await.unwrap();
 }
+
+#[derive(serde::Serialize, serde::Deserialize, schemars::JsonSchema)]
+struct ShoutReq {
+    text: String,
+}
+
+#[derive(serde::Serialize, serde::Deserialize, schemars::JsonSchema)]
+struct Shouted {
+    loud: String,
+}
+
+/// Shouts a text.
+async fn shout(req: Invocation<ShoutReq>) -> Result<Shouted, ToolError> {
+    Ok(Shouted {
+        loud: req.data.text.to_uppercase(),
+    })
+}
+
+scenario!(a_model_written_workflow_is_checked_against_the_registry_then_runs);
+async fn a_model_written_workflow_is_checked_against_the_registry_then_runs(
+    mut t: TestPlatform,
+    wait: Duration,
+) {
+    use soorma::llm::ScriptedLlm;
+    use soorma::planner::llm::{PlanningOptions, create_workflow};
+    t.start(
+        Tool::new("shouter")
+            .use_registered_handlers(false)
+            .handler(Handler::on_invoke("wf.shout", shout)),
+    )
+    .await
+    .unwrap();
+    t.start(runner(
+        "unused.requested",
+        r#"{"goal": "g", "steps": [{"id": "a", "operator": "wf.shout"}]}"#,
+    ))
+    .await
+    .unwrap();
+    let model = ScriptedLlm::new([
+        // The payload misses `text`, and `b` reads a reply field `shout` does not have.
+        r#"{"goal": "Shout twice", "steps": [
+           {"id": "a", "operator": "wf.shout", "input_mapping": {"txt": "{{input.word}}"}},
+           {"id": "b", "operator": "wf.shout", "depends_on": ["a"], "input_mapping": {"text": "{{steps.a.louder}}"}}]}"#,
+        r#"{"goal": "Shout twice", "steps": [
+           {"id": "a", "operator": "wf.shout", "input_mapping": {"text": "{{input.word}}"}},
+           {"id": "b", "operator": "wf.shout", "depends_on": ["a"], "input_mapping": {"text": "{{steps.a.loud}}!"}}]}"#,
+    ]);
+    let agents = t.platform().discovery().all().await.unwrap();
+    let input = json!({"word": "hey"});
+    let workflow = create_workflow(
+        &model,
+        "Shout a word twice",
+        &input,
+        &agents,
+        &PlanningOptions::default(),
+    )
+    .await
+    .unwrap();
+    let told = model.requests()[1].last().unwrap().content.clone();
+    assert!(told.contains("\"text\" is a required property"), "{told}");
+    assert!(told.contains("has no field `louder`"), "{told}");
+    assert!(
+        model.requests()[0][1]
+            .content
+            .contains("request event: `wf.shout`")
+    );
+    let spec = WorkflowSpec::new(workflow.definition().clone(), input);
+    let out = t.client().with_timeout(wait * 2).call(spec).await.unwrap();
+    assert_eq!(out.output("b").unwrap()["loud"], "HEY!");
+    t.shutdown().await.unwrap();
+}

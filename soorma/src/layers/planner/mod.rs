@@ -6,6 +6,7 @@ pub(crate) mod definition;
 pub(crate) mod machine;
 mod sessions;
 mod tracker;
+mod workflow_view;
 
 use std::sync::Arc;
 
@@ -18,6 +19,7 @@ pub use definition::Plan;
 pub use machine::MAX_ACTIONS;
 pub use sessions::{PlanFilter, Plans, SESSIONS_BUCKET, Sessions};
 pub use tracker::{PlanEvent, PlanView, TaskState, TaskView, Tracker, TrackerBuilder, ViewSource};
+pub use workflow_view::{WorkflowStepView, WorkflowView};
 
 use crate::error::Result;
 use crate::platform::timers;

@@ -1,4 +1,5 @@
-//! The tracker: a read model of plans, fed by the events they publish.
+//! The tracker: a read model of plans (and of workflow runs: [`Tracker::workflow`]), fed by
+//! the events they publish.
 //!
 //! A [`Tracker`] observes `system-events` (the plan lifecycle — `plan.started`,
 //! `plan.state_changed`, `plan.paused`, `plan.resumed`, `plan.completed`, `plan.failed` — and
@@ -22,6 +23,7 @@ use soorma_common::{ActionReply, EventEnvelope, PlanRecord, PlanStatus, Topic};
 use tokio::sync::watch;
 
 use super::sessions::Plans;
+use super::workflow_view::{WorkflowView, WorkflowViews};
 use crate::error::{Error, Result};
 use crate::platform::Platform;
 use crate::protocol::progress::progress_report;
@@ -367,10 +369,11 @@ struct Entry {
     touched: u64,
 }
 
-/// The read model: plans by id, for one tenant.
+/// The read model: plans by id, and workflow runs by task id, for one tenant.
 struct Model {
     tenant: String,
     plans: HashMap<String, Entry>,
+    workflows: WorkflowViews,
     clock: u64,
     max_plans: usize,
 }
@@ -389,6 +392,7 @@ impl Model {
         Self {
             tenant,
             plans: HashMap::new(),
+            workflows: WorkflowViews::new(max_plans),
             clock: 0,
             max_plans: max_plans.max(1),
         }
@@ -440,17 +444,20 @@ impl Model {
         if env.tenant() != self.tenant {
             return false;
         }
-        match env.topic {
-            Topic::SystemEvents if LIFECYCLE.contains(&env.event_type.as_str()) => {
-                self.apply_lifecycle(env)
+        let workflow = matches!(env.topic, Topic::SystemEvents | Topic::ActionResults)
+            && self.workflows.apply(env);
+        workflow
+            | match env.topic {
+                Topic::SystemEvents if LIFECYCLE.contains(&env.event_type.as_str()) => {
+                    self.apply_lifecycle(env)
+                }
+                Topic::SystemEvents if env.event_type == TASK_PROGRESS_EVENT => {
+                    self.apply_progress(env)
+                }
+                Topic::ActionRequests => self.apply_request(env),
+                Topic::ActionResults => self.apply_reply(env),
+                _ => false,
             }
-            Topic::SystemEvents if env.event_type == TASK_PROGRESS_EVENT => {
-                self.apply_progress(env)
-            }
-            Topic::ActionRequests => self.apply_request(env),
-            Topic::ActionResults => self.apply_reply(env),
-            _ => false,
-        }
     }
 
     fn apply_lifecycle(&mut self, env: &EventEnvelope) -> bool {
@@ -920,29 +927,10 @@ impl Tracker {
         timeout: Duration,
         mut until: impl FnMut(&PlanView) -> bool,
     ) -> Result<PlanView> {
-        let deadline = tokio::time::Instant::now() + timeout;
-        let mut changes = self.shared.version.subscribe();
-        loop {
-            changes.borrow_and_update();
-            if let Some(view) = self.watched(plan_id)
-                && until(&view)
-            {
-                return Ok(view);
-            }
-            if self.shared.closed.load(Ordering::SeqCst) {
-                return Err(Error::Closed);
-            }
-            match tokio::time::timeout_at(deadline, changes.changed()).await {
-                Ok(Ok(())) => {}
-                Ok(Err(_)) => return Err(Error::Closed),
-                Err(_) => {
-                    return Err(Error::Timeout {
-                        after: timeout,
-                        what: format!("plan `{plan_id}` in the tracker"),
-                    });
-                }
-            }
-        }
+        self.wait_until(timeout, &format!("plan `{plan_id}` in the tracker"), || {
+            self.watched(plan_id).filter(|p| until(p))
+        })
+        .await
     }
 
     /// Waits until `plan_id` has completed or failed; see [`wait_for`](Self::wait_for).
@@ -955,6 +943,89 @@ impl Tracker {
     /// ```
     pub async fn wait_until_finished(&self, plan_id: &str, timeout: Duration) -> Result<PlanView> {
         self.wait_for(plan_id, timeout, PlanView::is_finished).await
+    }
+
+    /// What the tracker's events say about the workflow run by task `task_id`
+    /// ([`Handler::workflow`](crate::Handler::workflow)): each step it heard of (its
+    /// `workflow.step.*` events) and whether the task replied. `None` if it saw no step event
+    /// of that task.
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")] async fn main() -> soorma::Result<()> {
+    /// use std::time::Duration;
+    /// use soorma::prelude::*;
+    /// use soorma::common::StepStatus;
+    /// use soorma::workflow::Workflow;
+    ///
+    /// async fn shout(req: Invocation<serde_json::Value>) -> Result<String, ToolError> {
+    ///     Ok(req.data["text"].as_str().unwrap_or_default().to_uppercase())
+    /// }
+    ///
+    /// let platform = Platform::embedded();
+    /// let tracker = soorma::planner::Tracker::start(&platform).await?;
+    /// let workflow = Workflow::from_json(r#"{"goal": "Shout", "steps": [
+    ///   {"id": "a", "operator": "shout.requested", "input_mapping": {"text": "{{word}}"}}]}"#).unwrap();
+    /// let running = Agents::new()
+    ///     .tool("shouter", vec![Handler::on_invoke("shout.requested", shout)])
+    ///     .worker("runner", vec![Handler::workflow("loud.requested", workflow)])
+    ///     .start(&platform).await?;
+    /// let reply = platform.client("docs").request("loud.requested", serde_json::json!({"word": "hi"}), "loud.completed").await?;
+    /// let run = tracker.wait_for_workflow(&reply.reply.request_id, Duration::from_secs(5), |w| w.is_finished()).await?;
+    /// assert_eq!(run.steps["a"].status, StepStatus::Completed);
+    /// assert_eq!(run.steps["a"].calls.as_deref(), Some("shout.requested"));
+    /// # running.shutdown().await }
+    /// ```
+    pub fn workflow(&self, task_id: &str) -> Option<WorkflowView> {
+        self.shared.model().workflows.get(task_id)
+    }
+
+    /// Waits until the tracker's view of the workflow run by task `task_id` satisfies `until`
+    /// (checked after every change); see [`workflow`](Self::workflow) and
+    /// [`wait_for`](Self::wait_for).
+    ///
+    /// See [`workflow`](Self::workflow).
+    pub async fn wait_for_workflow(
+        &self,
+        task_id: &str,
+        timeout: Duration,
+        mut until: impl FnMut(&WorkflowView) -> bool,
+    ) -> Result<WorkflowView> {
+        self.wait_until(
+            timeout,
+            &format!("workflow task `{task_id}` in the tracker"),
+            || self.workflow(task_id).filter(|w| until(w)),
+        )
+        .await
+    }
+
+    /// Waits until `found` finds something (checked after every change of the model).
+    async fn wait_until<V>(
+        &self,
+        timeout: Duration,
+        what: &str,
+        mut found: impl FnMut() -> Option<V>,
+    ) -> Result<V> {
+        let deadline = tokio::time::Instant::now() + timeout;
+        let mut changes = self.shared.version.subscribe();
+        loop {
+            changes.borrow_and_update();
+            if let Some(view) = found() {
+                return Ok(view);
+            }
+            if self.shared.closed.load(Ordering::SeqCst) {
+                return Err(Error::Closed);
+            }
+            match tokio::time::timeout_at(deadline, changes.changed()).await {
+                Ok(Ok(())) => {}
+                Ok(Err(_)) => return Err(Error::Closed),
+                Err(_) => {
+                    return Err(Error::Timeout {
+                        after: timeout,
+                        what: what.to_owned(),
+                    });
+                }
+            }
+        }
     }
 
     /// Stops observing (dropping the tracker does the same).

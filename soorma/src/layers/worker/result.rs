@@ -84,6 +84,11 @@ impl<T: DeserializeOwned> ResultContext<T> {
 }
 
 impl<T> ResultContext<T> {
+    /// The reply's result as it came (before decoding), when the sub-task succeeded.
+    pub(in crate::layers::worker) fn raw(&self) -> Option<&Value> {
+        self.raw.as_ref()
+    }
+
     /// Whether the sub-task succeeded.
     ///
     /// ```

@@ -63,6 +63,9 @@
 mod check;
 mod prompt;
 mod steps;
+mod workflow;
+
+pub use workflow::create_workflow;
 
 use std::sync::Arc;
 

@@ -260,7 +260,7 @@ async fn start(input: &HandlerInput, spec: Spec) -> Result<()> {
         return Ok(());
     }
     let tenant = task.tenant_owned();
-    let spec_id = format!("{}-wf", task.task_id());
+    let spec_id = spec_id(task.task_id());
     let stored = WorkflowSpec::new(spec.workflow.definition().clone(), spec.input.clone());
     let key = subtask_key(&tenant, &spec_id);
     match task
@@ -306,6 +306,26 @@ fn input_problem(schema: &Value, input: &Value) -> Option<String> {
 /// Records a step's reply and advances the run of the task that waits for it.
 async fn on_step_replied(input: HandlerInput, specs: Specs) -> HandlerOutcome {
     let result = ResultContext::<Value>::decode(&input).map_err(Failure::Decode)?;
+    let tenant = input.envelope.tenant().to_owned();
+    // The step this replies to, from its sub-task id (`<task id>-s<step>a<attempt>-0`): a
+    // person's answer must match the step's answer schema before it is recorded.
+    if let Some(sub_task) = result.sub_task_id()
+        && let Some((task_id, step)) = step_of(sub_task)
+    {
+        // No spec: no such run, so no such sub-task (a run's spec is stored before its steps).
+        let unknown = || Error::UnknownSubTask(sub_task.to_owned());
+        let spec = specs
+            .load(&input, &tenant, &spec_id(task_id), unknown)
+            .await
+            .map_err(retryable)?;
+        if let Some(problem) = answer_problem(&spec, step, &result) {
+            tracing::warn!(task_id, %problem, "an answer was refused");
+            return Err(Failure::Handler {
+                message: problem,
+                retryable: false,
+            });
+        }
+    }
     let (stored, _) = result.record().await.map_err(retryable)?;
     if stored.value.agent != *input.runtime.name {
         // Another worker's workflow (each worker that runs workflows gets every step reply).
@@ -318,22 +338,14 @@ async fn on_step_replied(input: HandlerInput, specs: Specs) -> HandlerOutcome {
             stored.value.task_id
         ))));
     };
-    let tenant = input.envelope.tenant().to_owned();
-    let key = subtask_key(&tenant, &run.spec);
-    let store = input.runtime.platform.state().clone();
+    let missing = || {
+        inconsistent(format!(
+            "the spec `{}` of a running workflow is missing",
+            run.spec
+        ))
+    };
     let spec = specs
-        .0
-        .get_or_load(key.clone(), async move {
-            let stored = state::load::<WorkflowSpec>(&*store, "workflow", &key)
-                .await?
-                .ok_or_else(|| inconsistent(format!("`{key}` is missing")))?;
-            let workflow = Workflow::new(stored.value.workflow)
-                .map_err(|e| inconsistent(format!("the stored workflow `{key}`: {e}")))?;
-            Ok(Spec {
-                workflow,
-                input: stored.value.input,
-            })
-        })
+        .load(&input, &tenant, &run.spec, missing)
         .await
         .map_err(retryable)?;
     let task = TaskContext::restored(
@@ -344,6 +356,77 @@ async fn on_step_replied(input: HandlerInput, specs: Specs) -> HandlerOutcome {
     );
     advance(task, &spec).await.map_err(retryable)?;
     Ok(None)
+}
+
+/// Where the spec of task `task_id`'s run is stored (in the `subtasks` bucket).
+fn spec_id(task_id: &str) -> String {
+    format!("{task_id}-wf")
+}
+
+/// The group id of attempt `attempt` of step `step` (by position) of task `task_id`.
+fn attempt_group(task_id: &str, step: usize, attempt: u32) -> String {
+    format!("{task_id}-s{step}a{attempt}")
+}
+
+/// The task and step position an attempt's sub-task id names (see [`attempt_group`]).
+fn step_of(sub_task_id: &str) -> Option<(&str, usize)> {
+    let (group_id, _) = group::parse_sub_task_id(sub_task_id)?;
+    let (task_id, rest) = group_id.rsplit_once("-s")?;
+    let (step, attempt) = rest.split_once('a')?;
+    attempt.parse::<u32>().ok()?;
+    Some((task_id, step.parse().ok()?))
+}
+
+/// Why a person's answer to a human-input step cannot be taken: it does not match the step's
+/// `response_schema` (without the `schema-validation` feature, every answer is taken).
+fn answer_problem<T>(spec: &Spec, step: usize, result: &ResultContext<T>) -> Option<String> {
+    let step = spec.workflow.steps().get(step)?;
+    let StepKind::HumanInput(ask) = step.kind() else {
+        return None;
+    };
+    let (schema, answer) = (ask.response_schema.as_ref()?, result.raw()?);
+    #[cfg(feature = "schema-validation")]
+    {
+        input_problem(schema, answer).map(|p| {
+            format!(
+                "the answer to step `{}` does not match its response schema: {p}",
+                step.id()
+            )
+        })
+    }
+    #[cfg(not(feature = "schema-validation"))]
+    {
+        let _ = (schema, answer);
+        None
+    }
+}
+
+impl Specs {
+    /// The spec stored at `id` (in the `subtasks` bucket of `tenant`), loaded and validated
+    /// once; `missing` is the error when there is none.
+    async fn load(
+        &self,
+        input: &HandlerInput,
+        tenant: &str,
+        id: &str,
+        missing: impl FnOnce() -> Error,
+    ) -> Result<Arc<Spec>> {
+        let key = subtask_key(tenant, id);
+        let store = input.runtime.platform.state().clone();
+        self.0
+            .get_or_load(key.clone(), async move {
+                let stored = state::load::<WorkflowSpec>(&*store, "workflow", &key)
+                    .await?
+                    .ok_or_else(missing)?;
+                let workflow = Workflow::new(stored.value.workflow)
+                    .map_err(|e| inconsistent(format!("the stored workflow `{key}`: {e}")))?;
+                Ok(Spec {
+                    workflow,
+                    input: stored.value.input,
+                })
+            })
+            .await
+    }
 }
 
 /// How a sub-task ended.
@@ -719,7 +802,7 @@ fn transition(
                     s.status = StepStatus::Running;
                     s.started_by = Some(by.to_owned());
                     s.error = None;
-                    let group_id = format!("{task_id}-s{i}a{}", s.attempts);
+                    let group_id = attempt_group(&task_id, i, s.attempts);
                     s.group = Some(group_id.clone());
                     new_groups.push(SubTaskGroup::new(&group_id, next_seq, 1));
                     acts.sends.push(Send {

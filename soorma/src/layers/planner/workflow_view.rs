@@ -1,0 +1,316 @@
+//! The tracker's view of workflow runs, fed by their `workflow.step.*` progress events and the
+//! reply that ends their task.
+
+use std::collections::{BTreeMap, HashMap, HashSet};
+
+use serde::Serialize;
+use soorma_common::{ActionReply, EventEnvelope, StepStatus, WorkflowStepProgress};
+
+use super::tracker::TaskState;
+
+/// The `workflow.step.*` events (see [`soorma_common::events`]).
+const STEP_EVENTS: [&str; 5] = [
+    soorma_common::events::WORKFLOW_STEP_STARTED,
+    soorma_common::events::WORKFLOW_STEP_COMPLETED,
+    soorma_common::events::WORKFLOW_STEP_RETRYING,
+    soorma_common::events::WORKFLOW_STEP_FAILED,
+    soorma_common::events::WORKFLOW_STEP_SKIPPED,
+];
+
+/// One step of a workflow run, as its progress events tell.
+///
+/// ```
+/// # #[tokio::main(flavor = "current_thread")] async fn main() -> soorma::Result<()> {
+/// # let platform = soorma::Platform::embedded();
+/// let tracker = soorma::planner::Tracker::start(&platform).await?;
+/// if let Some(run) = tracker.workflow("task-1") {
+///     for (id, step) in &run.steps {
+///         println!("{id}: {:?} (attempt {}) {:?}", step.status, step.attempt, step.error);
+///     }
+/// }
+/// # Ok(()) }
+/// ```
+#[derive(Debug, Clone, PartialEq, Serialize)]
+#[non_exhaustive]
+pub struct WorkflowStepView {
+    /// Where it stands.
+    pub status: StepStatus,
+    /// Its current attempt (1 for the first).
+    pub attempt: u32,
+    /// What the attempt calls (an operator, its fallback, the human-input event).
+    pub calls: Option<String>,
+    /// The attempt's sub-task (its request's correlation id).
+    pub sub_task_id: Option<String>,
+    /// Why it failed, is retried or was skipped.
+    pub error: Option<String>,
+    /// When it last changed (RFC 3339).
+    pub updated_at: Option<String>,
+}
+
+/// What the tracker knows about a workflow run: each step it heard of, and whether the task
+/// running it has replied.
+///
+/// ```
+/// # #[tokio::main(flavor = "current_thread")] async fn main() -> soorma::Result<()> {
+/// # let platform = soorma::Platform::embedded();
+/// let tracker = soorma::planner::Tracker::start(&platform).await?;
+/// assert!(tracker.workflow("task-1").is_none());
+/// # Ok(()) }
+/// ```
+#[derive(Debug, Clone, PartialEq, Serialize)]
+#[non_exhaustive]
+pub struct WorkflowView {
+    /// The task running the workflow.
+    pub task_id: String,
+    /// The worker running it.
+    pub agent: Option<String>,
+    /// `Running` until the task replied, then `Completed` or `Failed`.
+    pub state: TaskState,
+    /// The task's error, once it failed.
+    pub error: Option<String>,
+    /// The steps it heard of, by id (a step not started yet is not listed).
+    pub steps: BTreeMap<String, WorkflowStepView>,
+    /// When it last changed (RFC 3339).
+    pub updated_at: Option<String>,
+}
+
+impl WorkflowView {
+    fn new(task_id: &str) -> Self {
+        Self {
+            task_id: task_id.to_owned(),
+            agent: None,
+            state: TaskState::Running,
+            error: None,
+            steps: BTreeMap::new(),
+            updated_at: None,
+        }
+    }
+
+    /// Whether the task running the workflow has replied.
+    ///
+    /// See [`WorkflowView`].
+    pub fn is_finished(&self) -> bool {
+        self.state.is_finished()
+    }
+}
+
+struct Entry {
+    view: WorkflowView,
+    seen: HashSet<String>,
+    touched: u64,
+}
+
+/// The workflow runs of one tenant, at most `max` (finished ones evicted first).
+pub(super) struct WorkflowViews {
+    runs: HashMap<String, Entry>,
+    clock: u64,
+    max: usize,
+}
+
+impl WorkflowViews {
+    pub(super) fn new(max: usize) -> Self {
+        Self {
+            runs: HashMap::new(),
+            clock: 0,
+            max: max.max(1),
+        }
+    }
+
+    pub(super) fn get(&self, task_id: &str) -> Option<WorkflowView> {
+        self.runs.get(task_id).map(|e| e.view.clone())
+    }
+
+    /// Applies a `workflow.step.*` event or the reply of a tracked run's task; whether the
+    /// model changed.
+    pub(super) fn apply(&mut self, env: &EventEnvelope) -> bool {
+        if STEP_EVENTS.contains(&env.event_type.as_str()) {
+            return self.apply_step(env);
+        }
+        self.apply_reply(env)
+    }
+
+    fn apply_step(&mut self, env: &EventEnvelope) -> bool {
+        let Ok(p) = serde_json::from_value::<WorkflowStepProgress>(env.data.clone()) else {
+            return false;
+        };
+        self.clock += 1;
+        let clock = self.clock;
+        if !self.runs.contains_key(&p.task_id) {
+            self.evict_for(&p.task_id);
+        }
+        let entry = self.runs.entry(p.task_id.clone()).or_insert_with(|| Entry {
+            view: WorkflowView::new(&p.task_id),
+            seen: HashSet::new(),
+            touched: clock,
+        });
+        if !entry.seen.insert(env.id.clone()) {
+            return false;
+        }
+        entry.touched = clock;
+        let view = &mut entry.view;
+        view.agent.get_or_insert(p.agent);
+        view.updated_at.clone_from(&env.time);
+        let step = view
+            .steps
+            .entry(p.step)
+            .or_insert_with(|| WorkflowStepView {
+                status: p.status,
+                attempt: 0,
+                calls: None,
+                sub_task_id: None,
+                error: None,
+                updated_at: None,
+            });
+        // A late copy of an earlier attempt's event does not take the step back.
+        let older = p.attempt < step.attempt
+            || (p.attempt == step.attempt && step.status.is_terminal() && !p.status.is_terminal());
+        if older {
+            return true;
+        }
+        step.status = p.status;
+        step.attempt = p.attempt;
+        if p.calls.is_some() {
+            step.calls = p.calls;
+        }
+        if p.sub_task_id.is_some() {
+            step.sub_task_id = p.sub_task_id;
+        }
+        step.error = p.error;
+        step.updated_at.clone_from(&env.time);
+        true
+    }
+
+    fn apply_reply(&mut self, env: &EventEnvelope) -> bool {
+        let Some(task_id) = env.data.get("request_id").and_then(|v| v.as_str()) else {
+            return false;
+        };
+        let Some(entry) = self.runs.get_mut(task_id) else {
+            return false;
+        };
+        let Ok(reply) = serde_json::from_value::<ActionReply>(env.data.clone()) else {
+            return false;
+        };
+        if !entry.seen.insert(env.id.clone()) {
+            return false;
+        }
+        let view = &mut entry.view;
+        view.state = if reply.success {
+            TaskState::Completed
+        } else {
+            TaskState::Failed
+        };
+        view.error = reply.error;
+        view.updated_at.clone_from(&env.time);
+        true
+    }
+
+    fn evict_for(&mut self, incoming: &str) {
+        if self.runs.len() < self.max {
+            return;
+        }
+        let oldest = |finished_only: bool| {
+            self.runs
+                .iter()
+                .filter(|(id, e)| *id != incoming && (!finished_only || e.view.is_finished()))
+                .min_by_key(|(_, e)| e.touched)
+                .map(|(id, _)| id.clone())
+        };
+        if let Some(id) = oldest(true).or_else(|| oldest(false)) {
+            self.runs.remove(&id);
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+    use soorma_common::Topic;
+
+    fn step(id: &str, event: &str, step: &str, status: StepStatus, attempt: u32) -> EventEnvelope {
+        let mut p = WorkflowStepProgress::new("t1", "runner", step, status);
+        p.attempt = attempt;
+        EventEnvelope::new(id, "runner", Topic::SystemEvents, event)
+            .with_data(serde_json::to_value(p).unwrap())
+    }
+
+    #[test]
+    fn steps_move_forward_and_the_reply_ends_the_run() {
+        let mut v = WorkflowViews::new(10);
+        assert!(v.apply(&step(
+            "e1",
+            "workflow.step.started",
+            "a",
+            StepStatus::Running,
+            1
+        )));
+        assert!(
+            !v.apply(&step(
+                "e1",
+                "workflow.step.started",
+                "a",
+                StepStatus::Running,
+                1
+            )),
+            "duplicate"
+        );
+        v.apply(&step(
+            "e2",
+            "workflow.step.retrying",
+            "a",
+            StepStatus::Running,
+            2,
+        ));
+        v.apply(&step(
+            "e3",
+            "workflow.step.completed",
+            "a",
+            StepStatus::Completed,
+            2,
+        ));
+        // A late copy of the first attempt's start changes nothing.
+        v.apply(&step(
+            "e4",
+            "workflow.step.started",
+            "a",
+            StepStatus::Running,
+            1,
+        ));
+        let run = v.get("t1").unwrap();
+        assert_eq!(
+            (run.steps["a"].status, run.steps["a"].attempt),
+            (StepStatus::Completed, 2)
+        );
+        assert!(!run.is_finished());
+        let reply = EventEnvelope::new("r1", "runner", Topic::ActionResults, "x.completed")
+            .with_data(json!({"request_id": "t1", "success": false, "error": "step `a` failed"}));
+        assert!(v.apply(&reply));
+        let run = v.get("t1").unwrap();
+        assert_eq!(run.state, TaskState::Failed);
+        assert_eq!(run.error.as_deref(), Some("step `a` failed"));
+    }
+
+    #[test]
+    fn finished_runs_are_evicted_first() {
+        let mut v = WorkflowViews::new(2);
+        let mut s = step("e1", "workflow.step.started", "a", StepStatus::Running, 1);
+        v.apply(&s);
+        let reply = EventEnvelope::new("r1", "runner", Topic::ActionResults, "x.completed")
+            .with_data(json!({"request_id": "t1", "success": true, "result": 1}));
+        v.apply(&reply);
+        for (n, task) in ["t2", "t3"].iter().enumerate() {
+            let mut p: WorkflowStepProgress = serde_json::from_value(s.data.clone()).unwrap();
+            p.task_id = (*task).to_owned();
+            s = EventEnvelope::new(
+                format!("e{}", n + 2),
+                "runner",
+                Topic::SystemEvents,
+                "workflow.step.started",
+            )
+            .with_data(serde_json::to_value(p).unwrap());
+            v.apply(&s);
+        }
+        assert!(v.get("t1").is_none(), "the finished run went first");
+        assert!(v.get("t2").is_some() && v.get("t3").is_some());
+    }
+}
