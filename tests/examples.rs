@@ -78,6 +78,24 @@ const EXAMPLES: &[Example] = &[
         ],
     },
     Example {
+        name: "research_workflow",
+        needs: Needs::Nothing,
+        prints: &[
+            "web              retrying  attempt 2 calls web.cache after: search quota exhausted (HTTP 429)",
+            "partner          failed    after 2 attempts: partner API returned 503",
+            "done before the slow archive search: internal_digest, web_digest",
+            "report: How does our pricing compare with competitors?",
+            "  - internal docs, 2 hits: Pricing: the Pro plan costs $49 per seat per month.",
+            "  - cached web index, 2 hits: Acme lists its Team plan at $59 per seat per month.",
+            "  - archive, 1 hit: Pricing review 2023: we sat 10% under our competitors.",
+            "  gap: the partner feed did not answer",
+            "  partner          failed     attempts 2  partner API returned 503\n",
+            "  synthesize       completed  attempts 1\n",
+            "  web              completed  attempts 2\n",
+            "9 steps in ",
+        ],
+    },
+    Example {
         name: "planner_state_machine",
         needs: Needs::Nothing,
         prints: &[
