@@ -35,7 +35,7 @@ pub use reply::{ActionReply, TaskProgress};
 pub use state_machine::{PlanDefinition, StateAction, StateConfig, StateTransition};
 pub use topic::{Topic, UnknownTopic};
 pub use workflow::{
-    FailurePolicy, HumanInput, StepOutcome, StepRun, StepStatus, WorkflowDefinition,
+    FailurePolicy, HumanInput, StepFailure, StepOutcome, StepRun, StepStatus, WorkflowDefinition,
     WorkflowOutput, WorkflowRun, WorkflowSpec, WorkflowStep, WorkflowStepProgress,
 };
 

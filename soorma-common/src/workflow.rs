@@ -414,45 +414,105 @@ impl StepStatus {
     }
 }
 
-/// One step of a running workflow, as stored in its task ([`WorkflowRun`]).
+impl StepStatus {
+    /// The letter of this status in [`WorkflowRun::statuses`].
+    ///
+    /// ```
+    /// use soorma_common::StepStatus;
+    /// assert_eq!(StepStatus::Completed.letter(), 'c');
+    /// assert_eq!(StepStatus::from_letter('s'), Some(StepStatus::Skipped));
+    /// ```
+    pub fn letter(self) -> char {
+        match self {
+            Self::Pending => 'p',
+            Self::Running => 'r',
+            Self::Completed => 'c',
+            Self::Failed => 'f',
+            Self::Skipped => 's',
+        }
+    }
+
+    /// The status of a letter of [`WorkflowRun::statuses`].
+    ///
+    /// See [`letter`](Self::letter).
+    pub fn from_letter(letter: char) -> Option<Self> {
+        Some(match letter {
+            'p' => Self::Pending,
+            'r' => Self::Running,
+            'c' => Self::Completed,
+            'f' => Self::Failed,
+            's' => Self::Skipped,
+            _ => return None,
+        })
+    }
+}
+
+/// The attempt in flight of a running step, as stored in its task ([`WorkflowRun::running`]).
 ///
 /// ```
-/// use soorma_common::{StepRun, StepStatus};
+/// use soorma_common::StepRun;
 /// let step = StepRun::default();
-/// assert_eq!((step.status, step.attempts), (StepStatus::Pending, 0));
-/// assert_eq!(serde_json::to_string(&step).unwrap(), r#"{"status":"pending"}"#);
+/// assert_eq!(step.attempts, 0);
+/// assert_eq!(serde_json::to_string(&step).unwrap(), r#"{"attempts":0}"#);
 /// ```
 #[derive(Debug, Clone, PartialEq, Eq, Default, Serialize, Deserialize, JsonSchema)]
 #[non_exhaustive]
 pub struct StepRun {
-    /// Where the step stands.
+    /// How many attempts were started (retries and the fallback included); the one in flight
+    /// is the last (its delegation group is `<task id>-s<step position>a<attempts>`).
     #[serde(default)]
-    pub status: StepStatus,
-    /// How many attempts were started (retries and the fallback included).
-    #[serde(default, skip_serializing_if = "is_zero")]
     pub attempts: u32,
-    /// Whether the current attempt calls the step's fallback.
+    /// Whether the attempt in flight calls the step's fallback.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub fallback: bool,
-    /// The delegation group of the current attempt (one sub-task: the step's request).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub group: Option<String>,
-    /// The id of the handled event whose write started the current attempt: a redelivery of
-    /// that event publishes the request again (its first handling may have died before).
+    /// The id of the handled event whose write started the attempt: a redelivery of that
+    /// event sends it again (its first handling may have died before).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub started_by: Option<String>,
-    /// Why the step failed or was skipped.
+    /// Why the previous attempt failed.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub error: Option<String>,
 }
 
-/// A workflow running in a worker task: where its definition and input are stored, and where
-/// each step stands. Stored in the task ([`TaskRecord::workflow`](crate::TaskRecord::workflow)).
+/// A step that failed for good, as stored in its task ([`WorkflowRun::failed`]).
+///
+/// ```
+/// let f = soorma_common::StepFailure::new("timed out", 3);
+/// assert_eq!((f.error.as_str(), f.attempts), ("timed out", 3));
+/// ```
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[non_exhaustive]
+pub struct StepFailure {
+    /// Why (its last attempt's error).
+    pub error: String,
+    /// After how many attempts.
+    #[serde(default)]
+    pub attempts: u32,
+}
+
+impl StepFailure {
+    /// A failure after `attempts` attempts.
+    ///
+    /// See [`StepFailure`].
+    pub fn new(error: impl Into<String>, attempts: u32) -> Self {
+        Self {
+            error: error.into(),
+            attempts,
+        }
+    }
+}
+
+/// A workflow running in a worker task, as stored in the task
+/// ([`TaskRecord::workflow`](crate::TaskRecord::workflow)): where each step stands (a letter
+/// per step, so the task stays small however many steps there are), the attempts in flight and
+/// the failures. Completed steps' outputs are stored apart, one record per step.
 ///
 /// ```
 /// use soorma_common::{StepStatus, WorkflowRun};
-/// let run = WorkflowRun::new("task-1-wf", ["search", "summarize"]);
-/// assert_eq!(run.steps["search"].status, StepStatus::Pending);
+/// let mut run = WorkflowRun::new("task-1-wf", 2);
+/// assert_eq!(run.statuses, "pp");
+/// run.set_status(1, StepStatus::Completed);
+/// assert_eq!(run.status(1), StepStatus::Completed);
 /// assert!(!run.is_finished());
 /// ```
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
@@ -460,25 +520,57 @@ pub struct StepRun {
 pub struct WorkflowRun {
     /// The key of the [`WorkflowSpec`] (definition and input) in the `subtasks` bucket.
     pub spec: String,
-    /// Each step's run, by step id.
-    pub steps: std::collections::BTreeMap<String, StepRun>,
+    /// Where each step stands, one letter per step in definition order
+    /// ([`StepStatus::letter`]: `p`ending, `r`unning, `c`ompleted, `f`ailed, `s`kipped).
+    pub statuses: String,
+    /// The attempts in flight, by step position.
+    #[serde(default, skip_serializing_if = "std::collections::BTreeMap::is_empty")]
+    pub running: std::collections::BTreeMap<u32, StepRun>,
+    /// Steps found ready by a write that could not send them yet, by position.
+    #[serde(default, skip_serializing_if = "std::collections::BTreeSet::is_empty")]
+    pub ready: std::collections::BTreeSet<u32>,
+    /// The steps that failed for good, by position.
+    #[serde(default, skip_serializing_if = "std::collections::BTreeMap::is_empty")]
+    pub failed: std::collections::BTreeMap<u32, StepFailure>,
     /// The step whose failure failed the workflow (policy `fail_fast`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub failed_by: Option<String>,
 }
 
 impl WorkflowRun {
-    /// A run of the steps `ids`, all pending, whose spec is stored at `spec`.
+    /// A run of `steps` steps, all pending, whose spec is stored at `spec`.
     ///
     /// See [`WorkflowRun`].
-    pub fn new<I: Into<String>>(spec: impl Into<String>, ids: impl IntoIterator<Item = I>) -> Self {
+    pub fn new(spec: impl Into<String>, steps: usize) -> Self {
         Self {
             spec: spec.into(),
-            steps: ids
-                .into_iter()
-                .map(|id| (id.into(), StepRun::default()))
-                .collect(),
+            statuses: "p".repeat(steps),
+            running: std::collections::BTreeMap::new(),
+            ready: std::collections::BTreeSet::new(),
+            failed: std::collections::BTreeMap::new(),
             failed_by: None,
+        }
+    }
+
+    /// Where step `position` stands (`Pending` for a position out of range).
+    ///
+    /// See [`WorkflowRun`].
+    pub fn status(&self, position: usize) -> StepStatus {
+        self.statuses
+            .as_bytes()
+            .get(position)
+            .and_then(|&b| StepStatus::from_letter(char::from(b)))
+            .unwrap_or_default()
+    }
+
+    /// Sets where step `position` stands (nothing for a position out of range).
+    ///
+    /// See [`WorkflowRun`].
+    pub fn set_status(&mut self, position: usize, status: StepStatus) {
+        if position < self.statuses.len() && self.statuses.is_char_boundary(position) {
+            let mut buf = [0u8; 4];
+            self.statuses
+                .replace_range(position..=position, status.letter().encode_utf8(&mut buf));
         }
     }
 
@@ -486,12 +578,12 @@ impl WorkflowRun {
     ///
     /// ```
     /// use soorma_common::{StepStatus, WorkflowRun};
-    /// let mut run = WorkflowRun::new("k", ["a"]);
-    /// run.steps.get_mut("a").unwrap().status = StepStatus::Completed;
+    /// let mut run = WorkflowRun::new("k", 1);
+    /// run.set_status(0, StepStatus::Completed);
     /// assert!(run.is_finished());
     /// ```
     pub fn is_finished(&self) -> bool {
-        self.failed_by.is_some() || self.steps.values().all(|s| s.status.is_terminal())
+        self.failed_by.is_some() || !self.statuses.contains(['p', 'r'])
     }
 }
 

@@ -260,8 +260,13 @@ async fn write_batch(
         let mut fresh = vec![false; marks.len()];
         let mut completed = vec![false; marks.len()];
         for (i, m) in marks.iter().enumerate() {
-            let group = rec.groups.get_mut(m.group_id()).ok_or_else(|| {
-                EngineError::new(
+            let Some(group) = rec.groups.get_mut(m.group_id()) else {
+                // A workflow run drops the group of an attempt that ended: a late or repeated
+                // reply to it changes nothing.
+                if rec.workflow.is_some() {
+                    continue;
+                }
+                return Err(EngineError::new(
                     EngineErrorKind::Inconsistent,
                     format!(
                         "task `{}` has no delegation group `{}`",
@@ -269,7 +274,8 @@ async fn write_batch(
                         m.group_id()
                     ),
                 )
-            })?;
+                .into());
+            };
             let was_complete = group.is_complete();
             fresh[i] = group.mark_finished(m.result.seq);
             completed[i] = fresh[i] && !was_complete && group.is_complete();

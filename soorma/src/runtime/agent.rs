@@ -404,7 +404,7 @@ impl AgentBuilder {
     /// assert!(def.capabilities[0].consumed_event.response_schema.is_some());
     /// ```
     pub fn definition(&self) -> AgentDefinition {
-        let (handlers, _, _) = assemble(self.collect_handlers());
+        let (handlers, _, _) = assemble(&self.name, self.collect_handlers());
         definition(
             &self.name,
             self.kind,
@@ -442,7 +442,7 @@ impl AgentBuilder {
         }
         let collected = self.collect_handlers();
         claim_unnamed(&self.name, &collected[self.handlers.len()..])?;
-        let (handlers, wiring, mut problems) = assemble(collected);
+        let (handlers, wiring, mut problems) = assemble(&self.name, collected);
         if handlers.is_empty() {
             return Err(Error::NoHandlers { agent: self.name });
         }
@@ -660,7 +660,7 @@ fn describe(handlers: &[&Handler]) -> String {
 
 /// Runs each layer's assembly of the handlers once (see [`Assemble`]): the handlers to serve,
 /// what the layers recorded about them, and the problems they found.
-fn assemble(mut handlers: Vec<Handler>) -> (Vec<Handler>, Extensions, Vec<String>) {
+fn assemble(agent: &str, mut handlers: Vec<Handler>) -> (Vec<Handler>, Extensions, Vec<String>) {
     let mut hooks: Vec<Assemble> = Vec::new();
     for hook in handlers.iter().filter_map(|h| h.assemble) {
         if !hooks.iter().any(|h| std::ptr::fn_addr_eq(*h, hook)) {
@@ -670,7 +670,7 @@ fn assemble(mut handlers: Vec<Handler>) -> (Vec<Handler>, Extensions, Vec<String
     let mut wiring = Extensions::default();
     let mut problems = Vec::new();
     for hook in hooks {
-        problems.extend(hook(&mut handlers, &mut wiring));
+        problems.extend(hook(agent, &mut handlers, &mut wiring));
     }
     (handlers, wiring, problems)
 }

@@ -127,9 +127,9 @@ pub(crate) type CancelHook = for<'a> fn(&'a HandlerInput) -> BoxFuture<'a, ()>;
 /// A layer's assembly of an agent's handlers when the agent starts (and for its definition):
 /// it may add or replace handlers (a planner's default transition, a worker's fan-in routers)
 /// and record in `wiring` what its handlers need to know about the agent (which replies a
-/// worker waits for). Returns the problems found (they fail the start). Each distinct hook
-/// runs once per agent.
-pub(crate) type Assemble = fn(&mut Vec<Handler>, &mut Extensions) -> Vec<String>;
+/// worker waits for). It gets the agent's name. Returns the problems found (they fail the
+/// start). Each distinct hook runs once per agent.
+pub(crate) type Assemble = fn(&str, &mut Vec<Handler>, &mut Extensions) -> Vec<String>;
 
 /// How a handler appears in the agent's registry definition.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

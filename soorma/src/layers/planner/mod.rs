@@ -184,7 +184,7 @@ impl Handler {
 
 /// A planner without a transition handler gets one that advances its plans with
 /// [`PlanContext::execute_next`].
-fn ensure_transition(handlers: &mut Vec<Handler>, _: &mut Extensions) -> Vec<String> {
+fn ensure_transition(_: &str, handlers: &mut Vec<Handler>, _: &mut Extensions) -> Vec<String> {
     async fn advance_plan(mut plan: PlanContext) -> Result<()> {
         plan.execute_next().await
     }

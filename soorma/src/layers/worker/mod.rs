@@ -298,7 +298,11 @@ impl WorkerWiring {
 
 /// The worker layer's assembly of an agent's handlers: its fan-ins become routers, and what
 /// it waits for is recorded for the delegation checks.
-fn assemble_worker(handlers: &mut Vec<Handler>, wiring: &mut Extensions) -> Vec<String> {
+fn assemble_worker(
+    agent: &str,
+    handlers: &mut Vec<Handler>,
+    wiring: &mut Extensions,
+) -> Vec<String> {
     let mut problems = Vec::new();
     let mut worker = WorkerWiring {
         results: handlers
@@ -316,11 +320,11 @@ fn assemble_worker(handlers: &mut Vec<Handler>, wiring: &mut Extensions) -> Vec<
     if has_tasks && !deadline_handled {
         handlers.push(deadline_handler());
     }
-    let steps_handled = handlers.iter().any(|h| {
-        h.topic == Topic::ActionResults && h.event == soorma_common::events::WORKFLOW_STEP_REPLIED
-    });
-    if handlers.iter().any(workflow::starts_workflows) && !steps_handled {
-        handlers.push(workflow::step_handler());
+    if handlers.iter().any(workflow::starts_workflows) {
+        match workflow::unusable_name(agent) {
+            Some(problem) => problems.push(problem),
+            None => handlers.push(workflow::step_handler(agent)),
+        }
     }
     wiring.insert(worker);
     problems

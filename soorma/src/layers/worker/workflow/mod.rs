@@ -11,6 +11,7 @@ mod run;
 mod schema;
 #[cfg(test)]
 mod tests;
+mod transition;
 
 use std::collections::HashMap;
 use std::time::Duration;
@@ -22,7 +23,7 @@ pub use input::{Reference, StepInput, StepOutputs};
 pub use problem::{InvalidWorkflow, WorkflowProblem};
 
 use input::{INPUT_ROOT, STEPS_ROOT, Scope};
-pub(in crate::layers::worker) use run::{starts_workflows, step_handler};
+pub(in crate::layers::worker) use run::{starts_workflows, step_handler, unusable_name};
 
 /// How deeply sub-workflows may nest.
 pub const MAX_SUB_WORKFLOW_DEPTH: usize = 8;
@@ -60,6 +61,8 @@ pub struct Workflow {
     steps: Vec<Step>,
     index: HashMap<String, usize>,
     order: Vec<usize>,
+    /// The positions of the steps without dependencies.
+    root_positions: Vec<usize>,
 }
 
 /// What a step does.
@@ -88,6 +91,9 @@ pub struct Step {
     input: StepInput,
     dependencies: Vec<String>,
     dependents: Vec<String>,
+    /// The positions of `dependencies` and `dependents` (in `Workflow::steps`).
+    dep_positions: Vec<usize>,
+    dependent_positions: Vec<usize>,
     timeout: Option<Duration>,
     retries: u32,
     on_failure: FailurePolicy,
@@ -336,11 +342,15 @@ impl Workflow {
         let built = Builder::new(&definition, depth, &mut problems).build();
         match built {
             Some((steps, index, order)) if problems.is_empty() => {
+                let root_positions = (0..steps.len())
+                    .filter(|&i| steps[i].dep_positions.is_empty())
+                    .collect();
                 let workflow = Self {
                     definition,
                     steps,
                     index,
                     order,
+                    root_positions,
                 };
                 workflow.check_sub_workflow_inputs(&mut problems);
                 if problems.is_empty() {
@@ -439,6 +449,8 @@ impl<'d, 'p> Builder<'d, 'p> {
                     .map(|&d| self.def.steps[d].id.clone())
                     .collect(),
                 dependents: Vec::new(),
+                dep_positions: self.deps[i].clone(),
+                dependent_positions: Vec::new(),
                 timeout: timeouts[i],
                 retries: step.retries,
                 on_failure: step.on_failure.unwrap_or(self.def.on_failure),
@@ -449,6 +461,7 @@ impl<'d, 'p> Builder<'d, 'p> {
             for &d in deps {
                 let id = steps[i].id.clone();
                 steps[d].dependents.push(id);
+                steps[d].dependent_positions.push(i);
             }
         }
         Some((steps, self.index, order))

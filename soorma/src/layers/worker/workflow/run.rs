@@ -2,35 +2,35 @@
 //!
 //! Each step attempt is a delegation group of one sub-task (its request, question or
 //! sub-workflow run), recorded with the revision-checked fan-in like any delegation. Where each
-//! step stands is stored in the task ([`WorkflowRun`]); the definition and input once beside it
-//! ([`WorkflowSpec`]). After each recorded reply, one pure function ([`transition`]) decides,
-//! from the stored task and the replies known, what changes: attempts that ended, retries and
-//! fallbacks, failure policies, the steps that just became ready (each as soon as its own
-//! dependencies are done, not level by level), and the end. It runs twice per reply: once on a
-//! copy to learn which steps to prepare (render their inputs, resolve their capabilities), then
-//! inside the revision-checked write. Only the writer that moved a step from pending to running
-//! publishes its request; a redelivery of the event whose write started a step publishes it
-//! again (its first handling may have died in between).
+//! step stands is stored in the task ([`WorkflowRun`]: a letter per step, the attempts in
+//! flight, the failures); the definition and input once beside it ([`WorkflowSpec`]), and each
+//! completed step's output in a record of its own, written before the write that completes the
+//! step, so the task stays small however many steps the workflow has. After each recorded
+//! reply, [`transition`](super::transition) decides what changes; it runs twice per handling:
+//! on a copy, to learn which attempts to prepare (render their inputs, resolve their
+//! capabilities), then inside the revision-checked write. Only the writer that moved a step to
+//! running sends its attempt; a redelivery of the event whose write started an attempt sends
+//! it again (its first handling may have died in between).
 
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::sync::Arc;
 
 use serde_json::Value;
-use soorma_common::events::{
-    HUMAN_INPUT, WORKFLOW_RUN_REQUESTED, WORKFLOW_STEP_COMPLETED, WORKFLOW_STEP_FAILED,
-    WORKFLOW_STEP_REPLIED, WORKFLOW_STEP_RETRYING, WORKFLOW_STEP_SKIPPED, WORKFLOW_STEP_STARTED,
-};
+use soorma_common::events::{HUMAN_INPUT, WORKFLOW_RUN_REQUESTED, WORKFLOW_STEP_REPLIED};
 use soorma_common::{
-    ActionReply, DelegationGroup, FailurePolicy, StepOutcome, StepRun, StepStatus, SubTaskGroup,
-    SubTaskInfo, SubTaskStatus, TaskRecord, TaskStatus, Topic, WorkflowOutput, WorkflowRun,
-    WorkflowSpec, WorkflowStepProgress,
+    ActionReply, DelegationGroup, StepOutcome, StepStatus, SubTaskGroup, SubTaskInfo,
+    SubTaskStatus, TaskStatus, Topic, WorkflowOutput, WorkflowRun, WorkflowSpec,
 };
 
 use super::super::result::ResultContext;
 use super::super::task::{StateMap, TaskContext};
 use super::super::{STATE_CONCURRENCY, group, subtask_key, update_task};
+use super::transition::{
+    Actions, Outgoing, Prepared, Reply, Send, attempt_group, inconsistent, output_of, sub_task,
+    transition,
+};
 use super::{StepKind, Workflow};
-use crate::error::{EngineError, EngineErrorKind, Error, Result};
+use crate::error::{Error, Result};
 use crate::platform::fanin::OnceCache;
 use crate::platform::timers;
 use crate::protocol::request::Request;
@@ -43,6 +43,8 @@ use crate::util::concurrently;
 
 /// How many workflow runs' definitions a worker keeps validated in memory.
 const SPECS_KEPT: usize = 256;
+/// How many completed steps' outputs a worker keeps in memory.
+const OUTPUTS_KEPT: usize = 1024;
 
 /// `WorkflowSpec` is the request of `workflow.run.requested`: run this definition on this
 /// input; the reply is every step's outcome.
@@ -57,9 +59,35 @@ struct Spec {
     input: Value,
 }
 
-/// The specs of the runs a worker advances, loaded and validated once (they never change).
+/// What a worker keeps of the runs it advances, loaded once (none of it changes once stored):
+/// their specs (validated), and completed steps' outputs.
 #[derive(Clone)]
-struct Specs(Arc<OnceCache<StateKey, Spec>>);
+struct Specs {
+    specs: Arc<OnceCache<StateKey, Spec>>,
+    outputs: Arc<OnceCache<StateKey, StepOutcome>>,
+}
+
+/// The reply event of the step attempts of `agent`'s runs (each worker agent gets only its
+/// own).
+pub(super) fn step_reply_event(agent: &str) -> String {
+    format!("{WORKFLOW_STEP_REPLIED}.{agent}")
+}
+
+/// Why `agent` cannot run workflows: its name cannot be part of an event name.
+pub(in crate::layers::worker) fn unusable_name(agent: &str) -> Option<String> {
+    let usable = agent.split('.').all(|t| {
+        !t.is_empty()
+            && t.chars()
+                .all(|c| !c.is_whitespace() && c != '*' && c != '>')
+    });
+    (!usable).then(|| {
+        format!(
+            "it runs workflows, whose steps reply with `{}`: an agent name that runs workflows \
+             must be dot-separated tokens without spaces, `*` or `>`",
+            step_reply_event(agent)
+        )
+    })
+}
 
 /// Marks a handler as one that starts workflows (so that the worker gets the step handler).
 struct StartsWorkflows;
@@ -212,10 +240,13 @@ pub(in crate::layers::worker) fn starts_workflows(h: &Handler) -> bool {
         .is_some_and(|l| l.downcast_ref::<StartsWorkflows>().is_some())
 }
 
-/// The hidden handler of a worker that runs workflows: records each step's reply and advances
-/// the run.
-pub(in crate::layers::worker) fn step_handler() -> Handler {
-    let specs = Specs(Arc::new(OnceCache::new(SPECS_KEPT)));
+/// The hidden handler of worker `agent` that runs workflows: records each step's reply and
+/// advances the run.
+pub(in crate::layers::worker) fn step_handler(agent: &str) -> Handler {
+    let specs = Specs {
+        specs: Arc::new(OnceCache::new(SPECS_KEPT)),
+        outputs: Arc::new(OnceCache::new(OUTPUTS_KEPT)),
+    };
     let call: ErasedFn = Arc::new(move |input: HandlerInput| {
         let specs = specs.clone();
         Box::pin(async move { on_step_replied(input, specs).await })
@@ -223,7 +254,7 @@ pub(in crate::layers::worker) fn step_handler() -> Handler {
     let mut h = Handler::new(
         HandlerKind::Result,
         Topic::ActionResults,
-        WORKFLOW_STEP_REPLIED.to_owned(),
+        step_reply_event(agent),
         schema_of::<Value>,
         Vec::new(),
         call,
@@ -238,10 +269,6 @@ fn retryable(e: Error) -> Failure {
         retryable: e.is_retryable(),
         message: e.to_string(),
     }
-}
-
-fn inconsistent(what: String) -> Error {
-    EngineError::new(EngineErrorKind::Inconsistent, what).into()
 }
 
 /// Starts the run of `spec` in the task of `input`'s request (a redelivered request finds
@@ -273,22 +300,18 @@ async fn start(input: &HandlerInput, spec: Spec) -> Result<()> {
         Ok(_) | Err(Error::Conflict { .. }) => {}
         Err(e) => return Err(e),
     }
-    let ids: Vec<String> = spec
-        .workflow
-        .steps()
-        .iter()
-        .map(|s| s.id().to_owned())
-        .collect();
+    let steps = spec.workflow.steps().len();
     task.persist(move |rec| {
         if rec.workflow.is_none() {
-            rec.workflow = Some(WorkflowRun::new(spec_id.clone(), ids.iter().cloned()));
+            rec.workflow = Some(WorkflowRun::new(spec_id.clone(), steps));
         }
         if !rec.status.is_terminal() {
             rec.status = TaskStatus::Waiting;
         }
     })
     .await?;
-    advance(task, &spec).await
+    let outputs = Arc::new(OnceCache::new(OUTPUTS_KEPT));
+    advance(task, &spec, &outputs).await
 }
 
 /// Why `input` does not match the workflow's input `schema`, if it does not.
@@ -354,7 +377,9 @@ async fn on_step_replied(input: HandlerInput, specs: Specs) -> HandlerOutcome {
         input.envelope.clone(),
         input.runtime.clone(),
     );
-    advance(task, &spec).await.map_err(retryable)?;
+    advance(task, &spec, &specs.outputs)
+        .await
+        .map_err(retryable)?;
     Ok(None)
 }
 
@@ -363,9 +388,10 @@ fn spec_id(task_id: &str) -> String {
     format!("{task_id}-wf")
 }
 
-/// The group id of attempt `attempt` of step `step` (by position) of task `task_id`.
-fn attempt_group(task_id: &str, step: usize, attempt: u32) -> String {
-    format!("{task_id}-s{step}a{attempt}")
+/// Where the output of the completed step `step` (a position) of task `task_id`'s run is
+/// stored (in the `subtasks` bucket).
+fn output_id(task_id: &str, step: usize) -> String {
+    format!("{task_id}-o{step}")
 }
 
 /// The task and step position an attempt's sub-task id names (see [`attempt_group`]).
@@ -413,7 +439,7 @@ impl Specs {
     ) -> Result<Arc<Spec>> {
         let key = subtask_key(tenant, id);
         let store = input.runtime.platform.state().clone();
-        self.0
+        self.specs
             .get_or_load(key.clone(), async move {
                 let stored = state::load::<WorkflowSpec>(&*store, "workflow", &key)
                     .await?
@@ -427,12 +453,6 @@ impl Specs {
             })
             .await
     }
-}
-
-/// How a sub-task ended.
-#[derive(Debug, Clone)]
-struct Reply {
-    output: std::result::Result<Value, String>,
 }
 
 impl Reply {
@@ -449,99 +469,40 @@ impl Reply {
     }
 }
 
-/// What one attempt of a step sends: the request (or question) to publish, or why it cannot
-/// be sent (its input does not render, no capability is called that, the input breaks the
-/// capability's schema).
-type Prepared = std::result::Result<Outgoing, String>;
-
-#[derive(Debug, Clone)]
-struct Outgoing {
-    topic: Topic,
-    event: String,
-    data: Value,
-    /// What the attempt calls, for progress events.
-    calls: String,
-}
-
-/// Which steps' attempts are prepared: by (step position, whether the attempt calls the
-/// fallback). `None`: a dry run, in which every attempt can be sent.
-type PreparedSet = Option<HashMap<(usize, bool), Prepared>>;
-
-/// What a write decided, to do after it.
-#[derive(Debug, Default)]
-struct Actions {
-    /// Attempts to send: (step position, group id, first seq, fallback, attempt number).
-    sends: Vec<Send>,
-    /// Progress events.
-    progress: Vec<(&'static str, WorkflowStepProgress)>,
-    /// Timers of ended attempts to forget (sub-task ids).
-    forget_timers: Vec<String>,
-    /// Sub-tasks to cancel (the workflow failed while they ran).
-    cancel: Vec<String>,
-    /// An attempt failed without being sent: the run must be looked at again.
-    again: bool,
-    /// How the workflow ended, when it did.
-    finish: Option<std::result::Result<(), String>>,
-}
-
-#[derive(Debug, Clone)]
-struct Send {
-    step: usize,
-    group_id: String,
-    first_seq: u32,
-    fallback: bool,
-    attempt: u32,
-}
-
-fn sub_task(group_id: &str) -> String {
-    super::super::sub_task_id(group_id, 0)
-}
+/// The outputs of completed steps a worker keeps.
+type Outputs = OnceCache<StateKey, StepOutcome>;
 
 /// Advances the run: settles ended attempts, starts what became ready, ends the workflow when
-/// it is done. Repeats while attempts fail before being sent (their failure may make more
-/// steps ready or skipped), at most once per step.
-async fn advance(mut task: TaskContext<Value>, spec: &Spec) -> Result<()> {
+/// it is done. Repeats while steps became ready that this handling did not prepare, or failed
+/// without being sent (their failure may make more steps ready or skipped), at most once per
+/// step.
+async fn advance(mut task: TaskContext<Value>, spec: &Spec, outputs: &Arc<Outputs>) -> Result<()> {
     let by = task.envelope().id.clone();
-    let steps = spec.workflow.steps();
+    let steps = spec.workflow.steps().len();
     // The attempts this handling sent already (a later round must not send them again).
     let mut sent: HashSet<String> = HashSet::new();
-    for _ in 0..=steps.len() {
+    for _ in 0..=steps {
         if task.status().is_terminal() {
             task.resend_owed_reply().await?;
             return Ok(());
         }
-        // The replies of the attempts that ended.
-        let mut replies = load_replies(&task, |_, s| s.status == StepStatus::Running).await?;
+        let replies = load_replies(&task).await?;
         // A dry run on a copy says which attempts to prepare.
         let mut copy = task.record().clone();
         let dry = transition(&mut copy, &spec.workflow, &replies, &None, &by)?;
+        // The outputs of the steps it completes are stored before the write that says so.
+        store_outputs(&task, &dry, &replies).await?;
         let sends: Vec<Send> = dry
             .sends
             .into_iter()
             .filter(|s| !sent.contains(&s.group_id))
             .collect();
-        // The outputs their inputs read.
-        let read: HashSet<&str> = sends
-            .iter()
-            .flat_map(|s| {
-                steps[s.step]
-                    .input()
-                    .reads()
-                    .iter()
-                    .filter_map(|r| r.step())
-            })
-            .collect();
-        let outputs_read = load_replies(&task, |id, s| {
-            s.status == StepStatus::Completed && read.contains(id)
-        })
-        .await?;
-        replies.extend(outputs_read);
-        let prepared = Some(prepare(&task, spec, &replies, &sends).await?);
+        let prepared = Some(prepare(&task, spec, outputs, &replies, &sends).await?);
         let key = task.key();
         let store = task.runtime().platform.state().clone();
         let (mut actions, stored) = update_task(&*store, &key, |rec| {
             let actions = transition(rec, &spec.workflow, &replies, &prepared, &by)?;
-            Ok(if actions.changed() {
+            Ok(if actions.changed {
                 Change::Write(actions)
             } else {
                 Change::Keep(actions)
@@ -552,7 +513,7 @@ async fn advance(mut task: TaskContext<Value>, spec: &Spec) -> Result<()> {
         actions.sends.retain(|s| !sent.contains(&s.group_id));
         sent.extend(actions.sends.iter().map(|s| s.group_id.clone()));
         let again = actions.again;
-        act(&mut task, spec, &replies, actions, prepared.as_ref()).await?;
+        act(&mut task, spec, outputs, actions, prepared.as_ref()).await?;
         if !again {
             return Ok(());
         }
@@ -560,29 +521,20 @@ async fn advance(mut task: TaskContext<Value>, spec: &Spec) -> Result<()> {
     Ok(())
 }
 
-impl Actions {
-    /// Whether the write changes the task (sends include redeliveries' sends again, which
-    /// change nothing, so progress and the end say it).
-    fn changed(&self) -> bool {
-        !self.progress.is_empty() || self.finish.is_some() || self.again
-    }
-}
-
-/// The replies of the steps `which` selects (by id and run) whose current attempt's group is
-/// complete. Loaded once per process while kept (complete groups never change).
-async fn load_replies(
-    task: &TaskContext<Value>,
-    which: impl Fn(&str, &StepRun) -> bool,
-) -> Result<HashMap<String, Reply>> {
+/// The replies of the attempts in flight whose group is complete. Loaded once per process
+/// while kept (a complete group never changes).
+async fn load_replies(task: &TaskContext<Value>) -> Result<HashMap<String, Reply>> {
     let rec = task.record();
     let Some(run) = &rec.workflow else {
         return Ok(HashMap::new());
     };
     let groups: Vec<SubTaskGroup> = run
-        .steps
+        .running
         .iter()
-        .filter(|(id, s)| which(id, s))
-        .filter_map(|(_, s)| rec.groups.get(s.group.as_deref()?))
+        .filter_map(|(&i, r)| {
+            rec.groups
+                .get(&attempt_group(&rec.task_id, i as usize, r.attempts))
+        })
         .filter(|g| g.is_complete())
         .cloned()
         .collect();
@@ -612,26 +564,76 @@ async fn load_replies(
     Ok(loaded.into_iter().collect())
 }
 
-/// The outputs of the completed steps, by step id, as far as `replies` has them.
-fn outputs(rec: &TaskRecord, replies: &HashMap<String, Reply>) -> BTreeMap<String, Value> {
-    let Some(run) = &rec.workflow else {
-        return BTreeMap::new();
-    };
-    run.steps
-        .iter()
-        .filter(|(_, s)| s.status == StepStatus::Completed)
-        .filter_map(|(id, s)| {
-            let reply = replies.get(s.group.as_deref()?)?;
-            Some((id.clone(), reply.output.clone().ok()?))
-        })
-        .collect()
+/// Stores the outputs of the steps `actions` completes (each once: a record of its own,
+/// created by whichever writer gets there first, with the same content).
+async fn store_outputs(
+    task: &TaskContext<Value>,
+    actions: &Actions,
+    replies: &HashMap<String, Reply>,
+) -> Result<()> {
+    let tenant = task.tenant_owned();
+    let mut records = Vec::new();
+    for c in &actions.completed {
+        let Some(Reply { output: Ok(output) }) = replies.get(&c.group_id) else {
+            continue;
+        };
+        let outcome = StepOutcome::completed(output.clone(), c.attempts);
+        records.push((
+            subtask_key(&tenant, &output_id(task.task_id(), c.step)),
+            state::encode("step output", &outcome)?,
+        ));
+    }
+    let store = task.runtime().platform.state().clone();
+    concurrently(records, STATE_CONCURRENCY, move |(key, bytes)| {
+        let store = store.clone();
+        async move {
+            match store.create(&key, bytes).await {
+                Ok(_) | Err(Error::Conflict { .. }) => Ok(()),
+                Err(e) => Err(e),
+            }
+        }
+    })
+    .await?;
+    Ok(())
+}
+
+/// The outputs of the completed steps at `positions`, by position (loaded once per process
+/// while kept).
+async fn load_outputs(
+    task: &TaskContext<Value>,
+    outputs: &Arc<Outputs>,
+    positions: Vec<usize>,
+) -> Result<BTreeMap<usize, StepOutcome>> {
+    let tenant = task.tenant_owned();
+    let task_id = task.task_id().to_owned();
+    let store = task.runtime().platform.state().clone();
+    let outputs = outputs.clone();
+    let loaded = concurrently(positions, STATE_CONCURRENCY, move |i: usize| {
+        let key = subtask_key(&tenant, &output_id(&task_id, i));
+        let (store, outputs) = (store.clone(), outputs.clone());
+        async move {
+            let outcome = outputs
+                .get_or_load(key.clone(), async move {
+                    state::load::<StepOutcome>(&*store, "step output", &key)
+                        .await?
+                        .map(|o| o.value)
+                        .ok_or_else(|| inconsistent(format!("`{key}` is missing")))
+                })
+                .await?;
+            Ok::<_, Error>((i, StepOutcome::clone(&outcome)))
+        }
+    })
+    .await?;
+    Ok(loaded.into_iter().collect())
 }
 
 /// Prepares the attempts of `sends`: renders each step's input from the workflow's input and
-/// the outputs of completed steps, and resolves what it calls.
+/// the outputs of completed steps (stored, or completing in this handling: in `replies`), and
+/// resolves what it calls.
 async fn prepare(
     task: &TaskContext<Value>,
     spec: &Spec,
+    outputs: &Arc<Outputs>,
     replies: &HashMap<String, Reply>,
     sends: &[Send],
 ) -> Result<HashMap<(usize, bool), Prepared>> {
@@ -639,21 +641,47 @@ async fn prepare(
     if sends.is_empty() {
         return Ok(prepared);
     }
-    let outputs = outputs(task.record(), replies);
-    // The dry run treats a settled attempt's step as completed before the write does: its
-    // output is in `replies` under its group.
-    let mut outputs = outputs;
-    if let Some(run) = &task.record().workflow {
-        for (id, s) in &run.steps {
-            if let Some(Reply { output: Ok(v) }) = s.group.as_ref().and_then(|g| replies.get(g)) {
-                outputs.entry(id.clone()).or_insert_with(|| v.clone());
+    let steps = spec.workflow.steps();
+    let Some(run) = &task.record().workflow else {
+        return Ok(prepared);
+    };
+    // The steps the sends' inputs read: completing now (their reply) or stored.
+    let mut read: BTreeMap<String, Value> = BTreeMap::new();
+    let mut stored = Vec::new();
+    for send in sends {
+        for r in steps[send.step].input().reads() {
+            let Some(id) = r.step() else { continue };
+            let Some(&d) = spec.workflow.index.get(id) else {
+                continue;
+            };
+            if read.contains_key(id) || stored.contains(&d) {
+                continue;
+            }
+            let in_flight = run.running.get(&(d as u32)).and_then(|a| {
+                match replies.get(&attempt_group(task.task_id(), d, a.attempts)) {
+                    Some(Reply { output: Ok(v) }) => Some(v.clone()),
+                    _ => None,
+                }
+            });
+            match in_flight {
+                Some(v) => {
+                    read.insert(id.to_owned(), v);
+                }
+                None if run.status(d) == StepStatus::Completed => stored.push(d),
+                None => {}
             }
         }
     }
+    for (d, outcome) in load_outputs(task, outputs, stored).await? {
+        if let Some(v) = outcome.output {
+            read.insert(steps[d].id().to_owned(), v);
+        }
+    }
     let bus = task.bus();
+    let reply_event = step_reply_event(&task.record().agent);
     for send in sends {
-        let step = &spec.workflow.steps()[send.step];
-        let data = match step.input().render(&spec.input, &outputs) {
+        let step = &steps[send.step];
+        let data = match step.input().render(&spec.input, &read) {
             Ok(data) => data,
             Err(e) => {
                 let why = format!("its input does not render: {e}");
@@ -687,7 +715,7 @@ async fn prepare(
                     "question": ask.question,
                     "response_schema": ask.response_schema,
                     "context": data,
-                    "response_event": WORKFLOW_STEP_REPLIED,
+                    "response_event": reply_event,
                     "timeout_seconds": step.timeout().map(|t| t.as_secs_f64()),
                 }),
                 calls: HUMAN_INPUT.to_owned(),
@@ -741,306 +769,15 @@ async fn resolve(
     }
 }
 
-/// The policy of each step, by position.
-fn policy_of(workflow: &Workflow, step: usize) -> FailurePolicy {
-    workflow.steps()[step].on_failure()
-}
-
-/// Decides what changes in the run stored in `rec`, given the replies known and the attempts
-/// prepared (`None`: a dry run, every attempt can be sent). Pure: the same inputs give the
-/// same changes, so a retried write decides again on the record it finds.
-fn transition(
-    rec: &mut TaskRecord,
-    workflow: &Workflow,
-    replies: &HashMap<String, Reply>,
-    prepared: &PreparedSet,
-    by: &str,
-) -> Result<Actions> {
-    let mut acts = Actions::default();
-    if rec.status.is_terminal() {
-        return Ok(acts);
-    }
-    let task_id = rec.task_id.clone();
-    let agent = rec.agent.clone();
-    let Some(mut run) = rec.workflow.take() else {
-        return Err(inconsistent(format!("task `{task_id}` runs no workflow")));
-    };
-    let steps = workflow.steps();
-    let progress = |status: StepStatus, id: &str, s: &StepRun| {
-        let mut p = WorkflowStepProgress::new(&task_id, &agent, id, status);
-        p.attempt = s.attempts;
-        p.sub_task_id = s.group.as_deref().map(sub_task);
-        p.error.clone_from(&s.error);
-        p
-    };
-    let mut next_seq = rec.next_seq;
-    let mut new_groups: Vec<SubTaskGroup> = Vec::new();
-    // Starts attempt `fallback` of step `i`, or fails it when it cannot be sent (then tries
-    // the fallback, if any and not tried). Returns false when nothing could be sent and the
-    // step is failed.
-    let mut start = |i: usize,
-                     fallback: bool,
-                     s: &mut StepRun,
-                     acts: &mut Actions,
-                     new_groups: &mut Vec<SubTaskGroup>|
-     -> Option<()> {
-        let mut fallback = fallback;
-        loop {
-            let outcome = match prepared {
-                None => Some(Ok(())),
-                Some(p) => p
-                    .get(&(i, fallback))
-                    .map(|o| o.as_ref().map(drop).map_err(Clone::clone)),
-            };
-            match outcome {
-                // Not prepared by this writer (a concurrent write made it startable): the
-                // writer whose record made it so starts it.
-                None => return Some(()),
-                Some(Ok(())) => {
-                    s.attempts += 1;
-                    s.fallback = fallback;
-                    s.status = StepStatus::Running;
-                    s.started_by = Some(by.to_owned());
-                    s.error = None;
-                    let group_id = attempt_group(&task_id, i, s.attempts);
-                    s.group = Some(group_id.clone());
-                    new_groups.push(SubTaskGroup::new(&group_id, next_seq, 1));
-                    acts.sends.push(Send {
-                        step: i,
-                        group_id,
-                        first_seq: next_seq,
-                        fallback,
-                        attempt: s.attempts,
-                    });
-                    next_seq += 1;
-                    return Some(());
-                }
-                Some(Err(why)) => {
-                    s.attempts += 1;
-                    acts.again = true;
-                    let has_fallback = matches!(
-                        &steps[i].kind,
-                        StepKind::Operator {
-                            fallback: Some(_),
-                            ..
-                        }
-                    );
-                    if !fallback && has_fallback {
-                        s.error = Some(why);
-                        fallback = true;
-                        continue;
-                    }
-                    s.status = StepStatus::Failed;
-                    s.error = Some(why);
-                    return None;
-                }
-            }
-        }
-    };
-
-    // 1. Attempts that ended.
-    let mut failed_now: Vec<usize> = Vec::new();
-    for (i, step) in steps.iter().enumerate() {
-        let Some(s) = run.steps.get_mut(step.id()) else {
-            return Err(inconsistent(format!(
-                "task `{task_id}`: the run has no step `{}`",
-                step.id()
-            )));
-        };
-        if s.status != StepStatus::Running {
-            continue;
-        }
-        let Some(group_id) = s.group.clone() else {
-            continue;
-        };
-        let complete = rec
-            .groups
-            .get(&group_id)
-            .is_some_and(SubTaskGroup::is_complete);
-        let Some(reply) = replies.get(&group_id).filter(|_| complete) else {
-            // Still running; a redelivery of the event that started it sends it again.
-            if s.started_by.as_deref() == Some(by) && !complete {
-                let first_seq = rec.groups.get(&group_id).map_or(0, |g| g.first_seq);
-                acts.sends.push(Send {
-                    step: i,
-                    group_id,
-                    first_seq,
-                    fallback: s.fallback,
-                    attempt: s.attempts,
-                });
-            }
-            continue;
-        };
-        if step.timeout().is_some() {
-            acts.forget_timers.push(sub_task(&group_id));
-        }
-        match &reply.output {
-            Ok(_) => {
-                s.status = StepStatus::Completed;
-                s.error = None;
-                acts.progress.push((
-                    WORKFLOW_STEP_COMPLETED,
-                    progress(StepStatus::Completed, step.id(), s),
-                ));
-            }
-            Err(error) => {
-                // A timed-out attempt may still run: stop it (a no-op for one that replied).
-                acts.cancel.push(sub_task(&group_id));
-                s.error = Some(error.clone());
-                let has_fallback = matches!(
-                    step.kind(),
-                    StepKind::Operator {
-                        fallback: Some(_),
-                        ..
-                    }
-                );
-                let retry = if !s.fallback && s.attempts <= step.retries() {
-                    Some(false)
-                } else if !s.fallback && has_fallback {
-                    Some(true)
-                } else {
-                    None
-                };
-                let ended = match retry {
-                    Some(fallback) => {
-                        let before = s.attempts;
-                        let sent = start(i, fallback, s, &mut acts, &mut new_groups);
-                        if sent.is_some() && s.attempts > before {
-                            let mut p = progress(StepStatus::Running, step.id(), s);
-                            p.error = Some(error.clone());
-                            acts.progress.push((WORKFLOW_STEP_RETRYING, p));
-                        }
-                        sent.is_none()
-                    }
-                    None => {
-                        s.status = StepStatus::Failed;
-                        true
-                    }
-                };
-                if ended {
-                    acts.progress.push((
-                        WORKFLOW_STEP_FAILED,
-                        progress(StepStatus::Failed, step.id(), s),
-                    ));
-                    failed_now.push(i);
-                }
-            }
-        }
-    }
-
-    // 2. Failure policies, then 3. the steps that became ready, in topological order (so a
-    // skip reaches every descendant in one pass).
-    let apply_failures = |failed: &[usize], run: &mut WorkflowRun| {
-        for &i in failed {
-            if policy_of(workflow, i) == FailurePolicy::FailFast && run.failed_by.is_none() {
-                run.failed_by = Some(steps[i].id().to_owned());
-            }
-        }
-    };
-    apply_failures(&failed_now, &mut run);
-    let order: Vec<usize> = workflow.order().map(|s| workflow.index[s.id()]).collect();
-    if run.failed_by.is_none() {
-        for &i in &order {
-            let step = &steps[i];
-            if run.steps.get(step.id()).map(|s| s.status) != Some(StepStatus::Pending) {
-                continue;
-            }
-            let mut blocked_by = None;
-            let mut ready = true;
-            for dep in step.dependencies() {
-                let d = workflow.index[dep.as_str()];
-                match run.steps.get(dep.as_str()).map(|s| s.status) {
-                    Some(StepStatus::Completed) => {}
-                    Some(StepStatus::Failed)
-                        if policy_of(workflow, d) == FailurePolicy::Continue => {}
-                    Some(StepStatus::Failed | StepStatus::Skipped) => {
-                        blocked_by = Some(dep.clone());
-                        break;
-                    }
-                    _ => ready = false,
-                }
-            }
-            let Some(s) = run.steps.get_mut(step.id()) else {
-                continue;
-            };
-            if let Some(dep) = blocked_by {
-                s.status = StepStatus::Skipped;
-                s.error = Some(format!("skipped: step `{dep}` did not complete"));
-                acts.progress.push((
-                    WORKFLOW_STEP_SKIPPED,
-                    progress(StepStatus::Skipped, step.id(), s),
-                ));
-                continue;
-            }
-            if !ready {
-                continue;
-            }
-            match start(i, false, s, &mut acts, &mut new_groups) {
-                Some(()) => {
-                    if s.status == StepStatus::Running {
-                        acts.progress.push((
-                            WORKFLOW_STEP_STARTED,
-                            progress(StepStatus::Running, step.id(), s),
-                        ));
-                    }
-                }
-                None => {
-                    acts.progress.push((
-                        WORKFLOW_STEP_FAILED,
-                        progress(StepStatus::Failed, step.id(), s),
-                    ));
-                    apply_failures(&[i], &mut run);
-                    if run.failed_by.is_some() {
-                        break;
-                    }
-                }
-            }
-        }
-    }
-    // 4. The end.
-    if let Some(failed) = run.failed_by.clone() {
-        let error = run
-            .steps
-            .get(&failed)
-            .and_then(|s| s.error.clone())
-            .unwrap_or_default();
-        for (id, s) in run.steps.iter_mut() {
-            match s.status {
-                StepStatus::Pending => {
-                    s.status = StepStatus::Skipped;
-                    s.error = Some(format!("skipped: the workflow failed at step `{failed}`"));
-                }
-                StepStatus::Running => {
-                    if let Some(g) = &s.group {
-                        acts.cancel.push(sub_task(g));
-                    }
-                    s.status = StepStatus::Skipped;
-                    s.error = Some(format!("canceled: the workflow failed at step `{failed}`"));
-                    let _ = id;
-                }
-                _ => {}
-            }
-        }
-        // Nothing more goes out for a failed workflow.
-        acts.sends.clear();
-        acts.finish = Some(Err(format!("step `{failed}` failed: {error}")));
-    } else if run.is_finished() {
-        acts.finish = Some(Ok(()));
-    }
-    for g in new_groups {
-        rec.groups.insert(g.group_id.clone(), g);
-    }
-    rec.next_seq = rec.next_seq.max(next_seq);
-    rec.workflow = Some(run);
-    Ok(acts)
-}
-
-/// Does what a write decided: stores and sends the attempts' requests (and their timeouts),
-/// publishes progress, cancels what a failed workflow left running, ends the task.
+/// Does what a write decided: stores the attempts' group records, publishes the progress (in
+/// the order of the changes, before the requests they announce, so that an observer never
+/// sees a step's reply before its start), sends the requests (and arms their timeouts),
+/// forgets ended attempts' timers, cancels what a failed attempt or workflow left running, and
+/// ends the task.
 async fn act(
     task: &mut TaskContext<Value>,
     spec: &Spec,
-    replies: &HashMap<String, Reply>,
+    outputs: &Arc<Outputs>,
     actions: Actions,
     prepared: Option<&HashMap<(usize, bool), Prepared>>,
 ) -> Result<()> {
@@ -1048,20 +785,49 @@ async fn act(
     let platform = task.runtime().platform.clone();
     let tenant = task.tenant_owned();
     let task_id = task.task_id().to_owned();
-    // The attempts' records first (a reply finds its group), then their requests.
+    let reply_event = step_reply_event(&task.record().agent);
+    let outgoing = |s: &Send| match prepared.and_then(|p| p.get(&(s.step, s.fallback))) {
+        Some(Ok(out)) => Some(out),
+        _ => None,
+    };
+    // The attempts' records first: a reply finds its group.
+    let mut records = Vec::new();
+    for send in &actions.sends {
+        if let Some(out) = outgoing(send) {
+            records.push(DelegationGroup::paged(
+                &send.group_id,
+                &task_id,
+                send.first_seq,
+                [(out.event.as_str(), reply_event.as_str())],
+                group::PAGE_BYTES,
+            ));
+        }
+    }
+    let store_platform = platform.clone();
+    let store_tenant = tenant.clone();
+    concurrently(records, STATE_CONCURRENCY, move |(record, pages)| {
+        let (platform, tenant) = (store_platform.clone(), store_tenant.clone());
+        async move { group::store(&platform, &tenant, &record, pages).await }
+    })
+    .await?;
+    for (event, mut p) in actions.progress {
+        if let Some(out) = actions
+            .sends
+            .iter()
+            .find(|s| spec.workflow.steps()[s.step].id() == p.step && s.attempt == p.attempt)
+            .and_then(outgoing)
+        {
+            p.calls = Some(out.calls.clone());
+        }
+        if let Err(e) = bus.publish(Topic::SystemEvents, event, p).await {
+            tracing::debug!(error = %e, "could not publish workflow progress");
+        }
+    }
     let mut envelopes = Vec::new();
     for send in &actions.sends {
-        let Some(Ok(out)) = prepared.and_then(|p| p.get(&(send.step, send.fallback))) else {
+        let Some(out) = outgoing(send) else {
             continue;
         };
-        let (record, pages) = DelegationGroup::paged(
-            &send.group_id,
-            &task_id,
-            send.first_seq,
-            [(out.event.as_str(), WORKFLOW_STEP_REPLIED)],
-            group::PAGE_BYTES,
-        );
-        group::store(&platform, &tenant, &record, pages).await?;
         let id = sub_task(&send.group_id);
         let mut env =
             bus.envelope_with_id(id.clone(), out.topic, out.event.clone(), out.data.clone());
@@ -1069,7 +835,7 @@ async fn act(
             env.response_topic = Some(Topic::ActionResults);
         }
         env.correlation_id = Some(id.clone());
-        env.response_event = Some(WORKFLOW_STEP_REPLIED.to_owned());
+        env.response_event = Some(reply_event.clone());
         envelopes.push(env);
         let step = &spec.workflow.steps()[send.step];
         if let Some(after) = step.timeout() {
@@ -1083,7 +849,7 @@ async fn act(
                 ),
             );
             let data = serde_json::to_value(reply).map_err(|e| Error::serialize("timeout", e))?;
-            let mut timer = bus.envelope(Topic::ActionResults, WORKFLOW_STEP_REPLIED.into(), data);
+            let mut timer = bus.envelope(Topic::ActionResults, reply_event.clone(), data);
             timer.id = format!("{id}-timeout");
             timer.correlation_id = Some(id.clone());
             timer.tenant_id = Some(tenant.clone());
@@ -1091,19 +857,6 @@ async fn act(
         }
     }
     bus.publish_envelopes(envelopes).await?;
-    for (event, mut p) in actions.progress {
-        if let Some(send) = actions
-            .sends
-            .iter()
-            .find(|s| spec.workflow.steps()[s.step].id() == p.step)
-            && let Some(Ok(out)) = prepared.and_then(|m| m.get(&(send.step, send.fallback)))
-        {
-            p.calls = Some(out.calls.clone());
-        }
-        if let Err(e) = bus.publish(Topic::SystemEvents, event, p).await {
-            tracing::debug!(error = %e, "could not publish workflow progress");
-        }
-    }
     for timer in actions.forget_timers {
         if let Err(e) = timers::cancel(&platform, &tenant, &format!("{timer}-timeout")).await {
             tracing::debug!(error = %e, "could not forget a step's timeout");
@@ -1111,7 +864,7 @@ async fn act(
     }
     for sub_task in actions.cancel {
         if let Err(e) = bus.cancel(sub_task).tenant_id(tenant.clone()).await {
-            tracing::debug!(error = %e, "could not cancel a running step");
+            tracing::debug!(error = %e, "could not cancel a step's attempt");
         }
     }
     match actions.finish {
@@ -1121,45 +874,19 @@ async fn act(
             task.fail(error).await?;
         }
         Some(Ok(())) => {
-            let mut replies = replies.clone();
-            let missing = load_replies(task, |_, s| {
-                s.status == StepStatus::Completed
-                    && s.group.as_ref().is_some_and(|g| !replies.contains_key(g))
-            })
-            .await?;
-            replies.extend(missing);
-            let output = output_of(task.record(), &spec.workflow, &replies);
+            let completed: Vec<usize> = (0..spec.workflow.steps().len())
+                .filter(|&i| {
+                    task.record()
+                        .workflow
+                        .as_ref()
+                        .is_some_and(|r| r.status(i) == StepStatus::Completed)
+                })
+                .collect();
+            let stored = load_outputs(task, outputs, completed).await?;
+            let output = output_of(task.record(), &spec.workflow, &stored);
             tracing::info!(task_id = %task_id, steps = output.steps.len(), "workflow completed");
             task.complete(output).await?;
         }
     }
     Ok(())
-}
-
-/// Every step's outcome.
-fn output_of(
-    rec: &TaskRecord,
-    workflow: &Workflow,
-    replies: &HashMap<String, Reply>,
-) -> WorkflowOutput {
-    let mut out = WorkflowOutput::new(&workflow.definition().goal);
-    let Some(run) = &rec.workflow else {
-        return out;
-    };
-    for (id, s) in &run.steps {
-        let outcome = match s.status {
-            StepStatus::Completed => {
-                let output = s
-                    .group
-                    .as_ref()
-                    .and_then(|g| replies.get(g))
-                    .and_then(|r| r.output.clone().ok())
-                    .unwrap_or(Value::Null);
-                StepOutcome::completed(output, s.attempts)
-            }
-            status => StepOutcome::ended(status, s.error.clone().unwrap_or_default(), s.attempts),
-        };
-        out.steps.insert(id.clone(), outcome);
-    }
-    out
 }

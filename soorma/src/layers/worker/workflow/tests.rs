@@ -2,7 +2,7 @@ use std::collections::HashMap;
 
 use serde_json::{Value, json};
 use soorma_common::{
-    AgentCapability, AgentDefinition, AgentKind, EventDefinition, FailurePolicy, HumanInput, Topic,
+    AgentCapability, AgentDefinition, AgentKind, EventDefinition, HumanInput, Topic,
     WorkflowDefinition, WorkflowStep,
 };
 
