@@ -556,3 +556,231 @@ pub(super) fn output_of(
     }
     out
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    fn workflow(json: &str) -> Workflow {
+        Workflow::from_json(json).unwrap()
+    }
+
+    fn record(wf: &Workflow) -> TaskRecord {
+        let mut rec = TaskRecord::new("t", "runner", "run.requested");
+        rec.workflow = Some(soorma_common::WorkflowRun::new("t-wf", wf.steps.len()));
+        rec
+    }
+
+    /// Every attempt of the dry run, prepared as sendable.
+    fn prepare_all(
+        rec: &TaskRecord,
+        wf: &Workflow,
+        replies: &HashMap<String, Reply>,
+    ) -> PreparedSet {
+        let dry = transition(&mut rec.clone(), wf, replies, &None, "e").unwrap();
+        Some(
+            dry.sends
+                .iter()
+                .map(|s| {
+                    let out = Outgoing {
+                        topic: Topic::ActionRequests,
+                        event: "x.requested".into(),
+                        data: json!({}),
+                        calls: "x".into(),
+                    };
+                    ((s.step, s.fallback), Ok(out))
+                })
+                .collect(),
+        )
+    }
+
+    /// Records the reply of step `id`'s attempt in flight.
+    fn reply(
+        rec: &mut TaskRecord,
+        wf: &Workflow,
+        id: &str,
+        output: std::result::Result<Value, &str>,
+        replies: &mut HashMap<String, Reply>,
+    ) {
+        let i = wf.index[id];
+        let attempts = rec.workflow.as_ref().unwrap().running[&(i as u32)].attempts;
+        let g = attempt_group(&rec.task_id, i, attempts);
+        let group = rec.groups.get_mut(&g).unwrap();
+        let seq = group.first_seq;
+        group.mark_finished(seq);
+        replies.insert(
+            g,
+            Reply {
+                output: output.map_err(str::to_owned),
+            },
+        );
+    }
+
+    fn step(rec: &TaskRecord, wf: &Workflow, id: &str) -> StepStatus {
+        rec.workflow.as_ref().unwrap().status(wf.index[id])
+    }
+
+    fn advance(
+        rec: &mut TaskRecord,
+        wf: &Workflow,
+        replies: &HashMap<String, Reply>,
+        by: &str,
+    ) -> Actions {
+        let prepared = prepare_all(rec, wf, replies);
+        transition(rec, wf, replies, &prepared, by).unwrap()
+    }
+
+    const DIAMOND: &str = r#"{"goal": "g", "steps": [
+        {"id": "a", "operator": "x"},
+        {"id": "b", "operator": "x", "depends_on": ["a"]},
+        {"id": "c", "operator": "x", "depends_on": ["a"]},
+        {"id": "d", "operator": "x", "depends_on": ["b", "c"]}]}"#;
+
+    #[test]
+    fn a_join_starts_once_whichever_writer_sees_its_last_dependency() {
+        let wf = workflow(DIAMOND);
+        let mut rec = record(&wf);
+        let mut replies = HashMap::new();
+        assert_eq!(advance(&mut rec, &wf, &replies, "start").sends.len(), 1);
+        reply(&mut rec, &wf, "a", Ok(json!(1)), &mut replies);
+        let acts = advance(&mut rec, &wf, &replies, "ra");
+        assert_eq!(acts.sends.len(), 2, "b and c start together");
+        // b and c reply at once; the writer that saw only b's reply prepared nothing for d,
+        // the one that saw both did.
+        reply(&mut rec, &wf, "b", Ok(json!(2)), &mut replies);
+        let only_b = replies.clone();
+        reply(&mut rec, &wf, "c", Ok(json!(3)), &mut replies);
+        let prepared_by_b = prepare_all(&rec, &wf, &only_b);
+        let both = prepare_all(&rec, &wf, &replies);
+        // c's writer goes first, then b's (on the record c's writer left).
+        let c_first = transition(&mut rec, &wf, &replies, &both, "rc").unwrap();
+        assert_eq!(c_first.sends.len(), 1);
+        assert_eq!(step(&rec, &wf, "d"), StepStatus::Running);
+        let b_late = transition(&mut rec, &wf, &only_b, &prepared_by_b, "rb").unwrap();
+        assert!(b_late.sends.is_empty() && !b_late.changed, "{b_late:?}");
+        // The other order: b's writer (knowing only b's reply) first, then c's.
+        let mut rec2 = record(&wf);
+        let mut replies2 = HashMap::new();
+        advance(&mut rec2, &wf, &replies2, "start");
+        reply(&mut rec2, &wf, "a", Ok(json!(1)), &mut replies2);
+        advance(&mut rec2, &wf, &replies2, "ra");
+        reply(&mut rec2, &wf, "b", Ok(json!(2)), &mut replies2);
+        let only_b = replies2.clone();
+        let prepared_by_b = prepare_all(&rec2, &wf, &only_b);
+        reply(&mut rec2, &wf, "c", Ok(json!(3)), &mut replies2);
+        let both = prepare_all(&rec2, &wf, &replies2);
+        let b_first = transition(&mut rec2, &wf, &only_b, &prepared_by_b, "rb").unwrap();
+        assert!(b_first.sends.is_empty(), "d waits for c");
+        let c_last = transition(&mut rec2, &wf, &replies2, &both, "rc").unwrap();
+        assert_eq!(c_last.sends.len(), 1);
+        assert_eq!(c_last.sends[0].step, wf.index["d"]);
+    }
+
+    #[test]
+    fn a_step_found_ready_but_not_prepared_is_kept_and_started_later() {
+        let wf = workflow(DIAMOND);
+        let mut rec = record(&wf);
+        let mut replies = HashMap::new();
+        advance(&mut rec, &wf, &replies, "start");
+        reply(&mut rec, &wf, "a", Ok(json!(1)), &mut replies);
+        // A writer that prepared nothing (its dry run saw another record).
+        let acts = transition(&mut rec, &wf, &replies, &Some(HashMap::new()), "ra").unwrap();
+        assert!(acts.again && acts.sends.is_empty());
+        let run = rec.workflow.as_ref().unwrap();
+        assert_eq!(run.ready.iter().copied().collect::<Vec<_>>(), [1, 2]);
+        assert_eq!(step(&rec, &wf, "a"), StepStatus::Completed);
+        let acts = advance(&mut rec, &wf, &HashMap::new(), "ra");
+        assert_eq!(acts.sends.len(), 2);
+        assert!(rec.workflow.as_ref().unwrap().ready.is_empty());
+    }
+
+    #[test]
+    fn a_redelivered_event_sends_the_attempts_its_write_started_again() {
+        let wf = workflow(DIAMOND);
+        let mut rec = record(&wf);
+        let first = advance(&mut rec, &wf, &HashMap::new(), "start");
+        let again = advance(&mut rec, &wf, &HashMap::new(), "start");
+        assert_eq!(again.sends[0].group_id, first.sends[0].group_id);
+        assert!(!again.changed);
+        let other = advance(&mut rec, &wf, &HashMap::new(), "someone-else");
+        assert!(other.sends.is_empty());
+    }
+
+    #[test]
+    fn retries_then_the_fallback_then_the_policy() {
+        let wf = workflow(
+            r#"{"goal": "g", "steps": [
+            {"id": "a", "operator": "x", "retries": 1, "fallback": "y", "on_failure": "skip_descendants"},
+            {"id": "b", "operator": "x", "depends_on": ["a"]},
+            {"id": "c", "operator": "x", "depends_on": ["b"]},
+            {"id": "d", "operator": "x"}]}"#,
+        );
+        let mut rec = record(&wf);
+        let mut replies = HashMap::new();
+        advance(&mut rec, &wf, &replies, "start");
+        let mut calls = Vec::new();
+        for n in 0..3 {
+            reply(&mut rec, &wf, "a", Err("down"), &mut replies);
+            let acts = advance(&mut rec, &wf, &replies, &format!("r{n}"));
+            calls.extend(acts.sends.iter().map(|s| s.fallback));
+            assert!(
+                acts.cancel.iter().any(|c| c.contains("-s0a")),
+                "the failed attempt is canceled"
+            );
+        }
+        assert_eq!(calls, [false, true], "a retry, then the fallback");
+        assert_eq!(step(&rec, &wf, "a"), StepStatus::Failed);
+        assert_eq!(step(&rec, &wf, "b"), StepStatus::Skipped);
+        assert_eq!(step(&rec, &wf, "c"), StepStatus::Skipped);
+        assert_eq!(step(&rec, &wf, "d"), StepStatus::Running);
+        let run = rec.workflow.as_ref().unwrap();
+        assert_eq!(run.failed[&0], soorma_common::StepFailure::new("down", 3));
+        assert_eq!(
+            skip_reason(&wf, run, 2),
+            "skipped: step `b` did not complete"
+        );
+        assert!(
+            rec.groups.keys().all(|g| g.contains("-s3a")),
+            "ended attempts' groups are gone: {:?}",
+            rec.groups.keys()
+        );
+        reply(&mut rec, &wf, "d", Ok(json!(4)), &mut replies);
+        let acts = advance(&mut rec, &wf, &replies, "rd");
+        assert_eq!(acts.finish, Some(Ok(())));
+        assert!(rec.groups.is_empty());
+    }
+
+    #[test]
+    fn fail_fast_cancels_what_runs_and_skips_the_rest_with_events() {
+        let wf = workflow(
+            r#"{"goal": "g", "steps": [
+            {"id": "a", "operator": "x"}, {"id": "slow", "operator": "x"},
+            {"id": "b", "operator": "x", "depends_on": ["a"]}]}"#,
+        );
+        let mut rec = record(&wf);
+        let mut replies = HashMap::new();
+        advance(&mut rec, &wf, &replies, "start");
+        reply(&mut rec, &wf, "a", Err("boom"), &mut replies);
+        let acts = advance(&mut rec, &wf, &replies, "ra");
+        assert_eq!(acts.finish, Some(Err("step `a` failed: boom".into())));
+        assert!(acts.sends.is_empty());
+        assert!(
+            acts.cancel.iter().any(|c| c == "t-s1a1-0"),
+            "{:?}",
+            acts.cancel
+        );
+        let skipped: Vec<&str> = acts
+            .progress
+            .iter()
+            .filter(|(e, _)| *e == WORKFLOW_STEP_SKIPPED)
+            .map(|(_, p)| p.step.as_str())
+            .collect();
+        assert_eq!(skipped, ["slow", "b"]);
+        assert_eq!(rec.workflow.as_ref().unwrap().statuses, "fss");
+        // A redelivery, the task not failed yet: the same end, nothing else.
+        let again = advance(&mut rec, &wf, &replies, "ra");
+        assert_eq!(again.finish, Some(Err("step `a` failed: boom".into())));
+        assert!(!again.changed && again.progress.is_empty());
+    }
+}
