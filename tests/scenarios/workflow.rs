@@ -581,3 +581,39 @@ async fn a_model_written_workflow_is_checked_against_the_registry_then_runs(
     assert_eq!(out.output("b").unwrap()["loud"], "HEY!");
     t.shutdown().await.unwrap();
 }
+
+scenario!(a_workflow_that_runs_itself_ends_at_the_nesting_limit);
+async fn a_workflow_that_runs_itself_ends_at_the_nesting_limit(
+    mut t: TestPlatform,
+    wait: Duration,
+) {
+    t.start(
+        Worker::new("wf-runner")
+            .use_registered_handlers(false)
+            .handler(Handler::run_workflows()),
+    )
+    .await
+    .unwrap();
+    // Its one step runs the workflow it was given, on the same input, again and again.
+    let again = json!({"goal": "Again", "steps": [{"id": "again", "operator": "workflow.run.requested",
+        "input_mapping": {"workflow": "{{input.workflow}}", "input": "{{input}}"}}]});
+    let spec = WorkflowSpec::new(
+        serde_json::from_value(again.clone()).unwrap(),
+        json!({"workflow": again}),
+    );
+    let err = t
+        .client()
+        .with_timeout(wait * 3)
+        .call(spec)
+        .await
+        .unwrap_err()
+        .to_string();
+    assert!(err.contains("workflows nest at most 8 deep"), "{err}");
+    assert_eq!(err.matches("step `again` failed").count(), 9, "{err}");
+    assert_eq!(
+        t.events_of_type("workflow.run.requested").len(),
+        10,
+        "the first run and 9 nested ones"
+    );
+    t.shutdown().await.unwrap();
+}

@@ -29,7 +29,7 @@ use super::transition::{
     Actions, Outgoing, Prepared, Reply, Send, attempt_group, inconsistent, output_of, sub_task,
     transition,
 };
-use super::{StepKind, Workflow};
+use super::{MAX_SUB_WORKFLOW_DEPTH, StepKind, Workflow};
 use crate::error::{Error, Result};
 use crate::platform::fanin::OnceCache;
 use crate::platform::timers;
@@ -276,6 +276,19 @@ fn retryable(e: Error) -> Failure {
 async fn start(input: &HandlerInput, spec: Spec) -> Result<()> {
     let mut task = TaskContext::<Value, StateMap>::from_request(Value::Null, input);
     task.keep_stored_state = true;
+    // A run started by a step of another run (a sub-workflow, or a step calling
+    // `workflow.run.requested`) has that step's sub-task id as its id: the nesting shows in
+    // it, and is bounded, so a workflow that runs itself ends.
+    let depth = nesting(task.task_id());
+    if depth > MAX_SUB_WORKFLOW_DEPTH {
+        tracing::warn!(task_id = %task.task_id(), depth, "workflow nested too deeply");
+        task.fail(format!(
+            "workflows nest at most {MAX_SUB_WORKFLOW_DEPTH} deep: this run is started by a step \
+             of a run {depth} levels down"
+        ))
+        .await?;
+        return Ok(());
+    }
     #[cfg(feature = "schema-validation")]
     if let Some(schema) = &spec.workflow.definition().input_schema
         && let Some(problem) = input_problem(schema, &spec.input)
@@ -386,6 +399,26 @@ async fn on_step_replied(input: HandlerInput, specs: Specs) -> HandlerOutcome {
 /// Where the spec of task `task_id`'s run is stored (in the `subtasks` bucket).
 fn spec_id(task_id: &str) -> String {
     format!("{task_id}-wf")
+}
+
+/// How many runs a run with id `task_id` is nested in: the step attempt ids in it
+/// (`-s<step>a<attempt>-0`, see [`attempt_group`]).
+fn nesting(task_id: &str) -> usize {
+    task_id
+        .split("-s")
+        .skip(1)
+        .filter(|part| {
+            let Some((step, rest)) = part.split_once('a') else {
+                return false;
+            };
+            let attempt = rest.split('-').next().unwrap_or_default();
+            !step.is_empty()
+                && step.bytes().all(|b| b.is_ascii_digit())
+                && !attempt.is_empty()
+                && attempt.bytes().all(|b| b.is_ascii_digit())
+                && rest[attempt.len()..].starts_with("-0")
+        })
+        .count()
 }
 
 /// Where the output of the completed step `step` (a position) of task `task_id`'s run is
@@ -889,4 +922,23 @@ async fn act(
         }
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn nesting_counts_the_step_attempts_in_a_run_id() {
+        assert_eq!(nesting("9b2c-4f1e"), 0);
+        let once = format!("{}-0", attempt_group("9b2c-4f1e", 3, 1));
+        assert_eq!(nesting(&once), 1);
+        let twice = format!("{}-0", attempt_group(&once, 0, 12));
+        assert_eq!(nesting(&twice), 2);
+        assert_eq!(
+            nesting("a-sky-0-s1ax-0-s-0"),
+            0,
+            "look-alikes are not attempts"
+        );
+    }
 }
