@@ -271,10 +271,9 @@ fn config(url: String) -> NatsConfig {
 }
 
 /// Not a test of its own: the entry point of the worker processes. Without `SOORMA_WF_ROLE`
-/// it returns at once. `before-<k>`: the worker stops (forever) in the middle of its `k`-th
-/// handling that starts steps, after the write that marks them running and before their
-/// requests are published; `after-<k>`: the same, right after they are published (before the
-/// handled event is acked). Either prints `HOLD <steps>`, and the test kills it. `plain`: a
+/// it returns at once. `before-<k>`: the worker stops (forever) at its `k`-th step request,
+/// after the write that marks the step running and before the request is published;
+/// `after-<k>`: the same, right after it is published (before the handled event is acked). Either prints `HOLD <step>`, and the test kills it. `plain`: a
 /// worker.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn workflow_child_process() {
@@ -311,8 +310,8 @@ async fn workflow_child_process() {
     tokio::time::sleep(Duration::from_secs(3600)).await;
 }
 
-/// A bus that never finishes the `at`-th publication of step requests (announced on stdout):
-/// it publishes them first when `publish_first`.
+/// A bus that never finishes the `at`-th publication of a step request (announced on stdout):
+/// it publishes it first when `publish_first`. (A run sends each step's request on its own.)
 struct HoldsStepRequests {
     inner: Arc<dyn EventBus>,
     at: usize,
@@ -322,6 +321,20 @@ struct HoldsStepRequests {
 
 impl EventBus for HoldsStepRequests {
     fn publish(&self, envelope: soorma::EventEnvelope) -> BoxFuture<'_, soorma::Result<()>> {
+        if envelope.event_type == STEP && self.seen.fetch_add(1, Ordering::SeqCst) + 1 == self.at {
+            let step = envelope.data["step"]
+                .as_str()
+                .unwrap_or_default()
+                .to_owned();
+            let (inner, publish_first) = (self.inner.clone(), self.publish_first);
+            return Box::pin(async move {
+                if publish_first {
+                    inner.publish(envelope).await?;
+                }
+                println!("HOLD {step}");
+                std::future::pending().await
+            });
+        }
         self.inner.publish(envelope)
     }
 
@@ -329,22 +342,6 @@ impl EventBus for HoldsStepRequests {
         &self,
         envelopes: Vec<soorma::EventEnvelope>,
     ) -> BoxFuture<'_, soorma::Result<()>> {
-        if envelopes.iter().any(|e| e.event_type == STEP)
-            && self.seen.fetch_add(1, Ordering::SeqCst) + 1 == self.at
-        {
-            let steps: Vec<String> = envelopes
-                .iter()
-                .filter_map(|e| e.data["step"].as_str().map(str::to_owned))
-                .collect();
-            let (inner, publish_first) = (self.inner.clone(), self.publish_first);
-            return Box::pin(async move {
-                if publish_first {
-                    inner.publish_batch(envelopes).await?;
-                }
-                println!("HOLD {}", steps.join(" "));
-                std::future::pending().await
-            });
-        }
         self.inner.publish_batch(envelopes)
     }
 
@@ -460,15 +457,11 @@ fn blocking<T>(f: impl FnOnce() -> T) -> T {
 /// "never after its completion was recorded", because JetStream's de-duplication covers every
 /// republish here: a step's request is published again only by the redelivery of the event
 /// whose handling started it (`started_by`), and only while its reply is not recorded; it goes
-/// out under the same ids (the sub-task ids: one envelope is stored under its id, several under
-/// a digest of their ids), within the 120 s duplicate window (far longer than a run). After
-/// kill 1 the held requests were never published, so the redelivery publishes them for the
-/// first time. After kill 2 the redelivered event finds either none of its batch's replies
-/// recorded (a tool stores the replies to one batch together, once it handled all of it) and
-/// publishes the same batch again, which JetStream drops (the gated runs check this), or all
-/// of them, and publishes nothing. (A redelivery handled exactly while the worker is between
-/// recording two replies of one batch would publish the rest as a smaller batch, under another
-/// digest, which JetStream would not drop; not seen here.)
+/// out under the same id (its sub-task id: each step's request is published on its own),
+/// within the 120 s duplicate window (far longer than a run). After kill 1 the held request was
+/// never published, so the redelivery publishes it for the first time. After kill 2 the
+/// redelivered event publishes the held request again, unless its reply is recorded by then;
+/// JetStream drops the copy (the gated runs check this).
 ///
 /// The journal also checks the weaker property, so that a failure says which one broke: no
 /// call of a step after its `workflow.step.completed` was observed.
@@ -479,9 +472,9 @@ async fn a_worker_killed_mid_dag_and_restarted_reruns_no_completed_step_and_lose
     for run in 0..RUNS {
         let run_started = Instant::now();
         let kills = Kills {
-            // The 2nd to 6th handling that starts steps.
+            // The 2nd to 6th step request.
             before: 2 + run,
-            // The first (the held steps, sent again) or the second handling that starts steps.
+            // The first (the held step, sent again) or the second step request.
             after: 1 + run % 2,
             // 2 to 6 more completions.
             more: 2 + (run * 3) % 5,
@@ -497,9 +490,9 @@ async fn a_worker_killed_mid_dag_and_restarted_reruns_no_completed_step_and_lose
 
 /// Where one run's processes are killed.
 struct Kills {
-    /// The first process stops before publishing its `before`-th batch of step requests.
+    /// The first process stops before publishing its `before`-th step request.
     before: usize,
-    /// The second process stops after publishing its `after`-th batch of step requests.
+    /// The second process stops after publishing its `after`-th step request.
     after: usize,
     /// The third process is killed once `more` steps have completed since it started.
     more: usize,

@@ -97,6 +97,14 @@ where
     Fut: Future<Output = crate::error::Result<R>> + Send + 'static,
 {
     let total = items.len();
+    if total <= 1 {
+        // Nothing to overlap: no task to spawn.
+        let mut out = Vec::with_capacity(total);
+        for item in items {
+            out.push(f(item).await?);
+        }
+        return Ok(out);
+    }
     let mut out: Vec<Option<R>> = (0..total).map(|_| None).collect();
     let mut set = tokio::task::JoinSet::new();
     let mut items = items.into_iter().enumerate();

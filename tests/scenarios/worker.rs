@@ -766,3 +766,61 @@ async fn a_result_with_another_members_reply_event_is_dead_lettered_without_touc
     );
     t.shutdown().await.unwrap();
 }
+
+/// Links of [`long_chain`].
+const LINKS: u64 = 120;
+
+/// Delegates `count.requested` once; each reply delegates the next, [`LINKS`] times.
+async fn long_chain(mut task: TaskContext<u64>) -> soorma::Result<()> {
+    task.delegate_with(Delegation::new("count.requested", &0_u64, "count.done"))
+        .await?;
+    Ok(())
+}
+
+async fn long_chain_link(result: ResultContext<u64>) -> soorma::Result<()> {
+    let mut task = result.record_in_parent().await?;
+    let n = result.data.unwrap_or_default();
+    if n >= LINKS {
+        let longest = result.sub_task_id().map_or(0, str::len);
+        task.complete(json!({"links": n, "longest_id": longest}))
+            .await?;
+    } else {
+        task.delegate_with(Delegation::new("count.requested", &n, "count.done"))
+            .await?;
+    }
+    Ok(())
+}
+
+async fn count(req: Invocation<u64>) -> Result<u64, ToolError> {
+    Ok(req.data + 1)
+}
+
+scenario!(a_long_chain_of_delegations_keeps_its_ids_short);
+async fn a_long_chain_of_delegations_keeps_its_ids_short(mut t: TestPlatform, wait: Duration) {
+    t.start(
+        Tool::new("counter")
+            .use_registered_handlers(false)
+            .handler(Handler::on_invoke("count.requested", count)),
+    )
+    .await
+    .unwrap();
+    t.start(
+        Worker::new("chain-runner")
+            .use_registered_handlers(false)
+            .handler(Handler::on_task("long.requested", long_chain))
+            .handler(Handler::on_result("count.done", long_chain_link)),
+    )
+    .await
+    .unwrap();
+    // Each link's group id derives from the reply it handles, which held the previous group
+    // id: copied, ids grew with every link (NATS failed past about 90).
+    let out: Value = t
+        .client()
+        .with_timeout(wait * 3)
+        .invoke("long.requested", 0, "long.completed")
+        .await
+        .unwrap();
+    assert_eq!(out["links"], LINKS);
+    assert!(out["longest_id"].as_u64().unwrap() < 120, "{out}");
+    t.shutdown().await.unwrap();
+}

@@ -92,6 +92,16 @@ impl RequestValidator {
         self.snapshot(true).await.consumes(event, tenant)
     }
 
+    /// The request event of the capability `name` names (a registered capability's task name,
+    /// or the action request event it consumes), from the registry snapshot; a miss reads the
+    /// registry again, so an agent that registered a moment ago is found.
+    pub(crate) async fn capability_event(&self, name: &str) -> Option<String> {
+        if let Some(event) = self.snapshot(false).await.capability_event(name) {
+            return Some(event);
+        }
+        self.snapshot(true).await.capability_event(name)
+    }
+
     /// The registry snapshot (a stale one if the registry cannot be read; nothing is enforced
     /// before the first successful read), read again when older than the refresh interval. A
     /// `force`d snapshot is one read after this call began: callers missing at once share one
@@ -204,6 +214,8 @@ struct Snapshot {
     schemas: HashMap<String, Value>,
     /// Event type → the tenants whose requests of it a registered agent serves (`None`: all).
     consumers: HashMap<String, Vec<Option<String>>>,
+    /// Capability task name → the request event it consumes (the first agent by name wins).
+    by_task_name: HashMap<String, String>,
 }
 
 impl Snapshot {
@@ -223,10 +235,29 @@ impl Snapshot {
                     .push(agent.tenant_id.clone());
             }
         }
+        let mut by_task_name = HashMap::new();
+        let mut sorted: Vec<&AgentDefinition> = agents.iter().collect();
+        sorted.sort_by(|a, b| (&a.name, &a.agent_id).cmp(&(&b.name, &b.agent_id)));
+        for cap in sorted.iter().flat_map(|a| a.capabilities.iter()) {
+            if cap.consumed_event.topic == Topic::ActionRequests {
+                by_task_name
+                    .entry(cap.task_name.clone())
+                    .or_insert_with(|| cap.consumed_event.event_name.clone());
+            }
+        }
         Self {
             schemas: payload_schemas(agents),
             consumers,
+            by_task_name,
         }
+    }
+
+    /// The request event of the capability `name` names: its task name, or the event itself.
+    fn capability_event(&self, name: &str) -> Option<String> {
+        self.by_task_name
+            .get(name)
+            .cloned()
+            .or_else(|| self.consumers.contains_key(name).then(|| name.to_owned()))
     }
 
     fn consumes(&self, event: &str, tenant: &str) -> bool {

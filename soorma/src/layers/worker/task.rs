@@ -528,11 +528,17 @@ impl<T, S: TaskState> TaskContext<T, S> {
         let k = self.delegated;
         self.delegated += 1;
         // Derived from the task and the handled event: a redelivered event re-creates the same
-        // sub-tasks instead of new ones.
+        // sub-tasks instead of new ones. The event's id is digested, not copied: a reply's id
+        // holds the group id it answers, so copying it would grow ids with every link of a
+        // chain of delegations (past what a store key or a subject can take).
         if self.envelope.id == self.record.task_id {
             format!("{}-g{k}", self.record.task_id)
         } else {
-            format!("{}-{}-g{k}", self.record.task_id, self.envelope.id)
+            format!(
+                "{}-{}-g{k}",
+                self.record.task_id,
+                event_digest(&self.envelope.id)
+            )
         }
     }
 
@@ -1450,6 +1456,14 @@ impl<T> TaskContext<T, StateMap> {
         self.state.insert(key.into(), value);
         Ok(())
     }
+}
+
+/// A short stable digest of an event id (96 bits of SHA-256, hex): the same on every
+/// delivery and in every process and version.
+fn event_digest(event_id: &str) -> String {
+    use sha2::{Digest, Sha256};
+    let digest = Sha256::digest(event_id.as_bytes());
+    digest[..12].iter().map(|b| format!("{b:02x}")).collect()
 }
 
 /// The id of a task's deadline timer (and of the event it fires).

@@ -24,7 +24,7 @@ use soorma_common::{
 
 use super::super::result::ResultContext;
 use super::super::task::{StateMap, TaskContext};
-use super::super::{STATE_CONCURRENCY, group, subtask_key, update_task};
+use super::super::{STATE_CONCURRENCY, group, subtask_key, task_key, update_task};
 use super::transition::{
     Actions, Outgoing, Prepared, Reply, Send, attempt_group, inconsistent, output_of, sub_task,
     transition,
@@ -59,12 +59,83 @@ struct Spec {
     input: Value,
 }
 
-/// What a worker keeps of the runs it advances, loaded once (none of it changes once stored):
-/// their specs (validated), and completed steps' outputs.
+/// What a worker keeps of the runs it advances: their specs (validated) and completed steps'
+/// outputs, loaded once (neither changes once stored), and which runs it is advancing.
 #[derive(Clone)]
 struct Specs {
     specs: Arc<OnceCache<StateKey, Spec>>,
     outputs: Arc<OnceCache<StateKey, StepOutcome>>,
+    lanes: Arc<Lanes>,
+}
+
+/// One advance per run at a time in a process: a reply handled while its run is being
+/// advanced is recorded, then leaves the advance to the handler already at it, which looks
+/// again before it stops. (Across processes the revision-checked write still arbitrates.)
+/// An entry lives while its run is being advanced: at most one per handler running.
+#[derive(Default)]
+struct Lanes(std::sync::Mutex<HashMap<StateKey, bool>>);
+
+impl Lanes {
+    fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<StateKey, bool>> {
+        self.0
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+
+    /// Whether the caller advances the run of the task at `key`; if another handler is at it,
+    /// that one is asked to look again.
+    fn enter(self: &Arc<Self>, key: &StateKey) -> Option<Lane> {
+        let mut lanes = self.lock();
+        match lanes.get_mut(key) {
+            Some(again) => {
+                *again = true;
+                None
+            }
+            None => {
+                lanes.insert(key.clone(), false);
+                Some(Lane {
+                    lanes: self.clone(),
+                    key: key.clone(),
+                    open: true,
+                })
+            }
+        }
+    }
+}
+
+/// The right to advance one run in this process; leaving it (or dropping it, on an error)
+/// lets the next reply's handler advance.
+struct Lane {
+    lanes: Arc<Lanes>,
+    key: StateKey,
+    open: bool,
+}
+
+impl Lane {
+    /// Whether a reply came while advancing (then the caller looks again); otherwise the lane
+    /// is left, atomically with that answer.
+    fn look_again(&mut self) -> bool {
+        let mut lanes = self.lanes.lock();
+        match lanes.get_mut(&self.key) {
+            Some(again) if *again => {
+                *again = false;
+                true
+            }
+            _ => {
+                lanes.remove(&self.key);
+                self.open = false;
+                false
+            }
+        }
+    }
+}
+
+impl Drop for Lane {
+    fn drop(&mut self) {
+        if self.open {
+            self.lanes.lock().remove(&self.key);
+        }
+    }
 }
 
 /// The reply event of the step attempts of `agent`'s runs (each worker agent gets only its
@@ -246,6 +317,7 @@ pub(in crate::layers::worker) fn step_handler(agent: &str) -> Handler {
     let specs = Specs {
         specs: Arc::new(OnceCache::new(SPECS_KEPT)),
         outputs: Arc::new(OnceCache::new(OUTPUTS_KEPT)),
+        lanes: Arc::default(),
     };
     let call: ErasedFn = Arc::new(move |input: HandlerInput| {
         let specs = specs.clone();
@@ -384,16 +456,28 @@ async fn on_step_replied(input: HandlerInput, specs: Specs) -> HandlerOutcome {
         .load(&input, &tenant, &run.spec, missing)
         .await
         .map_err(retryable)?;
-    let task = TaskContext::restored(
+    let task_id = stored.value.task_id.clone();
+    let Some(mut lane) = specs.lanes.enter(&task_key(&tenant, &task_id)) else {
+        // Recorded; the handler advancing the run looks again before it stops.
+        return Ok(None);
+    };
+    let mut task = TaskContext::restored(
         stored.value,
         stored.revision,
         input.envelope.clone(),
         input.runtime.clone(),
     );
-    advance(task, &spec, &specs.outputs)
-        .await
-        .map_err(retryable)?;
-    Ok(None)
+    loop {
+        advance(task, &spec, &specs.outputs)
+            .await
+            .map_err(retryable)?;
+        if !lane.look_again() {
+            return Ok(None);
+        }
+        task = TaskContext::load(&input, &tenant, &task_id)
+            .await
+            .map_err(retryable)?;
+    }
 }
 
 /// Where the spec of task `task_id`'s run is stored (in the `subtasks` bucket).
@@ -773,12 +857,14 @@ async fn resolve(
     name: &str,
     data: Value,
 ) -> Result<Prepared> {
-    let Some(cap) = task.runtime().platform.discovery().capability(name).await? else {
+    // From the registry snapshot the platform's request checks share (not a registry read
+    // per attempt).
+    let validator = task.runtime().platform.validator();
+    let Some(event) = validator.capability_event(name).await else {
         return Ok(Err(format!(
             "no registered capability is called `{name}` or consumes it"
         )));
     };
-    let event = cap.consumed_event.event_name;
     let env = bus.envelope_with_id(
         "check".to_owned(),
         Topic::ActionRequests,
@@ -889,7 +975,14 @@ async fn act(
             timers::schedule(&platform, timer, after).await?;
         }
     }
-    bus.publish_envelopes(envelopes).await?;
+    // One by one, not as a batch: an engine may store a batch's replies together, and a step
+    // must not wait for the slowest request sent with it.
+    let publisher = bus.clone();
+    concurrently(envelopes, STATE_CONCURRENCY, move |env| {
+        let bus = publisher.clone();
+        async move { bus.publish_envelope(env).await }
+    })
+    .await?;
     for timer in actions.forget_timers {
         if let Err(e) = timers::cancel(&platform, &tenant, &format!("{timer}-timeout")).await {
             tracing::debug!(error = %e, "could not forget a step's timeout");
