@@ -1,9 +1,7 @@
 //! The workflow executor (`Handler::workflow`) against hand-written workers doing the same
 //! work with `delegate_parallel` / `delegate_with` and `#[on_result]`, measured in one run on
 //! the embedded platform (`Platform::embedded()`); with `SOORMA_BENCH_NATS=1` the makespan
-//! and the 20-step chain run on NATS too (a `nats-server -js` the bench starts; `_nats`
-//! ratios), and the 200-step chain through `Handler::workflow` only: the hand-written
-//! 200-step chain breaks on NATS (its group ids outgrow NATS's 4 KiB control line at 91 links).
+//! and both chains run on NATS too (a `nats-server -js` the bench starts; `_nats` ratios).
 //!
 //! ```text
 //! cargo bench -p soorma-tests --bench workflow
@@ -23,9 +21,8 @@
 //!   steps through `Handler::workflow` / the same chain hand-written (a worker task that
 //!   `delegate_with`s one step, its `#[on_result]` handler records the reply and delegates the
 //!   next), median of 3 alternating runs each (target ≤ 1.5). The hand-written chain's cost per
-//!   step grows with its length: a delegation made in a result handler gets a group id that
-//!   embeds the handled reply's id, which embeds the previous group id, so ids, and the task
-//!   record listing every group, grow with each link (about 6 KiB of record per link at 200).
+//!   step grows with its length: its task record lists every delegation group it made, and is
+//!   written at each link (a workflow's task keeps only the attempts in flight).
 //! - `workflow_step_overhead_vs_delegate_20`: the same with a 20-step chain, median of 31
 //!   (`SOORMA_BENCH_WF_SHORT_RUNS`): short enough that neither task record grows much, so the
 //!   per-step cost of the two executors is compared without that growth.
@@ -1134,23 +1131,13 @@ fn main() {
                 &format!("workflow_step_overhead_vs_delegate_{SHORT_CHAIN_STEPS}_nats"),
             )
             .await;
-            // Not the hand-written 200-step chain: its group ids grow by 44 characters a link,
-            // and at 91 links a key (3,995 characters) no longer fits NATS's 4 KiB control
-            // line: reading it times out and the connection drops, each attempt.
-            let chain = chain_event(CHAIN_STEPS);
-            let took: Vec<Duration> = {
-                let mut v = Vec::new();
-                for _ in 0..RUNS {
-                    v.push(rig.workflow(&chain, CHAIN_STEPS).await);
-                }
-                v
-            };
-            println!(
-                "Chain of {CHAIN_STEPS} zero-delay steps, Handler::workflow only (the \
-                 hand-written chain breaks on NATS at 91 links: its group ids outgrow NATS's \
-                 4 KiB control line): {:.1} µs/step (median of {RUNS})",
-                median(took).as_secs_f64() * 1e6 / CHAIN_STEPS as f64
-            );
+            step_overhead(
+                &rig,
+                CHAIN_STEPS,
+                RUNS,
+                "workflow_step_overhead_vs_delegate_nats",
+            )
+            .await;
             rig.shutdown().await;
         }
     });
