@@ -6,8 +6,6 @@
 //! [`fault_child_process`]); the tools and the observer run in the test process.
 
 use std::collections::{HashMap, HashSet};
-use std::io::{BufRead, BufReader};
-use std::process::{Child, Command, Stdio};
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -21,6 +19,7 @@ use soorma::bus::{EventBus, Subscription, SubscriptionSpec};
 use soorma::nats::NatsConfig;
 use soorma::prelude::*;
 use soorma::testing::TestPlatform;
+use soorma_tests::child::ChildProcess;
 use soorma_tests::nats_server::{NatsCluster, NatsServer};
 
 const ACK_WAIT: Duration = Duration::from_secs(2);
@@ -191,56 +190,32 @@ fn echo_tool(hang: bool) -> AgentBuilder {
         .handler(Handler::on_invoke("echo.requested", echo))
 }
 
-/// A worker process (its stdout lines arrive on the receiver); killed with SIGKILL on drop.
-struct WorkerProcess(Child, std::sync::mpsc::Receiver<String>);
+/// A worker process, SIGKILLed on drop.
+struct WorkerProcess(ChildProcess);
 
 impl WorkerProcess {
     /// Starts the child process `instance` and waits until it is ready.
     fn spawn(server: &NatsServer, instance: &str) -> Self {
-        let mut child = Command::new(std::env::current_exe().expect("test binary"))
-            .args([
-                "--exact",
-                "fault_child_process",
-                "--nocapture",
-                "--test-threads=1",
-            ])
-            .env("SOORMA_FAULT_ROLE", instance)
-            .env("SOORMA_FAULT_NATS_URL", server.url())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::null())
-            .spawn()
-            .expect("spawn worker process");
-        let stdout = child.stdout.take().expect("stdout");
-        let (tx, rx) = std::sync::mpsc::channel();
-        std::thread::spawn(move || {
-            for line in BufReader::new(stdout).lines().map_while(Result::ok) {
-                if tx.send(line).is_err() {
-                    return;
-                }
-            }
-        });
-        let process = Self(child, rx);
-        process.wait_for_line("READY ");
-        process
+        Self(ChildProcess::spawn(
+            "fault_child_process",
+            &[
+                ("SOORMA_FAULT_ROLE", instance),
+                ("SOORMA_FAULT_NATS_URL", &server.url()),
+            ],
+        ))
     }
 
     /// Waits (up to a minute) for a line of the process's stdout containing `text`.
     fn wait_for_line(&self, text: &str) -> String {
-        let deadline = std::time::Instant::now() + Duration::from_secs(60);
-        loop {
-            let left = deadline.saturating_duration_since(std::time::Instant::now());
-            match self.1.recv_timeout(left) {
-                Ok(line) if line.contains(text) => return line,
-                Ok(_) => {}
-                Err(e) => panic!("no line with `{text}` from the worker process: {e}"),
-            }
-        }
+        self.0
+            .line_with(text, Duration::from_secs(60))
+            .unwrap_or_else(|| panic!("no line with `{text}` from the worker process"))
     }
 
     /// Waits (up to [`FINISH`]) for the process to exit by itself.
     async fn exits(&mut self) {
         let deadline = tokio::time::Instant::now() + FINISH;
-        while !matches!(self.0.try_wait(), Ok(Some(_))) {
+        while !self.0.has_exited() {
             assert!(
                 tokio::time::Instant::now() < deadline,
                 "timed out waiting for the worker process to exit"
@@ -250,16 +225,8 @@ impl WorkerProcess {
     }
 
     /// SIGKILL: no shutdown, no acks, no deregistration.
-    fn kill(mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
-}
-
-impl Drop for WorkerProcess {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
+    fn kill(self) {
+        self.0.kill();
     }
 }
 

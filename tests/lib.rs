@@ -3,6 +3,7 @@
 //! goes where: `README.md`.
 
 pub mod agents;
+pub mod child;
 pub mod mcp_peers;
 pub mod nats_server;
 pub mod raw_http;

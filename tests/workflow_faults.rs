@@ -6,8 +6,6 @@
 //! observer run in the test process, which is never killed.
 
 use std::collections::BTreeMap;
-use std::io::{BufRead, BufReader};
-use std::process::{Child, Command, Stdio};
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
@@ -19,6 +17,7 @@ use soorma::common::{StepStatus, WorkflowOutput};
 use soorma::nats::NatsConfig;
 use soorma::prelude::*;
 use soorma::workflow::Workflow;
+use soorma_tests::child::ChildProcess;
 use soorma_tests::nats_server::NatsServer;
 
 /// Short, so that what a killed process held is redelivered soon (the default is 30 s).
@@ -371,65 +370,29 @@ impl EventBus for HoldsStepRequests {
     }
 }
 
-/// A worker process (its stdout lines arrive on the receiver); SIGKILLed on drop.
-struct WorkerProcess(Child, std::sync::mpsc::Receiver<String>);
+/// A worker process, SIGKILLed on drop.
+struct WorkerProcess(ChildProcess);
 
 impl WorkerProcess {
     /// Starts the worker process `role` and waits until it is ready.
     fn spawn(server: &NatsServer, role: &str) -> Self {
-        let mut child = Command::new(std::env::current_exe().expect("test binary"))
-            .args([
-                "--exact",
-                "workflow_child_process",
-                "--nocapture",
-                "--test-threads=1",
-            ])
-            .env("SOORMA_WF_ROLE", role)
-            .env("SOORMA_WF_NATS_URL", server.url())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::null())
-            .spawn()
-            .expect("spawn worker process");
-        let stdout = child.stdout.take().expect("stdout");
-        let (tx, rx) = std::sync::mpsc::channel();
-        std::thread::spawn(move || {
-            for line in BufReader::new(stdout).lines().map_while(Result::ok) {
-                if tx.send(line).is_err() {
-                    return;
-                }
-            }
-        });
-        let process = Self(child, rx);
-        process
-            .line_with("READY ")
-            .expect("the worker process starts");
-        process
+        Self(ChildProcess::spawn(
+            "workflow_child_process",
+            &[
+                ("SOORMA_WF_ROLE", role),
+                ("SOORMA_WF_NATS_URL", &server.url()),
+            ],
+        ))
     }
 
     /// The next line of the process's stdout containing `text`, waiting up to 20 s for it.
     fn line_with(&self, text: &str) -> Option<String> {
-        let deadline = Instant::now() + Duration::from_secs(20);
-        loop {
-            let left = deadline.saturating_duration_since(Instant::now());
-            match self.1.recv_timeout(left) {
-                Ok(line) if line.contains(text) => return Some(line),
-                Ok(_) => {}
-                Err(_) => return None,
-            }
-        }
+        self.0.line_with(text, Duration::from_secs(20))
     }
 
     /// SIGKILL: no shutdown, no acks, no deregistration.
-    fn kill(mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
-}
-
-impl Drop for WorkerProcess {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
+    fn kill(self) {
+        self.0.kill();
     }
 }
 

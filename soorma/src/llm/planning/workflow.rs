@@ -113,7 +113,7 @@ fn problems(definition: &WorkflowDefinition, agents: &[AgentDefinition]) -> Vec<
 /// let input = serde_json::json!({"topic": "rust"});
 /// let wf = create_workflow(&model, "Research a topic", &input, &agents, &PlanningOptions::default()).await?;
 /// assert_eq!(wf.steps().len(), 1);
-/// let told = &model.requests()[1].last().unwrap().content;
+/// let told = model.requests()[1].last().unwrap().content.clone();
 /// assert!(told.contains("dependency cycle: a -> b -> a"), "{told}");
 /// # Ok(()) }
 /// ```

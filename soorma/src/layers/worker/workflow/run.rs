@@ -68,9 +68,10 @@ struct Specs {
     lanes: Arc<Lanes>,
 }
 
-/// One advance per run at a time in a process: a reply handled while its run is being
-/// advanced is recorded, then leaves the advance to the handler already at it, which looks
-/// again before it stops. (Across processes the revision-checked write still arbitrates.)
+/// One advance per run at a time in a process: a reply handled (for the first time) while its
+/// run is being advanced is recorded, then leaves the advance to the handler already at it,
+/// which looks again before it stops. A redelivered reply advances the run itself (see
+/// `on_step_replied`). Across processes the revision-checked write still arbitrates.
 /// An entry lives while its run is being advanced: at most one per handler running.
 #[derive(Default)]
 struct Lanes(std::sync::Mutex<HashMap<StateKey, bool>>);
@@ -457,9 +458,13 @@ async fn on_step_replied(input: HandlerInput, specs: Specs) -> HandlerOutcome {
         .await
         .map_err(retryable)?;
     let task_id = stored.value.task_id.clone();
-    let Some(mut lane) = specs.lanes.enter(&task_key(&tenant, &task_id)) else {
+    let mut lane = match specs.lanes.enter(&task_key(&tenant, &task_id)) {
+        Some(lane) => Some(lane),
+        // A redelivery advances the run itself, beside the handler at it: it sends again what
+        // its first handling started (only its own id finds those attempts).
+        None if input.attempt > 1 => None,
         // Recorded; the handler advancing the run looks again before it stops.
-        return Ok(None);
+        None => return Ok(None),
     };
     let mut task = TaskContext::restored(
         stored.value,
@@ -471,7 +476,7 @@ async fn on_step_replied(input: HandlerInput, specs: Specs) -> HandlerOutcome {
         advance(task, &spec, &specs.outputs)
             .await
             .map_err(retryable)?;
-        if !lane.look_again() {
+        if !lane.as_mut().is_some_and(Lane::look_again) {
             return Ok(None);
         }
         task = TaskContext::load(&input, &tenant, &task_id)
