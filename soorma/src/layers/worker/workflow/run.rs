@@ -437,7 +437,8 @@ async fn on_step_replied(input: HandlerInput, specs: Specs) -> HandlerOutcome {
     }
     let (stored, _) = result.record().await.map_err(retryable)?;
     if stored.value.agent != *input.runtime.name {
-        // Another worker's workflow (each worker that runs workflows gets every step reply).
+        // Another worker's run (a reply sent to this worker's event by mistake): that worker
+        // advances it when its own replies come.
         return Ok(None);
     }
     let stored = Arc::unwrap_or_clone(stored);
