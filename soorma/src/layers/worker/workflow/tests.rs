@@ -8,9 +8,42 @@ use soorma_common::{
 
 use super::*;
 
-/// The example workflow of the seed specification (§7), byte for byte.
+/// The example workflow of the seed specification (§7), byte for byte (as
+/// `docs/workflows/compare_pricing.yaml`, which the CLI's tests check; written out here because
+/// the published crate holds no file outside it).
 #[cfg(feature = "yaml")]
-const SEED_YAML: &str = include_str!("../../../../../docs/workflows/compare_pricing.yaml");
+const SEED_YAML: &str = r#"goal: "Compare our pricing to competitors"
+steps:
+  - id: "step_1"
+    name: "Rewrite Query"
+    operator: "query_rewriter"
+    input_mapping:
+      query: "{{user_query}}"
+    depends_on: []
+    
+  - id: "step_2"
+    name: "Search Internal Docs"
+    operator: "rag_retriever"
+    input_mapping:
+      query: "{{step_1.internal_query}}"
+    depends_on: ["step_1"]
+    
+  - id: "step_3"
+    name: "Search Web"
+    operator: "web_searcher"
+    input_mapping:
+      query: "{{step_1.external_query}}"
+    depends_on: ["step_1"]  # Can run PARALLEL with step_2
+    
+  - id: "step_4"
+    name: "Synthesize"
+    operator: "synthesizer"
+    input_mapping:
+      sources:
+        - "{{step_2.results}}"
+        - "{{step_3.results}}"
+    depends_on: ["step_2", "step_3"]  # Waits for both
+"#;
 
 fn problems(def: WorkflowDefinition) -> Vec<WorkflowProblem> {
     match Workflow::new(def) {
