@@ -68,6 +68,8 @@ mod layers;
 pub mod llm;
 #[cfg(feature = "mcp")]
 pub mod mcp;
+#[cfg(feature = "memory")]
+pub mod memory;
 mod platform;
 mod protocol;
 mod runtime;

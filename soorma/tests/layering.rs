@@ -26,8 +26,8 @@ const LAYERS: &[(&str, &[&str])] = &[
     ),
     ("L6 client, testing", &["client", "testing"]),
     (
-        "L7 gateway, mcp, llm",
-        &["gateway", "mcp", "llm", "http", "tls"],
+        "L7 gateway, mcp, llm, memory",
+        &["gateway", "mcp", "llm", "memory", "http", "tls"],
     ),
 ];
 
