@@ -79,6 +79,65 @@ pub struct Versioned<T> {
     pub revision: Revision,
 }
 
+/// A change to a bucket's records, as a [`StateWatch`] reports it.
+///
+/// ```
+/// use soorma::state::StateChange;
+/// let change = StateChange::Delete { tenant: "acme".into(), key: "n1".into(), revision: 7 };
+/// assert!(matches!(change, StateChange::Delete { revision: 7, .. }));
+/// ```
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum StateChange {
+    /// A record was written (or, before [`Current`](Self::Current), exists).
+    Put {
+        /// The record's tenant.
+        tenant: String,
+        /// The record's key.
+        key: String,
+        /// Its value.
+        value: Vec<u8>,
+        /// Its revision.
+        revision: Revision,
+    },
+    /// A record was deleted.
+    Delete {
+        /// The record's tenant.
+        tenant: String,
+        /// The record's key.
+        key: String,
+        /// The revision of the deletion.
+        revision: Revision,
+    },
+    /// Every record that existed when the watch started (or restarted) has been reported;
+    /// what follows happened since.
+    Current,
+    /// The watch fell behind and missed changes: drop what was built from it; the bucket's
+    /// records follow again, then [`Current`](Self::Current).
+    Reset,
+}
+
+/// The changes to one bucket, all tenants: first its records, then
+/// [`StateChange::Current`], then every write and deletion as it happens.
+///
+/// ```
+/// # #[tokio::main(flavor = "current_thread")] async fn main() -> soorma::Result<()> {
+/// use soorma::state::{StateChange, StateKey, StateStore};
+///
+/// let store = soorma::embedded::MemoryStore::new();
+/// store.put(&StateKey::new("notes", "acme", "n1"), b"one".to_vec()).await?;
+/// let mut watch = store.watch("notes").await?;
+/// assert!(matches!(watch.next().await, Some(Ok(StateChange::Put { .. }))));
+/// assert_eq!(watch.next().await.unwrap()?, StateChange::Current);
+/// store.delete(&StateKey::new("notes", "acme", "n1")).await?;
+/// assert!(matches!(watch.next().await, Some(Ok(StateChange::Delete { .. }))));
+/// # Ok(()) }
+/// ```
+pub trait StateWatch: Send {
+    /// The next change; `None` when the store is gone.
+    fn next(&mut self) -> BoxFuture<'_, Option<Result<StateChange>>>;
+}
+
 /// A platform's key/value store with revision-checked writes.
 ///
 /// `create` fails with [`Error::Conflict`] when the key exists; `update` fails with
@@ -212,6 +271,33 @@ pub trait StateStore: Send + Sync + 'static {
     /// # Ok(()) }
     /// ```
     fn tenants<'a>(&'a self, bucket: &'static str) -> BoxFuture<'a, Result<Vec<String>>>;
+    /// Watches a bucket, all tenants (see [`StateWatch`]): for services that keep a view of a
+    /// bucket current, such as memory's vector index. Stores that cannot watch answer
+    /// [`Error::InvalidArgument`] (the default).
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")] async fn main() -> soorma::Result<()> {
+    /// use soorma::state::{StateChange, StateKey, StateStore};
+    ///
+    /// let store = soorma::embedded::MemoryStore::new();
+    /// let mut watch = store.watch("notes").await?;
+    /// assert_eq!(watch.next().await.unwrap()?, StateChange::Current); // nothing stored yet
+    /// store.put(&StateKey::new("notes", "acme", "n1"), b"hi".to_vec()).await?;
+    /// match watch.next().await.unwrap()? {
+    ///     StateChange::Put { tenant, key, value, .. } => {
+    ///         assert_eq!((tenant.as_str(), key.as_str(), value.as_slice()), ("acme", "n1", &b"hi"[..]));
+    ///     }
+    ///     other => panic!("{other:?}"),
+    /// }
+    /// # Ok(()) }
+    /// ```
+    fn watch<'a>(&'a self, bucket: &'static str) -> BoxFuture<'a, Result<Box<dyn StateWatch>>> {
+        Box::pin(async move {
+            Err(Error::InvalidArgument(format!(
+                "this state store cannot watch bucket `{bucket}`"
+            )))
+        })
+    }
 }
 
 /// What an update closure decided.

@@ -2,18 +2,120 @@ use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 
 use crate::error::{Error, Result};
-use crate::spi::state::{Revision, StateKey, StateStore, Versioned};
+use crate::spi::state::{Revision, StateChange, StateKey, StateStore, StateWatch, Versioned};
 use crate::spi::tenant::validate_tenant;
 use crate::util::BoxFuture;
 
 /// One bucket of one tenant: key → (value, revision).
 type Space = HashMap<String, (Vec<u8>, Revision)>;
 
+/// How many changes a watcher may fall behind before it is reset (and re-reads the bucket).
+const WATCH_BACKLOG: usize = 4096;
+
 #[derive(Default)]
 struct Inner {
     /// (bucket, tenant) → its records.
     spaces: HashMap<(&'static str, String), Space>,
     last_revision: Revision,
+    /// The watched buckets' change feeds.
+    watchers: HashMap<&'static str, tokio::sync::broadcast::Sender<StateChange>>,
+}
+
+impl Inner {
+    /// Tells the bucket's watchers, if any, about a change (under the store's lock, so they see
+    /// changes in revision order).
+    fn notify(&mut self, bucket: &'static str, change: impl FnOnce() -> StateChange) {
+        if let Some(feed) = self.watchers.get(bucket) {
+            if feed.receiver_count() == 0 {
+                self.watchers.remove(bucket);
+            } else {
+                let _ = feed.send(change());
+            }
+        }
+    }
+
+    /// Whether the bucket has watchers (so that writes copy their values for them).
+    fn watched(&self, bucket: &'static str) -> bool {
+        self.watchers.contains_key(bucket)
+    }
+
+    /// Tells the bucket's watchers about a write (`value` is the copy made for them).
+    fn notify_put(&mut self, key: &StateKey, value: Option<Vec<u8>>, revision: Revision) {
+        if let Some(value) = value {
+            self.notify(key.bucket, || StateChange::Put {
+                tenant: key.tenant.clone(),
+                key: key.key.clone(),
+                value,
+                revision,
+            });
+        }
+    }
+
+    /// The bucket's records as changes, then `Current`; and a receiver of what follows.
+    fn snapshot(
+        &mut self,
+        bucket: &'static str,
+    ) -> (
+        std::collections::VecDeque<StateChange>,
+        tokio::sync::broadcast::Receiver<StateChange>,
+    ) {
+        let rx = self
+            .watchers
+            .entry(bucket)
+            .or_insert_with(|| tokio::sync::broadcast::channel(WATCH_BACKLOG).0)
+            .subscribe();
+        let mut changes: std::collections::VecDeque<StateChange> = self
+            .spaces
+            .iter()
+            .filter(|((b, _), _)| *b == bucket)
+            .flat_map(|((_, tenant), records)| {
+                records.iter().map(move |(key, (value, revision))| StateChange::Put {
+                    tenant: tenant.clone(),
+                    key: key.clone(),
+                    value: value.clone(),
+                    revision: *revision,
+                })
+            })
+            .collect();
+        changes
+            .make_contiguous()
+            .sort_by_key(|c| match c {
+                StateChange::Put { revision, .. } => *revision,
+                _ => 0,
+            });
+        changes.push_back(StateChange::Current);
+        (changes, rx)
+    }
+}
+
+/// A watch on one bucket of a [`MemoryStore`].
+struct Watch {
+    store: MemoryStore,
+    bucket: &'static str,
+    pending: std::collections::VecDeque<StateChange>,
+    rx: tokio::sync::broadcast::Receiver<StateChange>,
+}
+
+impl StateWatch for Watch {
+    fn next(&mut self) -> BoxFuture<'_, Option<Result<StateChange>>> {
+        Box::pin(async move {
+            if let Some(change) = self.pending.pop_front() {
+                return Some(Ok(change));
+            }
+            match self.rx.recv().await {
+                Ok(change) => Some(Ok(change)),
+                Err(tokio::sync::broadcast::error::RecvError::Closed) => None,
+                Err(tokio::sync::broadcast::error::RecvError::Lagged(missed)) => {
+                    tracing::debug!(bucket = self.bucket, missed, "state watcher fell behind; re-reading the bucket");
+                    let (mut changes, rx) = self.store.with(|inner| inner.snapshot(self.bucket));
+                    self.rx = rx;
+                    changes.push_front(StateChange::Reset);
+                    self.pending = changes;
+                    self.pending.pop_front().map(Ok)
+                }
+            }
+        })
+    }
 }
 
 /// The in-memory state store: revision-checked, scoped by tenant.
@@ -92,14 +194,16 @@ impl StateStore for MemoryStore {
         ready(space(key).and_then(|space| {
             self.with(|inner| {
                 let revision = inner.last_revision + 1;
-                let entries = inner.spaces.entry(space).or_default();
-                if entries.contains_key(&key.key) {
+                if inner.spaces.get(&space).is_some_and(|e| e.contains_key(&key.key)) {
                     return Err(Error::Conflict {
                         key: key.to_string(),
                     });
                 }
+                let copy = inner.watched(key.bucket).then(|| value.clone());
+                let entries = inner.spaces.entry(space).or_default();
                 entries.insert(key.key.clone(), (value, revision));
                 inner.last_revision = revision;
+                inner.notify_put(key, copy, revision);
                 Ok(revision)
             })
         }))
@@ -114,6 +218,7 @@ impl StateStore for MemoryStore {
         ready(space(key).and_then(|space| {
             self.with(|inner| {
                 let revision = inner.last_revision + 1;
+                let copy = inner.watched(key.bucket).then(|| value.clone());
                 match inner
                     .spaces
                     .get_mut(&space)
@@ -122,6 +227,7 @@ impl StateStore for MemoryStore {
                     Some(entry) if entry.1 == expected => {
                         *entry = (value, revision);
                         inner.last_revision = revision;
+                        inner.notify_put(key, copy, revision);
                         Ok(revision)
                     }
                     _ => Err(Error::Conflict {
@@ -136,12 +242,14 @@ impl StateStore for MemoryStore {
         ready(space(key).and_then(|space| {
             self.with(|inner| {
                 let revision = inner.last_revision + 1;
+                let copy = inner.watched(key.bucket).then(|| value.clone());
                 inner
                     .spaces
                     .entry(space)
                     .or_default()
                     .insert(key.key.clone(), (value, revision));
                 inner.last_revision = revision;
+                inner.notify_put(key, copy, revision);
                 Ok(revision)
             })
         }))
@@ -150,8 +258,18 @@ impl StateStore for MemoryStore {
     fn delete<'a>(&'a self, key: &'a StateKey) -> BoxFuture<'a, Result<()>> {
         ready(space(key).map(|space| {
             self.with(|inner| {
-                if let Some(s) = inner.spaces.get_mut(&space) {
-                    s.remove(&key.key);
+                let removed = inner
+                    .spaces
+                    .get_mut(&space)
+                    .and_then(|s| s.remove(&key.key));
+                if removed.is_some() {
+                    inner.last_revision += 1;
+                    let revision = inner.last_revision;
+                    inner.notify(key.bucket, || StateChange::Delete {
+                        tenant: key.tenant.clone(),
+                        key: key.key.clone(),
+                        revision,
+                    });
                 }
             })
         }))
@@ -187,6 +305,16 @@ impl StateStore for MemoryStore {
         });
         tenants.sort();
         ready(Ok(tenants))
+    }
+
+    fn watch<'a>(&'a self, bucket: &'static str) -> BoxFuture<'a, Result<Box<dyn StateWatch>>> {
+        let (pending, rx) = self.with(|inner| inner.snapshot(bucket));
+        ready(Ok(Box::new(Watch {
+            store: self.clone(),
+            bucket,
+            pending,
+            rx,
+        }) as Box<dyn StateWatch>))
     }
 }
 

@@ -6,7 +6,7 @@ use tokio::sync::Mutex;
 
 use super::{NatsConfig, assets, engine_error, names};
 use crate::error::{BoxError, EngineErrorKind, Error, Result};
-use crate::spi::state::{Revision, StateKey, StateStore, Versioned};
+use crate::spi::state::{Revision, StateChange, StateKey, StateStore, StateWatch, Versioned};
 use crate::util::BoxFuture;
 
 /// How long a key listing waits for the next entry before it gives up on subjects that
@@ -177,6 +177,37 @@ impl StateStore for NatsStore {
         })
     }
 
+    fn watch<'a>(&'a self, bucket: &'static str) -> BoxFuture<'a, Result<Box<dyn StateWatch>>> {
+        Box::pin(async move {
+            let store = self.bucket(bucket, EngineErrorKind::Subscribe).await?;
+            let failed = |e: BoxError| {
+                engine_error(
+                    EngineErrorKind::Subscribe,
+                    format!("watch state bucket `{bucket}`"),
+                    e,
+                )
+            };
+            let held = store
+                .stream
+                .get_info()
+                .await
+                .map_err(|e| failed(e.into()))?
+                .state
+                .messages
+                > 0;
+            let entries = store
+                .watch_with_history(">")
+                .await
+                .map_err(|e| failed(e.into()))?;
+            Ok(Box::new(Watch {
+                entries,
+                current_due: true,
+                first: held,
+                current_next: !held,
+            }) as Box<dyn StateWatch>)
+        })
+    }
+
     fn tenants<'a>(&'a self, bucket: &'static str) -> BoxFuture<'a, Result<Vec<String>>> {
         Box::pin(async move {
             let store = self.bucket(bucket, EngineErrorKind::StateList).await?;
@@ -187,6 +218,90 @@ impl StateStore for NatsStore {
                     e,
                 )
             })
+        })
+    }
+}
+
+/// How long a watch waits for the first record of a bucket that held records when it started
+/// before it reports [`StateChange::Current`] anyway (they may have been purged meanwhile).
+const WATCH_FIRST_RECORD: std::time::Duration = std::time::Duration::from_secs(5);
+
+/// A watch on one KV bucket: the last entry of every key (its ordered consumer replays them),
+/// then changes as they are stored.
+struct Watch {
+    entries: kv::Watch,
+    /// `Current` is still to be reported.
+    current_due: bool,
+    /// Nothing has arrived yet from a bucket that held records.
+    first: bool,
+    /// `Current` goes out before the next entry.
+    current_next: bool,
+}
+
+impl Watch {
+    /// The change an entry makes (`None` for a key that is not `<tenant>.<key>`).
+    fn change(entry: kv::Entry) -> Option<StateChange> {
+        let (tenant, _) = entry.key.split_once('.')?;
+        let key = names::kv_key_decode(tenant, &entry.key)?;
+        let tenant = tenant.to_owned();
+        Some(match entry.operation {
+            kv::Operation::Put => StateChange::Put {
+                tenant,
+                key,
+                value: entry.value.to_vec(),
+                revision: entry.revision,
+            },
+            kv::Operation::Delete | kv::Operation::Purge => StateChange::Delete {
+                tenant,
+                key,
+                revision: entry.revision,
+            },
+        })
+    }
+}
+
+impl StateWatch for Watch {
+    fn next(&mut self) -> BoxFuture<'_, Option<Result<StateChange>>> {
+        use futures_util::StreamExt;
+        Box::pin(async move {
+            loop {
+                if self.current_next {
+                    self.current_next = false;
+                    self.current_due = false;
+                    return Some(Ok(StateChange::Current));
+                }
+                let next = if self.first {
+                    match tokio::time::timeout(WATCH_FIRST_RECORD, self.entries.next()).await {
+                        Ok(next) => next,
+                        Err(_) => {
+                            // The records seen at the start are gone: nothing to replay.
+                            self.first = false;
+                            self.current_next = true;
+                            continue;
+                        }
+                    }
+                } else {
+                    self.entries.next().await
+                };
+                self.first = false;
+                let entry = match next? {
+                    Ok(entry) => entry,
+                    Err(e) => {
+                        return Some(Err(engine_error(
+                            EngineErrorKind::Subscribe,
+                            "watch a state bucket",
+                            e,
+                        )));
+                    }
+                };
+                if self.current_due && entry.delta == 0 {
+                    self.current_next = true;
+                }
+                match Self::change(entry) {
+                    Some(change) => return Some(Ok(change)),
+                    None => continue,
+                }
+            }
         })
     }
 }
