@@ -1,5 +1,5 @@
 //! Shared data types for soorma: the event envelope, the topic set, registry DTOs,
-//! state-machine and workflow DTOs, persisted task / plan / session records, and A2A agent cards ([`a2a`]).
+//! state-machine and workflow DTOs, memory records ([`memory`]), persisted task / plan / session records, and A2A agent cards ([`a2a`]).
 //!
 //! These types are plain serde + schemars data with no runtime dependencies, so services
 //! written in other languages and the Rust SDK agree on one wire format (snake_case JSON; the
@@ -18,6 +18,7 @@
 pub mod a2a;
 mod envelope;
 pub mod events;
+pub mod memory;
 mod records;
 mod registry;
 mod reply;

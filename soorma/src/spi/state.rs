@@ -236,6 +236,33 @@ pub trait StateStore: Send + Sync + 'static {
     /// # Ok(()) }
     /// ```
     fn delete<'a>(&'a self, key: &'a StateKey) -> BoxFuture<'a, Result<()>>;
+    /// Deletes a record only if its revision is still `expected`; [`Error::Conflict`] when it
+    /// is not (or the record is gone). The default reads, compares and deletes, which a write
+    /// between the two can slip past: engines override it with an atomic one.
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")] async fn main() -> soorma::Result<()> {
+    /// use soorma::state::{StateKey, StateStore};
+    ///
+    /// let store = soorma::embedded::MemoryStore::new();
+    /// let key = StateKey::new("leases", "acme", "job-1");
+    /// let r1 = store.put(&key, b"worker-1".to_vec()).await?;
+    /// let r2 = store.put(&key, b"worker-2".to_vec()).await?; // taken over
+    /// assert!(store.delete_if(&key, r1).await.is_err()); // worker-1's release loses
+    /// store.delete_if(&key, r2).await?;
+    /// assert!(store.get(&key).await?.is_none());
+    /// # Ok(()) }
+    /// ```
+    fn delete_if<'a>(&'a self, key: &'a StateKey, expected: Revision) -> BoxFuture<'a, Result<()>> {
+        Box::pin(async move {
+            match self.get(key).await? {
+                Some(v) if v.revision == expected => self.delete(key).await,
+                _ => Err(Error::Conflict {
+                    key: key.to_string(),
+                }),
+            }
+        })
+    }
     /// Lists the keys of a bucket for one tenant.
     ///
     /// ```

@@ -275,6 +275,34 @@ impl StateStore for MemoryStore {
         }))
     }
 
+    fn delete_if<'a>(&'a self, key: &'a StateKey, expected: Revision) -> BoxFuture<'a, Result<()>> {
+        ready(space(key).and_then(|space| {
+            self.with(|inner| {
+                let current = inner
+                    .spaces
+                    .get(&space)
+                    .and_then(|s| s.get(&key.key))
+                    .map(|(_, r)| *r);
+                if current != Some(expected) {
+                    return Err(Error::Conflict {
+                        key: key.to_string(),
+                    });
+                }
+                if let Some(s) = inner.spaces.get_mut(&space) {
+                    s.remove(&key.key);
+                }
+                inner.last_revision += 1;
+                let revision = inner.last_revision;
+                inner.notify(key.bucket, || StateChange::Delete {
+                    tenant: key.tenant.clone(),
+                    key: key.key.clone(),
+                    revision,
+                });
+                Ok(())
+            })
+        }))
+    }
+
     fn keys<'a>(
         &'a self,
         bucket: &'static str,

@@ -157,6 +157,21 @@ impl StateStore for NatsStore {
         })
     }
 
+    fn delete_if<'a>(&'a self, key: &'a StateKey, expected: Revision) -> BoxFuture<'a, Result<()>> {
+        Box::pin(async move {
+            let store = self.bucket(key.bucket, EngineErrorKind::StateWrite).await?;
+            let k = names::kv_key(&key.tenant, &key.key)?;
+            super::during_failover(|| store.delete_expect_revision(&k, Some(expected)))
+                .await
+                .map_err(|e| match e.kind() {
+                    kv::DeleteErrorKind::WrongLastRevision => Error::Conflict {
+                        key: key.to_string(),
+                    },
+                    _ => state_err(EngineErrorKind::StateWrite, "delete", key, e),
+                })
+        })
+    }
+
     fn keys<'a>(
         &'a self,
         bucket: &'static str,

@@ -1,0 +1,67 @@
+//! How memory records store vectors and digests, and the clock they are stamped with.
+
+use base64::Engine as _;
+use base64::engine::general_purpose::STANDARD;
+use sha2::Digest as _;
+
+/// A vector as stored: base64 of its little-endian `f32`s.
+pub(crate) fn encode_vector(vector: &[f32]) -> String {
+    let bytes: Vec<u8> = vector.iter().flat_map(|x| x.to_le_bytes()).collect();
+    STANDARD.encode(bytes)
+}
+
+/// A stored vector of `dimensions` numbers, or `None` when it is malformed.
+pub(crate) fn decode_vector(text: &str, dimensions: usize) -> Option<Vec<f32>> {
+    let bytes = STANDARD.decode(text).ok()?;
+    if bytes.len() != dimensions * 4 {
+        return None;
+    }
+    let vector: Vec<f32> = bytes
+        .chunks_exact(4)
+        .map(|b| f32::from_le_bytes([b[0], b[1], b[2], b[3]]))
+        .collect();
+    vector.iter().all(|x| x.is_finite()).then_some(vector)
+}
+
+/// SHA-256 of `parts` (each length-prefixed), hex.
+pub(crate) fn digest(parts: &[&[u8]]) -> String {
+    let mut hash = sha2::Sha256::new();
+    for part in parts {
+        hash.update((part.len() as u64).to_le_bytes());
+        hash.update(part);
+    }
+    hash.finalize().iter().map(|b| format!("{b:02x}")).collect()
+}
+
+/// Milliseconds since the Unix epoch.
+pub(crate) fn now_ms() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_millis() as u64)
+        .unwrap_or(0)
+}
+
+/// `now + ttl` in ms since the epoch (saturating).
+pub(crate) fn expiry(now: u64, ttl: Option<std::time::Duration>) -> Option<u64> {
+    ttl.map(|ttl| now.saturating_add(u64::try_from(ttl.as_millis()).unwrap_or(u64::MAX)))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn vectors_round_trip_and_malformed_ones_are_refused() {
+        let v = vec![0.25_f32, -1.0, 3.5];
+        assert_eq!(decode_vector(&encode_vector(&v), 3), Some(v.clone()));
+        assert_eq!(decode_vector(&encode_vector(&v), 4), None);
+        assert_eq!(decode_vector("not base64!", 3), None);
+        assert_eq!(decode_vector(&encode_vector(&[f32::NAN]), 1), None);
+    }
+
+    #[test]
+    fn digests_separate_their_parts() {
+        assert_ne!(digest(&[b"ab", b"c"]), digest(&[b"a", b"bc"]));
+        assert_eq!(digest(&[b"x"]).len(), 64);
+    }
+}
