@@ -47,6 +47,7 @@ mod support;
 mod agent;
 mod cancel;
 mod llm_planner;
+mod memory;
 mod planner;
 mod platform;
 mod tool;

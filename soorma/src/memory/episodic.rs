@@ -167,6 +167,25 @@ impl std::fmt::Debug for Episodes {
     }
 }
 
+/// Microseconds since the epoch, increasing within this process: the order of episodes in
+/// their keys (appended in the same microsecond, they still sort in append order).
+fn next_order() -> u64 {
+    use std::sync::atomic::{AtomicU64, Ordering};
+    static LAST: AtomicU64 = AtomicU64::new(0);
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_micros() as u64)
+        .unwrap_or(0);
+    let mut last = LAST.load(Ordering::Relaxed);
+    loop {
+        let next = now.max(last + 1);
+        match LAST.compare_exchange_weak(last, next, Ordering::Relaxed, Ordering::Relaxed) {
+            Ok(_) => return next,
+            Err(seen) => last = seen,
+        }
+    }
+}
+
 /// The record-key prefix of an agent's episodes with a user (length-prefixed, so that no pair's
 /// prefix is another's).
 pub(crate) fn episode_prefix(agent: &str, user: &str) -> String {
@@ -249,15 +268,17 @@ impl Episodes {
         }
         let (model, embedding) = match &inner.embedder {
             Some(embedder) if !interaction.content.trim().is_empty() => {
-                let v = super::embed_checked(&**embedder, std::slice::from_ref(&interaction.content))
-                    .await?
-                    .pop()
-                    .unwrap_or_default();
+                let v =
+                    super::embed_checked(&**embedder, std::slice::from_ref(&interaction.content))
+                        .await?
+                        .pop()
+                        .unwrap_or_default();
                 (Some(embedder.model().to_owned()), Some(encode_vector(&v)))
             }
             _ => (None, None),
         };
         let at = now_ms();
+        let order = next_order();
         let id = crate::util::new_id();
         let record = EpisodeRecord {
             id: id.clone(),
@@ -275,13 +296,16 @@ impl Episodes {
         let key = StateKey::new(
             EPISODES_BUCKET,
             self.tenant.clone(),
-            format!("{}{at:016x}:{id}", self.prefix()),
+            format!("{}{order:016x}:{id}", self.prefix()),
         );
         let revision = inner
             .store()
             .create(&key, state_spi::encode("episode", &record)?)
             .await?;
-        inner.episodes.applied(revision, config.ready_timeout).await?;
+        inner
+            .episodes
+            .applied(revision, config.ready_timeout)
+            .await?;
         if let Some(max) = config.episode_retention.max_items {
             self.trim(max).await?;
         }
@@ -292,7 +316,9 @@ impl Episodes {
     async fn trim(&self, max: usize) -> Result<()> {
         let prefix = self.prefix();
         let surplus: Vec<String> = self.memory.inner.episodes.read(&self.tenant, |view| {
-            let all: Vec<String> = Self::mine(view, &prefix).map(|(k, _)| k.to_string()).collect();
+            let all: Vec<String> = Self::mine(view, &prefix)
+                .map(|(k, _)| k.to_string())
+                .collect();
             let extra = all.len().saturating_sub(max);
             all.into_iter().take(extra).collect()
         });
@@ -402,10 +428,14 @@ impl Episodes {
         inner.episodes.ready(inner.config.ready_timeout).await?;
         let prefix = self.prefix();
         let keys: Vec<String> = inner.episodes.read(&self.tenant, |view| {
-            Self::mine(view, &prefix).map(|(k, _)| k.to_string()).collect()
+            Self::mine(view, &prefix)
+                .map(|(k, _)| k.to_string())
+                .collect()
         });
         for key in &keys {
-            inner.delete_record(EPISODES_BUCKET, &self.tenant, key).await?;
+            inner
+                .delete_record(EPISODES_BUCKET, &self.tenant, key)
+                .await?;
         }
         Ok(keys.len())
     }

@@ -45,6 +45,9 @@ pub use embed::{Embedder, LexicalEmbedder, normalize};
 pub use episodic::{EpisodeHit, Episodes, Interaction};
 pub use error::MemoryError;
 pub use index::IndexConfig;
+/// The vector index, for the `memory` benchmark of `soorma-tests`. Not public API.
+#[doc(hidden)]
+pub use index::bench as __bench;
 pub use semantic::{Document, Hit, Knowledge, Query, UpsertOutcome, Upserted};
 pub use soorma_common::memory as records;
 pub use working::{Scope, WorkingMemory};
@@ -262,7 +265,12 @@ pub(crate) struct Inner {
 
 impl Drop for Inner {
     fn drop(&mut self) {
-        for task in self.tasks.get_mut().unwrap_or_else(|e| e.into_inner()).iter() {
+        for task in self
+            .tasks
+            .get_mut()
+            .unwrap_or_else(|e| e.into_inner())
+            .iter()
+        {
             task.abort();
         }
     }
@@ -280,7 +288,12 @@ impl Inner {
     }
 
     /// Deletes a record of a watched bucket, and forgets it in this process's view now.
-    pub(crate) async fn delete_record(&self, bucket: &'static str, tenant: &str, key: &str) -> Result<()> {
+    pub(crate) async fn delete_record(
+        &self,
+        bucket: &'static str,
+        tenant: &str,
+        key: &str,
+    ) -> Result<()> {
         self.store()
             .delete(&StateKey::new(bucket, tenant, key))
             .await?;
@@ -295,17 +308,27 @@ impl Inner {
 }
 
 /// Embeds `texts` and checks the answer's shape.
-pub(crate) async fn embed_checked(embedder: &dyn Embedder, texts: &[String]) -> Result<Vec<Vec<f32>>> {
+pub(crate) async fn embed_checked(
+    embedder: &dyn Embedder,
+    texts: &[String],
+) -> Result<Vec<Vec<f32>>> {
     let vectors = embedder.embed(texts).await?;
     let dims = embedder.dimensions();
-    if vectors.len() != texts.len() || vectors.iter().any(|v| v.len() != dims || v.iter().any(|x| !x.is_finite())) {
+    if vectors.len() != texts.len()
+        || vectors
+            .iter()
+            .any(|v| v.len() != dims || v.iter().any(|x| !x.is_finite()))
+    {
         return Err(MemoryError::Shape {
             model: embedder.model().to_owned(),
             expected: format!("{} vectors of {dims} finite numbers", texts.len()),
             got: format!(
                 "{} vectors of {:?} numbers",
                 vectors.len(),
-                vectors.iter().map(Vec::len).collect::<std::collections::BTreeSet<_>>()
+                vectors
+                    .iter()
+                    .map(Vec::len)
+                    .collect::<std::collections::BTreeSet<_>>()
             ),
         }
         .into());
@@ -325,10 +348,10 @@ pub(crate) async fn embed_checked(embedder: &dyn Embedder, texts: &[String]) -> 
 /// #[derive(serde::Deserialize, schemars::JsonSchema)]
 /// struct Note { text: String }
 ///
-/// /// Keeps the last note of the plan.
+/// /// Keeps the last note of the session.
 /// async fn note(req: Invocation<Note>, memory: TenantMemory) -> Result<usize, ToolError> {
-///     let plan = memory.plan().map_err(ToolError::invalid)?;
-///     plan.set("last", &req.data.text).await?;
+///     let session = memory.session()?;
+///     session.set("last", &req.data.text).await?;
 ///     Ok(req.data.text.len())
 /// }
 ///
@@ -336,9 +359,9 @@ pub(crate) async fn embed_checked(embedder: &dyn Embedder, texts: &[String]) -> 
 /// let memory = Memory::new(&platform).await?;
 /// let tool = Tool::new("notes").use_registered_handlers(false).with_state(memory.clone())
 ///     .handler(Handler::on_invoke("note.requested", note)).start(&platform).await?;
-/// let _: usize = platform.client("docs").tenant("acme").plan("p-9")
+/// let _: usize = platform.client("docs").with_tenant("acme").with_session("s-9")
 ///     .invoke("note.requested", serde_json::json!({"text": "hi"}), "note.completed").await?;
-/// let last: Option<String> = memory.tenant("acme")?.working(Scope::plan("p-9"))?.get("last").await?;
+/// let last: Option<String> = memory.tenant("acme")?.working(Scope::session("s-9"))?.get("last").await?;
 /// assert_eq!(last.as_deref(), Some("hi"));
 /// # tool.shutdown().await?; Ok(()) }
 /// ```
@@ -351,7 +374,10 @@ impl std::fmt::Debug for Memory {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Memory")
             .field("platform", &self.inner.platform.kind())
-            .field("model", &self.inner.embedder.as_ref().map(|e| e.model().to_owned()))
+            .field(
+                "model",
+                &self.inner.embedder.as_ref().map(|e| e.model().to_owned()),
+            )
             .finish()
     }
 }
@@ -436,10 +462,20 @@ impl MemoryBuilder {
             dimensions: e.dimensions(),
         });
         if model.as_ref().is_some_and(|m| m.dimensions == 0) {
-            return Err(Error::Config("memory: the embedder has 0 dimensions".into()));
+            return Err(Error::Config(
+                "memory: the embedder has 0 dimensions".into(),
+            ));
         }
-        let knowledge = Arc::new(View::new(KNOWLEDGE_BUCKET, model.clone(), config.index.clone()));
-        let public = Arc::new(View::new(PUBLIC_BUCKET, model.clone(), config.index.clone()));
+        let knowledge = Arc::new(View::new(
+            KNOWLEDGE_BUCKET,
+            model.clone(),
+            config.index.clone(),
+        ));
+        let public = Arc::new(View::new(
+            PUBLIC_BUCKET,
+            model.clone(),
+            config.index.clone(),
+        ));
         let episodes = Arc::new(View::new(EPISODES_BUCKET, model, config.index.clone()));
         let store = self.platform.state().clone();
         let tasks = vec![
@@ -484,7 +520,9 @@ async fn sweep_every(memory: std::sync::Weak<Inner>, every: Duration) {
     tick.tick().await;
     loop {
         tick.tick().await;
-        let Some(inner) = memory.upgrade() else { return };
+        let Some(inner) = memory.upgrade() else {
+            return;
+        };
         let memory = Memory { inner };
         if let Err(e) = memory.sweep().await {
             tracing::warn!(error = %e, "memory retention failed; trying again later");
@@ -619,7 +657,9 @@ impl Memory {
         let docs: Vec<String> = inner.knowledge.read(tenant, |v| {
             v.records
                 .iter()
-                .filter(|(_, d)| d.visibility == Visibility::User && d.user_id.as_deref() == Some(user))
+                .filter(|(_, d)| {
+                    d.visibility == Visibility::User && d.user_id.as_deref() == Some(user)
+                })
                 .map(|(k, _)| k.to_string())
                 .collect()
         });
@@ -641,7 +681,8 @@ impl Memory {
         let store = inner.store();
         for key in store.keys(WORKING_BUCKET, tenant).await? {
             let k = StateKey::new(WORKING_BUCKET, tenant, key);
-            if let Some(record) = state_spi::load::<WorkingRecord>(store, "working memory", &k).await?
+            if let Some(record) =
+                state_spi::load::<WorkingRecord>(store, "working memory", &k).await?
                 && record.value.user_id.as_deref() == Some(user)
             {
                 store.delete(&k).await?;
@@ -671,32 +712,37 @@ impl Memory {
         let inner = &self.inner;
         let now = now_ms();
         let mut swept = Swept::default();
-        for (view, bucket) in [(&inner.knowledge, KNOWLEDGE_BUCKET), (&inner.public, PUBLIC_BUCKET)] {
-            let doomed = view.each(|tenant, v| {
-                let mut doomed: Vec<(String, String, u64)> = Vec::new();
-                let mut by_namespace: HashMap<&str, Vec<(u64, &str)>> = HashMap::new();
-                for (key, doc) in &v.records {
-                    if doc.expires_at.is_some_and(|at| at <= now) {
-                        doomed.push((tenant.to_owned(), key.to_string(), v.revision(key)));
-                    } else {
-                        by_namespace.entry(&doc.namespace).or_default().push((doc.updated_at, key));
+        for (view, bucket) in [
+            (&inner.knowledge, KNOWLEDGE_BUCKET),
+            (&inner.public, PUBLIC_BUCKET),
+        ] {
+            let doomed =
+                view.each(|tenant, v| {
+                    let mut doomed: Vec<(String, String, u64)> = Vec::new();
+                    let mut by_namespace: HashMap<&str, Vec<(u64, &str)>> = HashMap::new();
+                    for (key, doc) in &v.records {
+                        if doc.expires_at.is_some_and(|at| at <= now) {
+                            doomed.push((tenant.to_owned(), key.to_string(), v.revision(key)));
+                        } else {
+                            by_namespace
+                                .entry(&doc.namespace)
+                                .or_default()
+                                .push((doc.updated_at, key));
+                        }
                     }
-                }
-                for (namespace, mut docs) in by_namespace {
-                    if let Some(max) = inner.config.retention_of(namespace).max_items
-                        && docs.len() > max
-                    {
-                        docs.sort();
-                        let extra = docs.len() - max;
-                        doomed.extend(
-                            docs.into_iter()
-                                .take(extra)
-                                .map(|(_, key)| (tenant.to_owned(), key.to_owned(), v.revision(key))),
-                        );
+                    for (namespace, mut docs) in by_namespace {
+                        if let Some(max) = inner.config.retention_of(namespace).max_items
+                            && docs.len() > max
+                        {
+                            docs.sort();
+                            let extra = docs.len() - max;
+                            doomed.extend(docs.into_iter().take(extra).map(|(_, key)| {
+                                (tenant.to_owned(), key.to_owned(), v.revision(key))
+                            }));
+                        }
                     }
-                }
-                doomed
-            });
+                    doomed
+                });
             swept.knowledge += self.delete_unchanged(bucket, doomed).await?;
         }
         let doomed = inner.episodes.each(|tenant, v| {
@@ -711,7 +757,9 @@ impl Memory {
         for tenant in store.tenants(WORKING_BUCKET).await? {
             for key in store.keys(WORKING_BUCKET, &tenant).await? {
                 let k = StateKey::new(WORKING_BUCKET, tenant.clone(), key);
-                let Ok(Some(record)) = state_spi::load::<WorkingRecord>(store, "working memory", &k).await else {
+                let Ok(Some(record)) =
+                    state_spi::load::<WorkingRecord>(store, "working memory", &k).await
+                else {
                     continue;
                 };
                 if record.value.expires_at.is_some_and(|at| at <= now)
@@ -725,13 +773,20 @@ impl Memory {
     }
 
     /// Deletes records that still have the revision they were judged by.
-    async fn delete_unchanged(&self, bucket: &'static str, doomed: Vec<(String, String, u64)>) -> Result<usize> {
+    async fn delete_unchanged(
+        &self,
+        bucket: &'static str,
+        doomed: Vec<(String, String, u64)>,
+    ) -> Result<usize> {
         let inner = &self.inner;
         let mut deleted = 0;
         for (tenant, key, revision) in doomed {
             match inner
                 .store()
-                .delete_if(&StateKey::new(bucket, tenant.clone(), key.clone()), revision)
+                .delete_if(
+                    &StateKey::new(bucket, tenant.clone(), key.clone()),
+                    revision,
+                )
                 .await
             {
                 Ok(()) => {
@@ -834,7 +889,12 @@ impl TenantMemory {
     /// # Ok(()) }
     /// ```
     pub fn working(&self, scope: Scope) -> Result<WorkingMemory> {
-        WorkingMemory::new(self.memory.clone(), self.tenant.clone(), scope, self.user.clone())
+        WorkingMemory::new(
+            self.memory.clone(),
+            self.tenant.clone(),
+            scope,
+            self.user.clone(),
+        )
     }
 
     /// Working memory of the handled event's plan; [`Error::InvalidArgument`] when it has none.
@@ -847,7 +907,9 @@ impl TenantMemory {
     /// ```
     pub fn plan(&self) -> Result<WorkingMemory> {
         let plan = self.plan.clone().ok_or_else(|| {
-            Error::InvalidArgument("the handled event belongs to no plan (it has no plan_id)".into())
+            Error::InvalidArgument(
+                "the handled event belongs to no plan (it has no plan_id)".into(),
+            )
         })?;
         self.working(Scope::Plan(plan))
     }
@@ -863,7 +925,9 @@ impl TenantMemory {
     /// ```
     pub fn session(&self) -> Result<WorkingMemory> {
         let session = self.session.clone().ok_or_else(|| {
-            Error::InvalidArgument("the handled event belongs to no session (it has no session_id)".into())
+            Error::InvalidArgument(
+                "the handled event belongs to no session (it has no session_id)".into(),
+            )
         })?;
         self.working(Scope::Session(session))
     }
@@ -899,7 +963,8 @@ impl TenantMemory {
         semantic::check_name("agent name", agent)?;
         let user = self.user.clone().ok_or_else(|| {
             Error::InvalidArgument(
-                "episodic memory is kept per user: the event has no user_id (or use `for_user`)".into(),
+                "episodic memory is kept per user: the event has no user_id (or use `for_user`)"
+                    .into(),
             )
         })?;
         if user.is_empty() || user.len() > 256 || user.chars().any(char::is_control) {
@@ -925,7 +990,9 @@ impl TenantMemory {
     /// ```
     pub fn my_episodes(&self) -> Result<Episodes> {
         let agent = self.agent.clone().ok_or_else(|| {
-            Error::InvalidArgument("no agent is handling an event here: use `episodes(agent)`".into())
+            Error::InvalidArgument(
+                "no agent is handling an event here: use `episodes(agent)`".into(),
+            )
         })?;
         self.episodes(&agent)
     }

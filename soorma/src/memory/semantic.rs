@@ -458,7 +458,9 @@ impl Knowledge {
             }
         };
         if doc.text.trim().is_empty() {
-            return Err(Error::InvalidArgument("a document's text must not be empty".into()));
+            return Err(Error::InvalidArgument(
+                "a document's text must not be empty".into(),
+            ));
         }
         if doc.text.len() > config.max_document_bytes {
             return Err(MemoryError::TooLarge {
@@ -475,7 +477,8 @@ impl Knowledge {
                 doc.tags.len()
             )));
         }
-        let metadata_bytes = serde_json::to_vec(&doc.metadata).map_err(|e| Error::serialize("metadata", e))?;
+        let metadata_bytes =
+            serde_json::to_vec(&doc.metadata).map_err(|e| Error::serialize("metadata", e))?;
         if metadata_bytes.len() > MAX_METADATA_BYTES {
             return Err(MemoryError::TooLarge {
                 what: "document metadata",
@@ -485,7 +488,9 @@ impl Knowledge {
             .into());
         }
         let embedder = inner.embedder("semantic memory")?;
-        let owner = (visibility == Visibility::User).then(|| self.user.clone()).flatten();
+        let owner = (visibility == Visibility::User)
+            .then(|| self.user.clone())
+            .flatten();
         let tags_bytes = doc.tags.join("\u{1f}");
         let hash = digest(&[
             doc.text.as_bytes(),
@@ -506,7 +511,8 @@ impl Knowledge {
             )));
         }
         let key = self.key(&id);
-        let stored = state_spi::load::<KnowledgeRecord>(inner.store(), "knowledge document", &key).await?;
+        let stored =
+            state_spi::load::<KnowledgeRecord>(inner.store(), "knowledge document", &key).await?;
         if let Some(existing) = &stored {
             if !self.may_touch(&existing.value) {
                 return Err(Error::InvalidArgument(format!(
@@ -532,10 +538,15 @@ impl Knowledge {
             }
         }
         let spans = chunk_spans(&doc.text, config.chunk_chars);
-        let texts: Vec<String> = spans.iter().map(|(s, e)| doc.text[*s..*e].to_owned()).collect();
+        let texts: Vec<String> = spans
+            .iter()
+            .map(|(s, e)| doc.text[*s..*e].to_owned())
+            .collect();
         let vectors = super::embed_checked(&*embedder, &texts).await?;
         let now = now_ms();
-        let ttl = doc.ttl.or_else(|| config.retention_of(&doc.namespace).max_age);
+        let ttl = doc
+            .ttl
+            .or_else(|| config.retention_of(&doc.namespace).max_age);
         let record = KnowledgeRecord {
             id: id.clone(),
             namespace: doc.namespace,
@@ -600,12 +611,14 @@ impl Knowledge {
     /// ```
     pub async fn get(&self, id: &str) -> Result<Option<KnowledgeRecord>> {
         let key = self.key(id);
-        Ok(
-            state_spi::load::<KnowledgeRecord>(self.memory.inner.store(), "knowledge document", &key)
-                .await?
-                .map(|v| v.value)
-                .filter(|doc| self.may_touch(doc) && doc.expires_at.is_none_or(|at| at > now_ms())),
+        Ok(state_spi::load::<KnowledgeRecord>(
+            self.memory.inner.store(),
+            "knowledge document",
+            &key,
         )
+        .await?
+        .map(|v| v.value)
+        .filter(|doc| self.may_touch(doc) && doc.expires_at.is_none_or(|at| at > now_ms())))
     }
 
     /// Deletes a document this handle may touch; whether it existed.
@@ -623,7 +636,9 @@ impl Knowledge {
     pub async fn delete(&self, id: &str) -> Result<bool> {
         let key = self.key(id);
         let inner = &self.memory.inner;
-        let Some(doc) = state_spi::load::<KnowledgeRecord>(inner.store(), "knowledge document", &key).await? else {
+        let Some(doc) =
+            state_spi::load::<KnowledgeRecord>(inner.store(), "knowledge document", &key).await?
+        else {
             return Ok(false);
         };
         if !self.may_touch(&doc.value) {
@@ -658,7 +673,9 @@ impl Knowledge {
             )));
         }
         if query.text.trim().is_empty() {
-            return Err(Error::InvalidArgument("a query's text must not be empty".into()));
+            return Err(Error::InvalidArgument(
+                "a query's text must not be empty".into(),
+            ));
         }
         if query.text.len() > config.max_document_bytes {
             return Err(MemoryError::TooLarge {
@@ -669,7 +686,9 @@ impl Knowledge {
             .into());
         }
         if query.tags.len() > MAX_TAGS {
-            return Err(Error::InvalidArgument(format!("a query has more than {MAX_TAGS} tags")));
+            return Err(Error::InvalidArgument(format!(
+                "a query has more than {MAX_TAGS} tags"
+            )));
         }
         let embedder = inner.embedder("semantic search")?;
         let vector = super::embed_checked(&*embedder, std::slice::from_ref(&query.text))
@@ -702,7 +721,9 @@ impl Knowledge {
                         _ => true,
                     }
             };
-            let found = view.read(tenant, |v| v.search(&vector, want, config.index.exact_below, &keep))?;
+            let found = view.read(tenant, |v| {
+                v.search(&vector, want, config.index.exact_below, &keep)
+            })?;
             hits.extend(found.into_iter().filter_map(|(slot, doc, score)| {
                 let chunk = doc.chunks.get(slot.chunk)?;
                 Some(Hit {
@@ -797,7 +818,8 @@ mod tests {
 
     #[test]
     fn chunks_cover_the_text_at_natural_breaks() {
-        let text = "First sentence here. Second one follows! Third?\n\nA new paragraph starts. ".repeat(20);
+        let text = "First sentence here. Second one follows! Third?\n\nA new paragraph starts. "
+            .repeat(20);
         let spans = chunk_spans(&text, 100);
         assert!(spans.len() > 10);
         for (s, e) in &spans {
@@ -813,7 +835,11 @@ mod tests {
         let squash = |t: &str| t.split_whitespace().collect::<String>();
         assert_eq!(squash(&covered), squash(&text));
         // Sentence ends are preferred.
-        assert!(spans.iter().all(|(_, e)| text[..*e].ends_with(['.', '!', '?'])));
+        assert!(
+            spans
+                .iter()
+                .all(|(_, e)| text[..*e].ends_with(['.', '!', '?']))
+        );
     }
 
     #[test]
@@ -821,7 +847,11 @@ mod tests {
         let text = "é".repeat(1000);
         let spans = chunk_spans(&text, 100);
         assert_eq!(spans.len(), 10);
-        assert!(spans.iter().all(|(s, e)| text.is_char_boundary(*s) && text.is_char_boundary(*e)));
+        assert!(
+            spans
+                .iter()
+                .all(|(s, e)| text.is_char_boundary(*s) && text.is_char_boundary(*e))
+        );
         assert!(chunk_spans("   ", 100).is_empty());
         assert_eq!(chunk_spans("short", 100), [(0, 5)]);
     }

@@ -137,7 +137,11 @@ pub(crate) struct View<R> {
 }
 
 impl<R: Indexed> View<R> {
-    pub(crate) fn new(bucket: &'static str, model: Option<Model>, index_config: IndexConfig) -> Self {
+    pub(crate) fn new(
+        bucket: &'static str,
+        model: Option<Model>,
+        index_config: IndexConfig,
+    ) -> Self {
         Self {
             bucket,
             model,
@@ -191,7 +195,10 @@ impl<R: Indexed> View<R> {
             .await
             .map_err(|_| Error::Timeout {
                 after: within,
-                what: format!("the memory view of `{}` to apply revision {revision}", self.bucket),
+                what: format!(
+                    "the memory view of `{}` to apply revision {revision}",
+                    self.bucket
+                ),
             })?
             .map_err(|_| Error::Closed)?;
         Ok(())
@@ -345,7 +352,9 @@ pub(crate) async fn follow<R: Indexed>(view: Weak<View<R>>, store: Arc<dyn State
                     }
                 }
             }
-            Err(e) => tracing::warn!(bucket, error = %e, "cannot watch a memory bucket; trying again"),
+            Err(e) => {
+                tracing::warn!(bucket, error = %e, "cannot watch a memory bucket; trying again")
+            }
         }
         if view.strong_count() == 0 {
             return;

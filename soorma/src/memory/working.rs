@@ -129,7 +129,12 @@ impl std::fmt::Debug for WorkingMemory {
 }
 
 impl WorkingMemory {
-    pub(crate) fn new(memory: Memory, tenant: String, scope: Scope, user: Option<String>) -> Result<Self> {
+    pub(crate) fn new(
+        memory: Memory,
+        tenant: String,
+        scope: Scope,
+        user: Option<String>,
+    ) -> Result<Self> {
         check_key("scope id", scope.parts().1)?;
         Ok(Self {
             memory,
@@ -164,14 +169,17 @@ impl WorkingMemory {
     /// Reads a stored record, deleting it when it has expired.
     async fn load(&self, key: &StateKey) -> Result<Option<Versioned<WorkingRecord>>> {
         let store = self.memory.inner.store();
-        let Some(record) = state_spi::load::<WorkingRecord>(store, "working memory", key).await? else {
+        let Some(record) = state_spi::load::<WorkingRecord>(store, "working memory", key).await?
+        else {
             return Ok(None);
         };
         if record.value.expires_at.is_some_and(|at| at <= now_ms()) {
             // Expired: gone for readers now, and from the store unless rewritten meanwhile.
             match store.delete_if(key, record.revision).await {
                 Ok(()) | Err(Error::Conflict { .. }) => {}
-                Err(e) => tracing::debug!(%key, error = %e, "could not delete an expired working-memory value"),
+                Err(e) => {
+                    tracing::debug!(%key, error = %e, "could not delete an expired working-memory value")
+                }
             }
             return Ok(None);
         }
@@ -180,7 +188,8 @@ impl WorkingMemory {
 
     fn encode<T: Serialize>(&self, value: &T, ttl: Option<Duration>) -> Result<Vec<u8>> {
         let config = &self.memory.inner.config;
-        let value = serde_json::to_value(value).map_err(|e| Error::serialize("working-memory value", e))?;
+        let value =
+            serde_json::to_value(value).map_err(|e| Error::serialize("working-memory value", e))?;
         let record = WorkingRecord {
             value,
             expires_at: expiry(now_ms(), ttl.or(config.working_ttl)),
@@ -229,7 +238,10 @@ impl WorkingMemory {
     /// assert_eq!(wm.get_versioned::<u32>("step").await?.unwrap().revision, rev);
     /// # Ok(()) }
     /// ```
-    pub async fn get_versioned<T: DeserializeOwned>(&self, key: &str) -> Result<Option<Versioned<T>>> {
+    pub async fn get_versioned<T: DeserializeOwned>(
+        &self,
+        key: &str,
+    ) -> Result<Option<Versioned<T>>> {
         let k = self.key(key)?;
         match self.load(&k).await? {
             Some(v) => Ok(Some(Versioned {
@@ -266,7 +278,12 @@ impl WorkingMemory {
     /// assert_eq!(wm.get::<String>("otp").await?, None);
     /// # Ok(()) }
     /// ```
-    pub async fn set_with_ttl<T: Serialize>(&self, key: &str, value: &T, ttl: Duration) -> Result<Revision> {
+    pub async fn set_with_ttl<T: Serialize>(
+        &self,
+        key: &str,
+        value: &T,
+        ttl: Duration,
+    ) -> Result<Revision> {
         let k = self.key(key)?;
         let bytes = self.encode(value, Some(ttl))?;
         self.memory.inner.store().put(&k, bytes).await

@@ -69,20 +69,20 @@ impl Inner {
             .iter()
             .filter(|((b, _), _)| *b == bucket)
             .flat_map(|((_, tenant), records)| {
-                records.iter().map(move |(key, (value, revision))| StateChange::Put {
-                    tenant: tenant.clone(),
-                    key: key.clone(),
-                    value: value.clone(),
-                    revision: *revision,
-                })
+                records
+                    .iter()
+                    .map(move |(key, (value, revision))| StateChange::Put {
+                        tenant: tenant.clone(),
+                        key: key.clone(),
+                        value: value.clone(),
+                        revision: *revision,
+                    })
             })
             .collect();
-        changes
-            .make_contiguous()
-            .sort_by_key(|c| match c {
-                StateChange::Put { revision, .. } => *revision,
-                _ => 0,
-            });
+        changes.make_contiguous().sort_by_key(|c| match c {
+            StateChange::Put { revision, .. } => *revision,
+            _ => 0,
+        });
         changes.push_back(StateChange::Current);
         (changes, rx)
     }
@@ -106,7 +106,11 @@ impl StateWatch for Watch {
                 Ok(change) => Some(Ok(change)),
                 Err(tokio::sync::broadcast::error::RecvError::Closed) => None,
                 Err(tokio::sync::broadcast::error::RecvError::Lagged(missed)) => {
-                    tracing::debug!(bucket = self.bucket, missed, "state watcher fell behind; re-reading the bucket");
+                    tracing::debug!(
+                        bucket = self.bucket,
+                        missed,
+                        "state watcher fell behind; re-reading the bucket"
+                    );
                     let (mut changes, rx) = self.store.with(|inner| inner.snapshot(self.bucket));
                     self.rx = rx;
                     changes.push_front(StateChange::Reset);
@@ -194,7 +198,11 @@ impl StateStore for MemoryStore {
         ready(space(key).and_then(|space| {
             self.with(|inner| {
                 let revision = inner.last_revision + 1;
-                if inner.spaces.get(&space).is_some_and(|e| e.contains_key(&key.key)) {
+                if inner
+                    .spaces
+                    .get(&space)
+                    .is_some_and(|e| e.contains_key(&key.key))
+                {
                     return Err(Error::Conflict {
                         key: key.to_string(),
                     });
