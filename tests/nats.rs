@@ -1058,3 +1058,144 @@ async fn concurrent_requests_share_stored_messages_but_not_their_replies_wait() 
     );
     eprintln!("{stored} messages stored for {} requests", 5 * 201);
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_state_watch_replays_the_bucket_then_reports_every_change_from_any_connection() {
+    use soorma::state::{StateChange, StateKey};
+    let server = NatsServer::start();
+    let writer = connect(&server).await;
+    let store = writer.state().clone();
+    // Keys that are not subject tokens are stored hex-encoded; the watch decodes them.
+    let odd = "7:support:3:ann:0001";
+    store
+        .put(&StateKey::new("watched", "acme", "a"), b"1".to_vec())
+        .await
+        .unwrap();
+    store
+        .put(&StateKey::new("watched", "globex", odd), b"2".to_vec())
+        .await
+        .unwrap();
+    store
+        .put(&StateKey::new("watched", "acme", "gone"), b"3".to_vec())
+        .await
+        .unwrap();
+    store
+        .delete(&StateKey::new("watched", "acme", "gone"))
+        .await
+        .unwrap();
+    let reader = connect(&server).await;
+    let mut watch = reader.state().watch("watched").await.unwrap();
+    let mut next = async || {
+        tokio::time::timeout(WAIT, watch.next())
+            .await
+            .expect("a change")
+            .expect("watching")
+            .expect("no error")
+    };
+    let mut live = std::collections::BTreeMap::new();
+    loop {
+        match next().await {
+            StateChange::Put {
+                tenant, key, value, ..
+            } => {
+                live.insert((tenant, key), value);
+            }
+            StateChange::Delete { tenant, key, .. } => {
+                live.remove(&(tenant, key));
+            }
+            StateChange::Current => break,
+            other => panic!("{other:?}"),
+        }
+    }
+    let expected: std::collections::BTreeMap<_, _> = [
+        (("acme".to_owned(), "a".to_owned()), b"1".to_vec()),
+        (("globex".to_owned(), odd.to_owned()), b"2".to_vec()),
+    ]
+    .into();
+    assert_eq!(live, expected);
+    let r = store
+        .put(&StateKey::new("watched", "acme", "a"), b"4".to_vec())
+        .await
+        .unwrap();
+    assert!(
+        matches!(next().await, StateChange::Put { key, value, revision, .. } if key == "a" && value == b"4" && revision == r)
+    );
+    // A conditional delete with a stale revision changes nothing; with the right one it deletes.
+    assert!(matches!(
+        store
+            .delete_if(&StateKey::new("watched", "acme", "a"), r - 1)
+            .await,
+        Err(soorma::Error::Conflict { .. })
+    ));
+    store
+        .delete_if(&StateKey::new("watched", "acme", "a"), r)
+        .await
+        .unwrap();
+    assert!(matches!(next().await, StateChange::Delete { key, .. } if key == "a"));
+    // An empty bucket is current at once.
+    let mut empty = reader.state().watch("never_written").await.unwrap();
+    let first = tokio::time::timeout(WAIT, empty.next())
+        .await
+        .unwrap()
+        .unwrap()
+        .unwrap();
+    assert_eq!(first, StateChange::Current);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn memory_is_rebuilt_from_the_store_after_a_server_restart() {
+    use soorma::memory::{Document, LexicalEmbedder, Memory, Query, Scope};
+    let mut server = NatsServer::start();
+    {
+        let platform = connect(&server).await;
+        let memory = Memory::builder(&platform)
+            .embedder(LexicalEmbedder::new(128))
+            .build()
+            .await
+            .unwrap();
+        let acme = memory.tenant("acme").unwrap();
+        for i in 0..50 {
+            acme.knowledge()
+                .upsert(
+                    Document::new(format!("note number {i} about topic{i}")).id(format!("n{i}")),
+                )
+                .await
+                .unwrap();
+        }
+        acme.working(Scope::plan("p"))
+            .unwrap()
+            .set("step", &3)
+            .await
+            .unwrap();
+    }
+    server.restart();
+    let platform = connect(&server).await;
+    let memory = Memory::builder(&platform)
+        .embedder(LexicalEmbedder::new(128))
+        .build()
+        .await
+        .unwrap();
+    let acme = memory.tenant("acme").unwrap();
+    let hits = acme
+        .knowledge()
+        .query(Query::new("topic17").k(1))
+        .await
+        .unwrap();
+    assert_eq!(hits[0].id, "n17");
+    assert_eq!(
+        acme.knowledge()
+            .query(Query::new("note").k(100))
+            .await
+            .unwrap()
+            .len(),
+        50
+    );
+    assert_eq!(
+        acme.working(Scope::plan("p"))
+            .unwrap()
+            .get::<u32>("step")
+            .await
+            .unwrap(),
+        Some(3)
+    );
+}

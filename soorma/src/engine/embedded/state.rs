@@ -358,6 +358,126 @@ impl StateStore for MemoryStore {
 mod tests {
     use super::*;
 
+    async fn next(watch: &mut Box<dyn StateWatch>) -> StateChange {
+        tokio::time::timeout(std::time::Duration::from_secs(1), watch.next())
+            .await
+            .expect("a change")
+            .expect("the store is alive")
+            .expect("no error")
+    }
+
+    #[tokio::test]
+    async fn a_watch_reports_records_then_current_then_changes_in_order() {
+        let store = MemoryStore::new();
+        let key = |t: &str, k: &str| StateKey::new("notes", t, k);
+        store.put(&key("acme", "a"), b"1".to_vec()).await.unwrap();
+        store.put(&key("globex", "b"), b"2".to_vec()).await.unwrap();
+        store
+            .put(&StateKey::new("other", "acme", "x"), Vec::new())
+            .await
+            .unwrap();
+        let mut watch = store.watch("notes").await.unwrap();
+        let snapshot = [next(&mut watch).await, next(&mut watch).await];
+        assert!(
+            matches!(&snapshot[0], StateChange::Put { tenant, key, .. } if tenant == "acme" && key == "a")
+        );
+        assert!(
+            matches!(&snapshot[1], StateChange::Put { tenant, key, .. } if tenant == "globex" && key == "b")
+        );
+        assert_eq!(next(&mut watch).await, StateChange::Current);
+        let r = store
+            .create(&key("acme", "c"), b"3".to_vec())
+            .await
+            .unwrap();
+        store
+            .update(&key("acme", "c"), b"4".to_vec(), r)
+            .await
+            .unwrap();
+        store
+            .put(&StateKey::new("other", "acme", "y"), Vec::new())
+            .await
+            .unwrap(); // not watched
+        store.delete(&key("acme", "a")).await.unwrap();
+        store.delete(&key("acme", "never")).await.unwrap(); // nothing deleted: nothing reported
+        let r = store
+            .get(&key("acme", "c"))
+            .await
+            .unwrap()
+            .unwrap()
+            .revision;
+        store.delete_if(&key("acme", "c"), r).await.unwrap();
+        let mut last = 0;
+        let mut seen = Vec::new();
+        for _ in 0..4 {
+            match next(&mut watch).await {
+                StateChange::Put {
+                    key,
+                    value,
+                    revision,
+                    ..
+                } => {
+                    assert!(revision > last);
+                    last = revision;
+                    seen.push(format!("put {key} {}", String::from_utf8(value).unwrap()));
+                }
+                StateChange::Delete { key, revision, .. } => {
+                    assert!(revision > last);
+                    last = revision;
+                    seen.push(format!("delete {key}"));
+                }
+                other => panic!("{other:?}"),
+            }
+        }
+        assert_eq!(seen, ["put c 3", "put c 4", "delete a", "delete c"]);
+        assert!(
+            tokio::time::timeout(std::time::Duration::from_millis(50), watch.next())
+                .await
+                .is_err()
+        );
+    }
+
+    #[tokio::test]
+    async fn a_watcher_that_falls_behind_is_reset_and_reads_the_bucket_again() {
+        let store = MemoryStore::new();
+        let mut watch = store.watch("notes").await.unwrap();
+        assert_eq!(next(&mut watch).await, StateChange::Current);
+        let n = WATCH_BACKLOG + 100;
+        for i in 0..n {
+            store
+                .put(&StateKey::new("notes", "acme", format!("k{i}")), vec![1])
+                .await
+                .unwrap();
+        }
+        assert_eq!(next(&mut watch).await, StateChange::Reset);
+        let mut keys = std::collections::HashSet::new();
+        loop {
+            match next(&mut watch).await {
+                StateChange::Put { key, .. } => assert!(keys.insert(key)),
+                StateChange::Current => break,
+                other => panic!("{other:?}"),
+            }
+        }
+        assert_eq!(keys.len(), n);
+        // Caught up: the next change is the next write.
+        store
+            .put(&StateKey::new("notes", "acme", "after"), vec![2])
+            .await
+            .unwrap();
+        assert!(matches!(next(&mut watch).await, StateChange::Put { key, .. } if key == "after"));
+    }
+
+    #[tokio::test]
+    async fn writes_stop_copying_values_once_no_one_watches() {
+        let store = MemoryStore::new();
+        let watch = store.watch("notes").await.unwrap();
+        drop(watch);
+        store
+            .put(&StateKey::new("notes", "acme", "k"), vec![1])
+            .await
+            .unwrap();
+        assert!(store.with(|inner| inner.watchers.is_empty()));
+    }
+
     #[tokio::test]
     async fn create_update_conflicts_and_tenant_scoping() {
         let store = MemoryStore::new();
