@@ -78,6 +78,21 @@ const EXAMPLES: &[Example] = &[
         ],
     },
     Example {
+        name: "rag_agent",
+        needs: Needs::Nothing,
+        prints: &[
+            "handbook: 5 documents in semantic memory",
+            "Q: How many vacation days do I get?",
+            "   cites: [1] Annual leave (leave)",
+            "Q: Can I do my job from home on some days?",
+            "   cites: [1] Working from home (remote)",
+            "Q: Someone took my computer, what do I do?",
+            "   cites: [1] Laptop security (security)",
+            "Q: What is the recipe for apple pie?",
+            "A: The handbook does not say.",
+        ],
+    },
+    Example {
         name: "research_workflow",
         needs: Needs::Nothing,
         prints: &[
