@@ -63,6 +63,9 @@ use semantic::{KNOWLEDGE_BUCKET, PUBLIC_BUCKET};
 use view::{Model, View};
 use working::WORKING_BUCKET;
 
+/// The most working-memory records one retention pass reads.
+const SWEEP_WORKING_READS: usize = 10_000;
+
 /// The tenant of public knowledge, in its own bucket (no tenant can write there).
 pub(crate) const PUBLIC_SPACE: &str = "public";
 
@@ -754,8 +757,20 @@ impl Memory {
         });
         swept.episodes += self.delete_unchanged(EPISODES_BUCKET, doomed).await?;
         let store = inner.store();
-        for tenant in store.tenants(WORKING_BUCKET).await? {
+        let mut read = 0;
+        let mut tenants = store.tenants(WORKING_BUCKET).await?;
+        if !tenants.is_empty() {
+            // Start at a random tenant, so that a pass cut short does not always skip the same.
+            let start = (uuid::Uuid::new_v4().as_u128() % tenants.len() as u128) as usize;
+            tenants.rotate_left(start);
+        }
+        'tenants: for tenant in tenants {
             for key in store.keys(WORKING_BUCKET, &tenant).await? {
+                if read >= SWEEP_WORKING_READS {
+                    // The rest waits for the next pass; the readers skip expired values anyway.
+                    break 'tenants;
+                }
+                read += 1;
                 let k = StateKey::new(WORKING_BUCKET, tenant.clone(), key);
                 let Ok(Some(record)) =
                     state_spi::load::<WorkingRecord>(store, "working memory", &k).await

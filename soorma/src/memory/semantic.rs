@@ -477,6 +477,9 @@ impl Knowledge {
                 doc.tags.len()
             )));
         }
+        for tag in &doc.tags {
+            check_name("tag", tag)?;
+        }
         let metadata_bytes =
             serde_json::to_vec(&doc.metadata).map_err(|e| Error::serialize("metadata", e))?;
         if metadata_bytes.len() > MAX_METADATA_BYTES {
@@ -684,6 +687,11 @@ impl Knowledge {
                 max: config.max_document_bytes,
             }
             .into());
+        }
+        if query.equals.len() > MAX_TAGS {
+            return Err(Error::InvalidArgument(format!(
+                "a query has more than {MAX_TAGS} metadata conditions"
+            )));
         }
         if query.tags.len() > MAX_TAGS {
             return Err(Error::InvalidArgument(format!(
