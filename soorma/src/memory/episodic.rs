@@ -7,7 +7,7 @@ use serde_json::{Map, Value};
 use soorma_common::memory::EpisodeRecord;
 
 use super::codec::{encode_vector, expiry, now_ms};
-use super::view::{Indexed, Slot, TenantView};
+use super::view::{Indexed, TenantView};
 use super::{Memory, MemoryError};
 use crate::error::{Error, Result};
 use crate::spi::state::{self as state_spi, StateKey};
@@ -394,10 +394,10 @@ impl Episodes {
             .unwrap_or_default();
         inner.episodes.ready(config.ready_timeout).await?;
         let now = now_ms();
-        let keep = |slot: &Slot, e: &EpisodeRecord| {
+        let keep = |chunk: usize, e: &EpisodeRecord| {
             e.agent == self.agent
                 && e.user_id == self.user
-                && slot.chunk == 0
+                && chunk == 0
                 && e.expires_at.is_none_or(|at| at > now)
         };
         let found = inner.episodes.read(&self.tenant, |view| {

@@ -7,7 +7,7 @@ use serde_json::{Map, Value};
 use soorma_common::memory::{KnowledgeRecord, StoredChunk, Visibility};
 
 use super::codec::{digest, encode_vector, expiry, now_ms};
-use super::view::{Indexed, Slot, View};
+use super::view::{Indexed, View};
 use super::{Memory, MemoryError, PUBLIC_SPACE};
 use crate::error::{Error, Result};
 use crate::spi::state::{self as state_spi, StateKey};
@@ -722,7 +722,7 @@ impl Knowledge {
         }
         for (view, tenant, user) in spaces {
             view.ready(config.ready_timeout).await?;
-            let keep = |_: &Slot, doc: &KnowledgeRecord| {
+            let keep = |_: usize, doc: &KnowledgeRecord| {
                 query.accepts(doc, now)
                     && match doc.visibility {
                         Visibility::User => doc.user_id.is_some() && doc.user_id.as_deref() == user,
@@ -732,11 +732,11 @@ impl Knowledge {
             let found = view.read(tenant, |v| {
                 v.search(&vector, want, config.index.exact_below, &keep)
             })?;
-            hits.extend(found.into_iter().filter_map(|(slot, doc, score)| {
-                let chunk = doc.chunks.get(slot.chunk)?;
+            hits.extend(found.into_iter().filter_map(|(chunk_no, doc, score)| {
+                let chunk = doc.chunks.get(chunk_no)?;
                 Some(Hit {
                     id: doc.id.clone(),
-                    chunk: slot.chunk,
+                    chunk: chunk_no,
                     text: doc.text.get(chunk.start..chunk.end)?.to_owned(),
                     score,
                     namespace: doc.namespace.clone(),

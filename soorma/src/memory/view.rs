@@ -22,11 +22,14 @@ pub(crate) trait Indexed: DeserializeOwned + Send + Sync + 'static {
 }
 
 /// One vector of the index: which record and which of its chunks.
-#[derive(Debug, Clone)]
-pub(crate) struct Slot {
-    pub(crate) key: Arc<str>,
+#[derive(Debug)]
+pub(crate) struct Slot<R> {
     pub(crate) chunk: usize,
+    pub(crate) record: Arc<R>,
 }
+
+/// How many vectors a search looks at to estimate how many its filter accepts.
+const FILTER_SAMPLE: usize = 256;
 
 /// One tenant's records and vectors.
 pub(crate) struct TenantView<R> {
@@ -35,7 +38,7 @@ pub(crate) struct TenantView<R> {
     /// Record key → the revision it was read at.
     revisions: HashMap<Arc<str>, Revision>,
     /// Vector key → what it embeds.
-    pub(crate) slots: HashMap<u64, Slot>,
+    pub(crate) slots: HashMap<u64, Slot<R>>,
     /// Record key → its vectors' keys.
     by_record: HashMap<Arc<str>, Vec<u64>>,
     index: Option<VectorIndex>,
@@ -56,42 +59,49 @@ impl<R> Default for TenantView<R> {
 }
 
 impl<R: Indexed> TenantView<R> {
-    /// The index's best `k` matches among the vectors `keep` accepts: exact when few pass.
+    /// The index's best `k` matches among the vectors `keep` accepts: exact when few pass
+    /// (estimated from a sample, then counted), by the HNSW graph with the filter otherwise.
     pub(crate) fn search(
         &self,
         query: &[f32],
         k: usize,
         exact_below: usize,
-        keep: &(dyn Fn(&Slot, &R) -> bool + Sync),
-    ) -> Result<Vec<(Slot, Arc<R>, f32)>> {
+        keep: &(dyn Fn(usize, &R) -> bool + Sync),
+    ) -> Result<Vec<(usize, Arc<R>, f32)>> {
         let Some(index) = &self.index else {
             return Ok(Vec::new());
         };
-        let passing: Vec<u64> = self
-            .slots
-            .iter()
-            .filter(|(_, slot)| {
-                self.records
-                    .get(&slot.key)
-                    .is_some_and(|record| keep(slot, record))
-            })
-            .map(|(id, _)| *id)
-            .collect();
-        let found = if passing.len() == self.slots.len() {
-            index.search(query, k, Filter::All)?
-        } else if passing.len() <= exact_below {
-            index.search(query, k, Filter::Keys(&passing))?
+        let accepts = |slot: &Slot<R>| keep(slot.chunk, &slot.record);
+        let total = self.slots.len();
+        let sampled = self.slots.values().take(FILTER_SAMPLE);
+        let (seen, passed) = sampled.fold((0_usize, 0_usize), |(seen, passed), slot| {
+            (seen + 1, passed + usize::from(accepts(slot)))
+        });
+        // Few pass (by the sample, with a margin): count them, and search those exactly.
+        let few = total <= exact_below || passed * total <= exact_below * seen.max(1) * 2;
+        let found = if few {
+            let passing: Vec<u64> = self
+                .slots
+                .iter()
+                .filter(|(_, slot)| accepts(slot))
+                .map(|(id, _)| *id)
+                .collect();
+            if passing.len() <= exact_below || passing.len() * 4 < total {
+                index.search(query, k, Filter::Keys(&passing))?
+            } else {
+                let allowed: std::collections::HashSet<u64> = passing.into_iter().collect();
+                let predicate = move |id: u64| allowed.contains(&id);
+                index.search(query, k, Filter::Predicate(&predicate))?
+            }
         } else {
-            let allowed: std::collections::HashSet<u64> = passing.into_iter().collect();
-            let predicate = move |id: u64| allowed.contains(&id);
+            let predicate = |id: u64| self.slots.get(&id).is_some_and(accepts);
             index.search(query, k, Filter::Predicate(&predicate))?
         };
         Ok(found
             .into_iter()
             .filter_map(|(id, score)| {
                 let slot = self.slots.get(&id)?;
-                let record = self.records.get(&slot.key)?;
-                Some((slot.clone(), record.clone(), score))
+                Some((slot.chunk, slot.record.clone(), score))
             })
             .collect())
     }
@@ -295,6 +305,7 @@ impl<R: Indexed> View<R> {
             }
         }
         let mut ids = Vec::with_capacity(vectors.len());
+        let record = Arc::new(record);
         if let Some(index) = &view.index {
             for (chunk, vector) in vectors.iter().enumerate() {
                 let id = view.next_slot;
@@ -304,8 +315,8 @@ impl<R: Indexed> View<R> {
                         view.slots.insert(
                             id,
                             Slot {
-                                key: key.clone(),
                                 chunk,
+                                record: record.clone(),
                             },
                         );
                         ids.push(id);
@@ -318,7 +329,7 @@ impl<R: Indexed> View<R> {
         }
         view.by_record.insert(key.clone(), ids);
         view.revisions.insert(key.clone(), revision);
-        view.records.insert(key, Arc::new(record));
+        view.records.insert(key, record);
     }
 }
 
