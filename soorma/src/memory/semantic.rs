@@ -711,7 +711,9 @@ impl Knowledge {
             query.k
         };
         let mut hits = Vec::new();
-        let mut spaces: Vec<(&Arc<View<KnowledgeRecord>>, &str, Option<&str>)> = Vec::new();
+        // (view, tenant, the user whose own documents count)
+        type Space<'a> = (&'a Arc<View<KnowledgeRecord>>, &'a str, Option<&'a str>);
+        let mut spaces: Vec<Space<'_>> = Vec::new();
         if self.public {
             spaces.push((&inner.public, PUBLIC_SPACE, None));
         } else {
