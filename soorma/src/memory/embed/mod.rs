@@ -12,6 +12,10 @@ use std::sync::Arc;
 mod local;
 #[cfg(feature = "embed-local")]
 pub use local::{EMBED_MODEL_ENV, LocalEmbedder};
+#[cfg(feature = "llm")]
+mod openai;
+#[cfg(feature = "llm")]
+pub use openai::{OpenAiEmbedder, OpenAiEmbedderConfig};
 
 use crate::error::Result;
 use crate::util::BoxFuture;
