@@ -29,6 +29,9 @@ impl Indexed for EpisodeRecord {
     fn vectors(&self) -> Vec<&str> {
         self.embedding.as_deref().into_iter().collect()
     }
+    fn drop_vectors(&mut self) {
+        self.embedding = None;
+    }
 }
 
 /// An interaction to remember: who (role) said or did what, and what it refers to.
@@ -331,7 +334,7 @@ impl Episodes {
         Ok(())
     }
 
-    /// The `n` latest interactions, newest first (expired ones left out).
+    /// The `n` latest interactions, newest first (expired ones left out; without their vectors).
     ///
     /// ```
     /// # #[tokio::main(flavor = "current_thread")] async fn main() -> soorma::Result<()> {

@@ -31,6 +31,11 @@ impl Indexed for KnowledgeRecord {
     fn vectors(&self) -> Vec<&str> {
         self.chunks.iter().map(|c| c.embedding.as_str()).collect()
     }
+    fn drop_vectors(&mut self) {
+        for chunk in &mut self.chunks {
+            chunk.embedding = String::new();
+        }
+    }
 }
 
 /// A document to store in semantic memory.

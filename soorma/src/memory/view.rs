@@ -19,6 +19,8 @@ pub(crate) trait Indexed: DeserializeOwned + Send + Sync + 'static {
     fn model(&self) -> Option<&str>;
     /// Its vectors (base64), in chunk order.
     fn vectors(&self) -> Vec<&str>;
+    /// Forgets its vectors (kept in the index instead), keeping where its chunks lie.
+    fn drop_vectors(&mut self);
 }
 
 /// One vector of the index: which record and which of its chunks.
@@ -269,7 +271,7 @@ impl<R: Indexed> View<R> {
             .clear();
     }
 
-    fn put(&self, tenant: String, key: String, record: R, revision: Revision) {
+    fn put(&self, tenant: String, key: String, mut record: R, revision: Revision) {
         let vectors: Vec<Vec<f32>> = match (&self.model, record.model()) {
             (Some(model), Some(name)) if name == model.name => {
                 let decoded: Option<Vec<Vec<f32>>> = record
@@ -291,6 +293,8 @@ impl<R: Indexed> View<R> {
             }
             _ => Vec::new(),
         };
+        // The index holds the vectors now; the view keeps the rest of the record.
+        record.drop_vectors();
         let mut tenants = self.tenants.write().unwrap_or_else(|e| e.into_inner());
         let view = tenants.entry(tenant).or_default();
         view.remove(&key);
