@@ -152,8 +152,10 @@ pub struct MemoryConfig {
     pub working_ttl: Option<Duration>,
     /// How often expired and surplus records are deleted (`None`: only by [`Memory::sweep`]).
     pub sweep_interval: Option<Duration>,
-    /// How long reads wait for the index to load, and writes for the index to show them.
+    /// How long reads and writes wait for this instance's index to show a write.
     pub ready_timeout: Duration,
+    /// How long starting a memory may take to load its indexes from the store.
+    pub load_timeout: Duration,
     /// The vector index's parameters.
     pub index: IndexConfig,
 }
@@ -172,6 +174,7 @@ impl Default for MemoryConfig {
             working_ttl: None,
             sweep_interval: Some(Duration::from_secs(60)),
             ready_timeout: Duration::from_secs(30),
+            load_timeout: Duration::from_secs(600),
             index: IndexConfig::default(),
         }
     }
@@ -495,7 +498,7 @@ impl MemoryBuilder {
             episodes,
             tasks: std::sync::Mutex::new(tasks),
         };
-        let within = inner.config.ready_timeout;
+        let within = inner.config.load_timeout;
         inner.knowledge.ready(within).await?;
         inner.public.ready(within).await?;
         inner.episodes.ready(within).await?;

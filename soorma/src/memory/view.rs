@@ -45,6 +45,8 @@ pub(crate) struct TenantView<R> {
     by_record: HashMap<Arc<str>, Vec<u64>>,
     index: Option<VectorIndex>,
     next_slot: u64,
+    /// Vectors read while the view loads, indexed together when it is current.
+    pending: Vec<(u64, Vec<f32>)>,
 }
 
 impl<R> Default for TenantView<R> {
@@ -56,6 +58,7 @@ impl<R> Default for TenantView<R> {
             by_record: HashMap::new(),
             index: None,
             next_slot: 0,
+            pending: Vec::new(),
         }
     }
 }
@@ -258,9 +261,29 @@ impl<R: Indexed> View<R> {
                 });
             }
             StateChange::Current => {
+                self.index_pending();
                 self.current.send_replace(true);
             }
             StateChange::Reset => self.clear(),
+        }
+    }
+
+    /// Indexes the vectors read while loading, one batch per tenant.
+    fn index_pending(&self) {
+        let mut tenants = self.tenants.write().unwrap_or_else(|e| e.into_inner());
+        for (tenant, view) in tenants.iter_mut() {
+            let pending = std::mem::take(&mut view.pending);
+            let Some(index) = &view.index else { continue };
+            // Vectors of records deleted meanwhile are left out.
+            let batch: Vec<(u64, &[f32])> = pending
+                .iter()
+                .filter(|(id, _)| view.slots.contains_key(id))
+                .map(|(id, v)| (*id, v.as_slice()))
+                .collect();
+            if let Err(e) = index.insert_many(&batch) {
+                tracing::warn!(bucket = self.bucket, %tenant, error = %e, "some vectors could not be indexed");
+                view.slots.retain(|id, _| index.contains(*id));
+            }
         }
     }
 
@@ -310,11 +333,19 @@ impl<R: Indexed> View<R> {
         }
         let mut ids = Vec::with_capacity(vectors.len());
         let record = Arc::new(record);
+        let loading = !*self.current.borrow();
         if let Some(index) = &view.index {
-            for (chunk, vector) in vectors.iter().enumerate() {
+            for (chunk, vector) in vectors.into_iter().enumerate() {
                 let id = view.next_slot;
                 view.next_slot += 1;
-                match index.insert(id, vector) {
+                let indexed = if loading {
+                    // Indexed in one batch when the view is current (much faster).
+                    view.pending.push((id, vector));
+                    Ok(())
+                } else {
+                    index.insert(id, &vector)
+                };
+                match indexed {
                     Ok(()) => {
                         view.slots.insert(
                             id,
