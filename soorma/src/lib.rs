@@ -114,7 +114,9 @@ pub mod bus {
 
 /// The state store: revision-checked key/value records, scoped by tenant.
 pub mod state {
-    pub use crate::spi::state::{Revision, StateChange, StateKey, StateStore, StateWatch, Versioned};
+    pub use crate::spi::state::{
+        Revision, StateChange, StateKey, StateStore, StateWatch, Versioned,
+    };
 }
 
 /// The agent registry (who is running and what they can do) and discovery queries over it.
