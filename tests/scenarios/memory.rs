@@ -218,14 +218,27 @@ async fn tenants_and_users_never_see_each_others_memory(t: TestPlatform, _wait: 
         assert!(other.knowledge().get("ann-locker").await.unwrap().is_none());
         assert!(!other.knowledge().delete("ann-locker").await.unwrap());
     }
-    // Bob cannot take over Ann's id, nor publish public knowledge.
+    // Bob's documents of the same id are his own (or the tenant's); Ann's stays hers. Nor
+    // can he publish public knowledge.
     let bob = acme.for_user("bob");
-    assert!(
-        bob.knowledge()
-            .upsert(Document::new("mine now").id("ann-locker"))
-            .await
-            .is_err()
-    );
+    bob.knowledge()
+        .upsert(
+            Document::new("Bob's note: my locker code is 1234.")
+                .id("ann-locker")
+                .visibility(Visibility::User),
+        )
+        .await
+        .unwrap();
+    bob.knowledge()
+        .upsert(Document::new("The lockers are on the second floor.").id("ann-locker"))
+        .await
+        .unwrap();
+    let ann_note = ann.knowledge().get("ann-locker").await.unwrap().unwrap();
+    assert!(ann_note.text.starts_with("Ann's private note"));
+    assert!(bob.knowledge().delete("ann-locker").await.unwrap()); // his own
+    assert!(bob.knowledge().delete("ann-locker").await.unwrap()); // the tenant's
+    assert!(!bob.knowledge().delete("ann-locker").await.unwrap());
+    assert!(ann.knowledge().get("ann-locker").await.unwrap().is_some());
     assert!(
         bob.knowledge()
             .upsert(Document::new("spam").visibility(Visibility::Public))
@@ -238,6 +251,19 @@ async fn tenants_and_users_never_see_each_others_memory(t: TestPlatform, _wait: 
         .append(Interaction::user("my parcel is late"))
         .await
         .unwrap();
+    // A user id that looks like a key separator sees only its own episodes.
+    let colons = acme.for_user(":::").episodes("support").unwrap();
+    assert!(colons.recent(10).await.unwrap().is_empty());
+    assert_eq!(colons.clear().await.unwrap(), 0);
+    assert_eq!(
+        ann.episodes("support")
+            .unwrap()
+            .recent(10)
+            .await
+            .unwrap()
+            .len(),
+        1
+    );
     assert!(
         bob.episodes("support")
             .unwrap()

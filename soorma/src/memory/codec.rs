@@ -20,7 +20,12 @@ pub(crate) fn decode_vector(text: &str, dimensions: usize) -> Option<Vec<f32>> {
         .chunks_exact(4)
         .map(|b| f32::from_le_bytes([b[0], b[1], b[2], b[3]]))
         .collect();
-    vector.iter().all(|x| x.is_finite()).then_some(vector)
+    (vector.iter().all(|x| x.is_finite()) && !is_zero(&vector)).then_some(vector)
+}
+
+/// Whether a vector has (about) no length: it has no direction to compare.
+pub(crate) fn is_zero(vector: &[f32]) -> bool {
+    vector.iter().map(|x| x * x).sum::<f32>() < 1e-12
 }
 
 /// SHA-256 of `parts` (each length-prefixed), hex.
@@ -57,6 +62,7 @@ mod tests {
         assert_eq!(decode_vector(&encode_vector(&v), 4), None);
         assert_eq!(decode_vector("not base64!", 3), None);
         assert_eq!(decode_vector(&encode_vector(&[f32::NAN]), 1), None);
+        assert_eq!(decode_vector(&encode_vector(&[0.0, 0.0]), 2), None);
     }
 
     #[test]

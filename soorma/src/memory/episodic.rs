@@ -206,7 +206,7 @@ impl Episodes {
         prefix: &'v str,
     ) -> impl DoubleEndedIterator<Item = (&'v Arc<str>, &'v Arc<EpisodeRecord>)> + 'v {
         // Prefixes end with `:`; `;` is the next character.
-        let end = format!("{};", prefix.trim_end_matches(':'));
+        let end = format!("{};", &prefix[..prefix.len() - 1]);
         view.records
             .range::<str, _>((Bound::Included(prefix), Bound::Excluded(end.as_str())))
             .collect::<Vec<_>>()
@@ -276,7 +276,12 @@ impl Episodes {
                         .await?
                         .pop()
                         .unwrap_or_default();
-                (Some(embedder.model().to_owned()), Some(encode_vector(&v)))
+                if super::codec::is_zero(&v) {
+                    // Nothing the embedder can represent: found by recency only.
+                    (None, None)
+                } else {
+                    (Some(embedder.model().to_owned()), Some(encode_vector(&v)))
+                }
             }
             _ => (None, None),
         };
@@ -395,6 +400,9 @@ impl Episodes {
             .await?
             .pop()
             .unwrap_or_default();
+        if super::codec::is_zero(&vector) {
+            return Ok(Vec::new());
+        }
         inner.episodes.ready(config.ready_timeout).await?;
         let now = now_ms();
         let keep = |chunk: usize, e: &EpisodeRecord| {

@@ -467,10 +467,15 @@ impl MemoryBuilder {
             name: e.model().to_owned(),
             dimensions: e.dimensions(),
         });
-        if model.as_ref().is_some_and(|m| m.dimensions == 0) {
-            return Err(Error::Config(
-                "memory: the embedder has 0 dimensions".into(),
-            ));
+        if let Some(model) = &model {
+            // The index's parameters and the embedder's size, checked now rather than at the
+            // first vector.
+            index::VectorIndex::new(model.dimensions, &config.index).map_err(|e| {
+                Error::Config(format!(
+                    "memory: no vector index for `{}` ({} dimensions): {e}",
+                    model.name, model.dimensions
+                ))
+            })?;
         }
         let knowledge = Arc::new(View::new(
             KNOWLEDGE_BUCKET,
@@ -687,12 +692,22 @@ impl Memory {
         let store = inner.store();
         for key in store.keys(WORKING_BUCKET, tenant).await? {
             let k = StateKey::new(WORKING_BUCKET, tenant, key);
-            if let Some(record) =
-                state_spi::load::<WorkingRecord>(store, "working memory", &k).await?
-                && record.value.user_id.as_deref() == Some(user)
-            {
-                store.delete(&k).await?;
-                forgotten.working += 1;
+            let record = match state_spi::load::<WorkingRecord>(store, "working memory", &k).await {
+                Ok(Some(record)) => record,
+                Ok(None) => continue,
+                Err(Error::CorruptState { .. }) => {
+                    tracing::warn!(key = %k, "skipping a working-memory record that cannot be decoded");
+                    continue;
+                }
+                Err(e) => return Err(e),
+            };
+            // Only the version read: a value another user wrote meanwhile stays.
+            if record.value.user_id.as_deref() == Some(user) {
+                match store.delete_if(&k, record.revision).await {
+                    Ok(()) => forgotten.working += 1,
+                    Err(Error::Conflict { .. }) => {}
+                    Err(e) => return Err(e),
+                }
             }
         }
         Ok(forgotten)
@@ -768,7 +783,13 @@ impl Memory {
             tenants.rotate_left(start);
         }
         'tenants: for tenant in tenants {
-            for key in store.keys(WORKING_BUCKET, &tenant).await? {
+            let mut keys = store.keys(WORKING_BUCKET, &tenant).await?;
+            if keys.len() > SWEEP_WORKING_READS {
+                // Start at a random key too, so that a big tenant's later keys get their turn.
+                let start = (uuid::Uuid::new_v4().as_u128() % keys.len() as u128) as usize;
+                keys.rotate_left(start);
+            }
+            for key in keys {
                 if read >= SWEEP_WORKING_READS {
                     // The rest waits for the next pass; the readers skip expired values anyway.
                     break 'tenants;

@@ -412,8 +412,25 @@ impl Knowledge {
         }
     }
 
-    fn key(&self, id: &str) -> StateKey {
-        StateKey::new(self.bucket(), self.tenant.clone(), id)
+    /// Where a document of `id` lives: documents of the tenant (and public ones) under `t:`,
+    /// a user's own under `u:<user>:`, so that one user's id never meets another's.
+    fn key(&self, id: &str, visibility: Visibility) -> StateKey {
+        let key = match (visibility, &self.user) {
+            (Visibility::User, Some(user)) => format!("u:{}:{user}:{id}", user.len()),
+            _ => format!("t:{id}"),
+        };
+        StateKey::new(self.bucket(), self.tenant.clone(), key)
+    }
+
+    /// The keys `id` may name for this handle: the user's own document first, then the
+    /// tenant's.
+    fn keys_of(&self, id: &str) -> Vec<StateKey> {
+        let mut keys = Vec::with_capacity(2);
+        if self.user.is_some() && !self.public {
+            keys.push(self.key(id, Visibility::User));
+        }
+        keys.push(self.key(id, Visibility::Tenant));
+        keys
     }
 
     /// Whether this handle may read, replace or delete `doc`.
@@ -513,12 +530,15 @@ impl Knowledge {
             Some(id) => id,
             None => digest(&[doc.text.as_bytes()]),
         };
+        let ttl = doc
+            .ttl
+            .or_else(|| config.retention_of(&doc.namespace).max_age);
         if id.is_empty() || id.len() > MAX_ID_LEN || id.chars().any(char::is_control) {
             return Err(Error::InvalidArgument(format!(
                 "a document id must be 1 to {MAX_ID_LEN} bytes without control characters"
             )));
         }
-        let key = self.key(&id);
+        let key = self.key(&id, visibility);
         let stored =
             state_spi::load::<KnowledgeRecord>(inner.store(), "knowledge document", &key).await?;
         if let Some(existing) = &stored {
@@ -527,7 +547,12 @@ impl Knowledge {
                     "document `{id}` belongs to another user"
                 )));
             }
-            if existing.value.content_hash == hash {
+            // The same content, and nothing to expire: nothing to write. (With a time to
+            // live, writing again renews it.)
+            if existing.value.content_hash == hash
+                && existing.value.expires_at.is_none()
+                && ttl.is_none()
+            {
                 return Ok(Upserted {
                     id,
                     chunks: existing.value.chunks.len(),
@@ -551,10 +576,13 @@ impl Knowledge {
             .map(|(s, e)| doc.text[*s..*e].to_owned())
             .collect();
         let vectors = super::embed_checked(&*embedder, &texts).await?;
+        if let Some(i) = vectors.iter().position(|v| super::codec::is_zero(v)) {
+            return Err(Error::InvalidArgument(format!(
+                "chunk {i} of document `{id}` has nothing `{}` can embed (its vector is zero)",
+                embedder.model()
+            )));
+        }
         let now = now_ms();
-        let ttl = doc
-            .ttl
-            .or_else(|| config.retention_of(&doc.namespace).max_age);
         let record = KnowledgeRecord {
             id: id.clone(),
             namespace: doc.namespace,
@@ -618,18 +646,24 @@ impl Knowledge {
     /// # Ok(()) }
     /// ```
     pub async fn get(&self, id: &str) -> Result<Option<KnowledgeRecord>> {
-        let key = self.key(id);
-        Ok(state_spi::load::<KnowledgeRecord>(
-            self.memory.inner.store(),
-            "knowledge document",
-            &key,
-        )
-        .await?
-        .map(|v| v.value)
-        .filter(|doc| self.may_touch(doc) && doc.expires_at.is_none_or(|at| at > now_ms())))
+        for key in self.keys_of(id) {
+            let found = state_spi::load::<KnowledgeRecord>(
+                self.memory.inner.store(),
+                "knowledge document",
+                &key,
+            )
+            .await?
+            .map(|v| v.value)
+            .filter(|doc| self.may_touch(doc) && doc.expires_at.is_none_or(|at| at > now_ms()));
+            if found.is_some() {
+                return Ok(found);
+            }
+        }
+        Ok(None)
     }
 
-    /// Deletes a document this handle may touch; whether it existed.
+    /// Deletes a document this handle may touch (the user's own of this id first, else the
+    /// tenant's); whether it existed.
     ///
     /// ```
     /// # #[tokio::main(flavor = "current_thread")] async fn main() -> soorma::Result<()> {
@@ -642,19 +676,23 @@ impl Knowledge {
     /// # Ok(()) }
     /// ```
     pub async fn delete(&self, id: &str) -> Result<bool> {
-        let key = self.key(id);
         let inner = &self.memory.inner;
-        let Some(doc) =
-            state_spi::load::<KnowledgeRecord>(inner.store(), "knowledge document", &key).await?
-        else {
-            return Ok(false);
-        };
-        if !self.may_touch(&doc.value) {
-            return Ok(false);
+        for key in self.keys_of(id) {
+            let Some(doc) =
+                state_spi::load::<KnowledgeRecord>(inner.store(), "knowledge document", &key)
+                    .await?
+            else {
+                continue;
+            };
+            if !self.may_touch(&doc.value) {
+                continue;
+            }
+            // Only the version checked: a document written meanwhile is not deleted unseen.
+            inner.store().delete_if(&key, doc.revision).await?;
+            self.view().forget(&self.tenant, &key.key);
+            return Ok(true);
         }
-        inner.store().delete(&key).await?;
-        self.view().forget(&self.tenant, id);
-        Ok(true)
+        Ok(false)
     }
 
     /// The chunks closest in meaning to the query's text that this handle may read: the
@@ -708,6 +746,10 @@ impl Knowledge {
             .await?
             .pop()
             .unwrap_or_default();
+        if super::codec::is_zero(&vector) {
+            // Nothing to compare with.
+            return Ok(Vec::new());
+        }
         let now = now_ms();
         // Ask for more when hits are folded per document.
         let want = if query.distinct_documents {
@@ -806,7 +848,11 @@ pub(crate) fn chunk_spans(text: &str, max_chars: usize) -> Vec<(usize, usize)> {
                 .rmatch_indices(['.', '!', '?', '\n'])
                 .map(|(i, m)| i + m.len())
                 .find(|&i| window[i..].starts_with(char::is_whitespace) || i == window.len()),
-            window.rfind(char::is_whitespace).map(|i| i + 1),
+            window
+                .char_indices()
+                .rev()
+                .find(|(_, c)| c.is_whitespace())
+                .map(|(i, c)| i + c.len_utf8()),
         ]
         .into_iter()
         .flatten()
@@ -868,6 +914,20 @@ mod tests {
                 .all(|(s, e)| text.is_char_boundary(*s) && text.is_char_boundary(*e))
         );
         assert!(chunk_spans("   ", 100).is_empty());
+        // Multi-byte spaces (ideographic, no-break) are cut after, not inside.
+        for text in [
+            "日本語の文章\u{3000}".repeat(200),
+            "mot\u{a0}".repeat(300),
+            "word\u{2003}".repeat(300),
+        ] {
+            let spans = chunk_spans(&text, 100);
+            assert!(spans.len() > 5);
+            assert!(
+                spans
+                    .iter()
+                    .all(|(s, e)| text.is_char_boundary(*s) && text.is_char_boundary(*e))
+            );
+        }
         assert_eq!(chunk_spans("short", 100), [(0, 5)]);
     }
 }

@@ -149,6 +149,8 @@ pub(crate) struct View<R> {
     applied: tokio::sync::watch::Sender<Revision>,
     /// Whether the records that existed when the watch started have been applied.
     current: tokio::sync::watch::Sender<bool>,
+    /// Why the store cannot be watched, if it cannot.
+    failed: std::sync::Mutex<Option<String>>,
 }
 
 impl<R: Indexed> View<R> {
@@ -164,6 +166,7 @@ impl<R: Indexed> View<R> {
             tenants: RwLock::default(),
             applied: tokio::sync::watch::channel(0).0,
             current: tokio::sync::watch::channel(false).0,
+            failed: std::sync::Mutex::new(None),
         }
     }
 
@@ -193,6 +196,14 @@ impl<R: Indexed> View<R> {
     /// Waits until the records that existed when the watch started are applied.
     pub(crate) async fn ready(&self, within: Duration) -> Result<()> {
         let mut current = self.current.subscribe();
+        if let Some(why) = self
+            .failed
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .clone()
+        {
+            return Err(Error::Config(why));
+        }
         tokio::time::timeout(within, current.wait_for(|c| *c))
             .await
             .map_err(|_| Error::Timeout {
@@ -281,13 +292,24 @@ impl<R: Indexed> View<R> {
                 .map(|(id, v)| (*id, v.as_slice()))
                 .collect();
             if let Err(e) = index.insert_many(&batch) {
-                tracing::warn!(bucket = self.bucket, %tenant, error = %e, "some vectors could not be indexed");
+                // One bad vector (or the index's cap) must not cost the rest: one by one.
+                tracing::warn!(bucket = self.bucket, %tenant, error = %e, "indexing the vectors one by one");
+                for (id, vector) in &batch {
+                    if !index.contains(*id)
+                        && let Err(e) = index.insert(*id, vector)
+                    {
+                        tracing::warn!(bucket = self.bucket, %tenant, error = %e, "a vector could not be indexed");
+                    }
+                }
                 view.slots.retain(|id, _| index.contains(*id));
             }
         }
     }
 
+    /// Forgets everything: the records follow again (a reset, a new watch), and until they
+    /// are all read the view is not current (reads wait).
     fn clear(&self) {
+        self.current.send_replace(false);
         self.tenants
             .write()
             .unwrap_or_else(|e| e.into_inner())
@@ -397,6 +419,17 @@ pub(crate) async fn follow<R: Indexed>(view: Weak<View<R>>, store: Arc<dyn State
                         }
                     }
                 }
+            }
+            Err(e) if !e.is_retryable() => {
+                // A store that cannot watch: say so to whoever waits for the view.
+                tracing::error!(bucket, error = %e, "cannot watch a memory bucket");
+                if let Some(view) = view.upgrade() {
+                    *view.failed.lock().unwrap_or_else(|e| e.into_inner()) =
+                        Some(format!("memory cannot watch state bucket `{bucket}`: {e}"));
+                    // Wake the waiters; `ready` reads the failure.
+                    view.current.send_replace(true);
+                }
+                return;
             }
             Err(e) => {
                 tracing::warn!(bucket, error = %e, "cannot watch a memory bucket; trying again")
