@@ -88,9 +88,9 @@ impl MemoryError {
     }
 }
 
-impl From<MemoryError> for crate::Error {
+impl From<MemoryError> for crate::error::Error {
     fn from(e: MemoryError) -> Self {
         let retryable = e.retryable();
-        crate::Error::other_with_retry(e, retryable)
+        crate::error::Error::other_with_retry(e, retryable)
     }
 }

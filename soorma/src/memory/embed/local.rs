@@ -191,7 +191,7 @@ impl LocalEmbedder {
         &self.inner.dir
     }
 
-    fn embedding_error(&self, message: String) -> crate::Error {
+    fn embedding_error(&self, message: String) -> crate::error::Error {
         MemoryError::Embedding {
             model: self.name.clone(),
             message,
@@ -303,7 +303,7 @@ fn cut(text: &str, max: usize) -> &str {
 }
 
 /// A `ModelLoad` error about `file`.
-fn load_error(file: &Path, message: impl fmt::Display) -> crate::Error {
+fn load_error(file: &Path, message: impl fmt::Display) -> crate::error::Error {
     MemoryError::ModelLoad {
         path: file.display().to_string(),
         message: message.to_string(),
