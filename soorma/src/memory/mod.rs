@@ -1063,3 +1063,95 @@ impl FromHandlerInput for TenantMemory {
         })
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    async fn memory(config: MemoryConfig) -> Memory {
+        Memory::builder(&Platform::embedded())
+            .embedder(LexicalEmbedder::new(64))
+            .config(config.with_sweep_interval(None))
+            .build()
+            .await
+            .unwrap()
+    }
+
+    fn memory_error(e: Error) -> MemoryError {
+        match e {
+            Error::Other { source, .. } => {
+                *source.downcast::<MemoryError>().expect("a MemoryError")
+            }
+            other => panic!("{other:?}"),
+        }
+    }
+
+    #[tokio::test]
+    async fn every_limit_is_enforced_with_a_typed_error() {
+        let config = MemoryConfig {
+            max_document_bytes: 1_000,
+            max_value_bytes: 100,
+            max_k: 10,
+            ..MemoryConfig::default()
+        }
+        .with_quotas(2, 2);
+        let memory = memory(config).await;
+        let acme = memory.tenant("acme").unwrap().for_user("ann");
+        let k = acme.knowledge();
+        // Document size.
+        let big = k.upsert(Document::new("x ".repeat(600))).await.unwrap_err();
+        assert!(matches!(
+            memory_error(big),
+            MemoryError::TooLarge { max: 1_000, .. }
+        ));
+        // Tags: count and length.
+        let mut many = Document::new("tagged");
+        for i in 0..=semantic::MAX_TAGS {
+            many = many.tag(format!("t{i}"));
+        }
+        assert!(matches!(
+            k.upsert(many).await,
+            Err(Error::InvalidArgument(_))
+        ));
+        let long_tag = Document::new("tagged").tag("t".repeat(129));
+        assert!(matches!(
+            k.upsert(long_tag).await,
+            Err(Error::InvalidArgument(_))
+        ));
+        // Documents per tenant: the third new one is refused, replacing one is not.
+        k.upsert(Document::new("one").id("a")).await.unwrap();
+        k.upsert(Document::new("two").id("b")).await.unwrap();
+        let third = k.upsert(Document::new("three").id("c")).await.unwrap_err();
+        assert!(matches!(
+            memory_error(third),
+            MemoryError::Quota { count: 2, .. }
+        ));
+        k.upsert(Document::new("two, corrected").id("b"))
+            .await
+            .unwrap();
+        // Hits per query.
+        for bad in [0, 11] {
+            assert!(matches!(
+                k.query(Query::new("one").k(bad)).await,
+                Err(Error::InvalidArgument(_))
+            ));
+        }
+        assert!(k.query(Query::new("one").k(10)).await.is_ok());
+        // Working-memory value size.
+        let wm = acme.working(Scope::plan("p")).unwrap();
+        let value = wm.set("v", &"y".repeat(200)).await.unwrap_err();
+        assert!(matches!(
+            memory_error(value),
+            MemoryError::TooLarge { max: 100, .. }
+        ));
+        // Episodes per tenant.
+        let episodes = acme.episodes("bot").unwrap();
+        episodes.append(Interaction::user("1")).await.unwrap();
+        episodes.append(Interaction::user("2")).await.unwrap();
+        let third = episodes.append(Interaction::user("3")).await.unwrap_err();
+        assert!(matches!(
+            memory_error(third),
+            MemoryError::Quota { count: 2, .. }
+        ));
+    }
+}

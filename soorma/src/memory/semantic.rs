@@ -20,7 +20,7 @@ pub(crate) const PUBLIC_BUCKET: &str = "memory_public";
 /// The longest document id, in bytes.
 const MAX_ID_LEN: usize = 256;
 /// The most tags a document or query may carry.
-const MAX_TAGS: usize = 64;
+pub(crate) const MAX_TAGS: usize = 64;
 /// The largest metadata of a document, serialized.
 const MAX_METADATA_BYTES: usize = 16 * 1024;
 
