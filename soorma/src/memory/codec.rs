@@ -38,6 +38,17 @@ pub(crate) fn digest(parts: &[&[u8]]) -> String {
     hash.finalize().iter().map(|b| format!("{b:02x}")).collect()
 }
 
+/// Checks a name, id or key: 1 to `max` bytes without control characters; otherwise
+/// [`Error::InvalidArgument`](crate::error::Error::InvalidArgument) naming `what`.
+pub(crate) fn check_text(what: &str, value: &str, max: usize) -> crate::error::Result<()> {
+    if value.is_empty() || value.len() > max || value.chars().any(char::is_control) {
+        return Err(crate::error::Error::InvalidArgument(format!(
+            "a {what} must be 1 to {max} bytes without control characters"
+        )));
+    }
+    Ok(())
+}
+
 /// Milliseconds since the Unix epoch.
 pub(crate) fn now_ms() -> u64 {
     std::time::SystemTime::now()

@@ -303,13 +303,19 @@ impl Inner {
         self.store()
             .delete(&StateKey::new(bucket, tenant, key))
             .await?;
+        self.forget(bucket, tenant, key);
+        Ok(())
+    }
+
+    /// Forgets a deleted record in this process's view of its bucket now (the watch confirms
+    /// it later).
+    fn forget(&self, bucket: &'static str, tenant: &str, key: &str) {
         match bucket {
             KNOWLEDGE_BUCKET => self.knowledge.forget(tenant, key),
             PUBLIC_BUCKET => self.public.forget(tenant, key),
             EPISODES_BUCKET => self.episodes.forget(tenant, key),
             _ => {}
         }
-        Ok(())
     }
 }
 
@@ -830,11 +836,7 @@ impl Memory {
             {
                 Ok(()) => {
                     deleted += 1;
-                    match bucket {
-                        KNOWLEDGE_BUCKET => inner.knowledge.forget(&tenant, &key),
-                        PUBLIC_BUCKET => inner.public.forget(&tenant, &key),
-                        _ => inner.episodes.forget(&tenant, &key),
-                    }
+                    inner.forget(bucket, &tenant, &key);
                 }
                 Err(Error::Conflict { .. }) => {}
                 Err(e) => return Err(e),
@@ -1006,11 +1008,7 @@ impl TenantMemory {
                     .into(),
             )
         })?;
-        if user.is_empty() || user.len() > 256 || user.chars().any(char::is_control) {
-            return Err(Error::InvalidArgument(
-                "a user id must be 1 to 256 bytes without control characters".into(),
-            ));
-        }
+        codec::check_text("user id", &user, 256)?;
         Ok(Episodes {
             memory: self.memory.clone(),
             tenant: self.tenant.clone(),

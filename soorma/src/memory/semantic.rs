@@ -533,11 +533,7 @@ impl Knowledge {
         let ttl = doc
             .ttl
             .or_else(|| config.retention_of(&doc.namespace).max_age);
-        if id.is_empty() || id.len() > MAX_ID_LEN || id.chars().any(char::is_control) {
-            return Err(Error::InvalidArgument(format!(
-                "a document id must be 1 to {MAX_ID_LEN} bytes without control characters"
-            )));
-        }
+        super::codec::check_text("document id", &id, MAX_ID_LEN)?;
         let key = self.key(&id, visibility);
         let stored =
             state_spi::load::<KnowledgeRecord>(inner.store(), "knowledge document", &key).await?;
@@ -810,12 +806,7 @@ impl Knowledge {
 
 /// Checks a namespace (or agent) name: 1 to 128 bytes, no control characters.
 pub(crate) fn check_name(what: &str, name: &str) -> Result<()> {
-    if name.is_empty() || name.len() > 128 || name.chars().any(char::is_control) {
-        return Err(Error::InvalidArgument(format!(
-            "a {what} must be 1 to 128 bytes without control characters"
-        )));
-    }
-    Ok(())
+    super::codec::check_text(what, name, 128)
 }
 
 /// Splits `text` into spans of at most about `max_chars` characters, at paragraph, sentence or

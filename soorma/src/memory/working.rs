@@ -88,12 +88,7 @@ impl std::fmt::Display for Scope {
 
 /// Checks a key or scope id: 1 to 256 bytes without control characters.
 fn check_key(what: &str, key: &str) -> Result<()> {
-    if key.is_empty() || key.len() > MAX_KEY_LEN || key.chars().any(char::is_control) {
-        return Err(Error::InvalidArgument(format!(
-            "a working-memory {what} must be 1 to {MAX_KEY_LEN} bytes without control characters"
-        )));
-    }
-    Ok(())
+    super::codec::check_text(&format!("working-memory {what}"), key, MAX_KEY_LEN)
 }
 
 /// The working memory of one scope in one tenant: JSON values by key, revision-checked, each
