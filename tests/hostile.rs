@@ -319,6 +319,104 @@ async fn an_envelope_tenant_other_than_the_subjects_is_dead_lettered() {
     .await;
 }
 
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_envelope_with_an_oversized_id_is_dead_lettered() {
+    let mut env: Value =
+        serde_json::from_slice(&request(Some("acme"), json!({"expression": "1+1"}))).unwrap();
+    env["correlation_id"] = json!("c".repeat(100_000));
+    garbage_is_dead_lettered(
+        "soorma.acme.action-requests.calculate.requested",
+        serde_json::to_vec(&env).unwrap(),
+        "acme",
+        "`correlation_id`: 100000 bytes",
+    )
+    .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn embedded_and_nats_refuse_the_same_envelopes() {
+    let server = NatsServer::start();
+    let nats = connect(&server).await;
+    let embedded = Platform::embedded();
+    let long = "x".repeat(soorma::MAX_ID_LEN + 1);
+    let base = || EventEnvelope::new(unique_id(), "t", Topic::BusinessFacts, "x.happened");
+    let cases: Vec<(&str, EventEnvelope, bool)> = vec![
+        ("plain", base(), true),
+        (
+            "event type at the limit",
+            {
+                let mut e = base();
+                e.event_type = format!("x.{}", "y".repeat(soorma::MAX_ID_LEN - 2));
+                e
+            },
+            true,
+        ),
+        (
+            "long event type",
+            {
+                let mut e = base();
+                e.event_type = format!("x.{long}");
+                e
+            },
+            false,
+        ),
+        (
+            "spaced event type",
+            {
+                let mut e = base();
+                e.event_type = "x happened".into();
+                e
+            },
+            false,
+        ),
+        (
+            "wildcard reply event",
+            base().with_response_event("x.*"),
+            false,
+        ),
+        (
+            "long correlation id",
+            base().with_correlation_id(long.clone()),
+            false,
+        ),
+        (
+            "long session id",
+            base().with_session_id(long.clone()),
+            false,
+        ),
+        (
+            "control character in the id",
+            {
+                let mut e = base();
+                e.id = "a\nb".into();
+                e
+            },
+            false,
+        ),
+        (
+            "empty id",
+            {
+                let mut e = base();
+                e.id = String::new();
+                e
+            },
+            false,
+        ),
+    ];
+    for (what, env, valid) in cases {
+        assert_eq!(soorma::check_envelope(&env).is_ok(), valid, "{what}");
+        for platform in [&embedded, &nats] {
+            match platform.bus().publish(env.clone()).await {
+                Ok(()) => assert!(valid, "{} accepted {what}", platform.kind()),
+                Err(soorma::Error::InvalidArgument(reason)) => {
+                    assert!(!valid, "{} refused {what}: {reason}", platform.kind())
+                }
+                Err(e) => panic!("{} {what}: {e}", platform.kind()),
+            }
+        }
+    }
+}
+
 fn batch_headers(parts: usize) -> HeaderMap {
     let mut headers = HeaderMap::new();
     headers.insert(soorma::nats::BATCH_HEADER, parts.to_string().as_str());

@@ -98,6 +98,7 @@ pub use runtime::group::{Agents, AgentsHandle};
 pub use runtime::handler::{
     Handler, HandlerFn, HandlerFnWith, HandlerKind, HandlerOutput, HandlerPayload,
 };
+pub use spi::envelope::{MAX_ID_LEN, check_envelope};
 pub use spi::tenant::{MAX_TENANT_LEN, validate_tenant};
 pub use util::BoxFuture;
 

@@ -20,7 +20,11 @@
 //!
 //! and the resident memory of a worker process holding 100,000 in-flight persisted tasks.
 //!
-//! `SOORMA_BENCH_SYNC=always` runs every phase on a server with `sync_interval: always`.
+//! `SOORMA_BENCH_SYNC=always` runs every phase on a server with `sync_interval: always`;
+//! `SOORMA_BENCH_WRITES=1` also prints how many messages each stream stored for one fan-out and
+//! one round trip of each side (`WRITES` lines), and the process's CPU time per round trip of
+//! each (`CPU` lines). `SOORMA_BENCH_ONLY_ROUND_TRIPS=raw|soorma` runs only that side's
+//! sequential round trips (to profile one side).
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
@@ -481,6 +485,56 @@ async fn fan_part(result: ResultContext) -> soorma::Result<()> {
     Ok(())
 }
 
+/// The last sequence of every stream (KV buckets included): what a run stored, by difference.
+async fn stored(js: &jetstream::Context) -> std::collections::BTreeMap<String, u64> {
+    let mut streams = js.streams();
+    let mut seqs = std::collections::BTreeMap::new();
+    while let Some(info) = streams.next().await {
+        let info = info.expect("stream info");
+        seqs.insert(info.config.name, info.state.last_sequence);
+    }
+    seqs
+}
+
+/// Prints how many messages each stream stored during `run`.
+async fn print_writes<F: std::future::Future<Output = Duration>>(
+    js: &jetstream::Context,
+    what: &str,
+    run: F,
+) {
+    let before = stored(js).await;
+    let took = run.await;
+    let after = stored(js).await;
+    let mut total = 0;
+    let mut per_stream = Vec::new();
+    for (name, seq) in after {
+        let n = seq - before.get(&name).copied().unwrap_or(0);
+        if n > 0 {
+            total += n;
+            per_stream.push(format!("{name} {n}"));
+        }
+    }
+    println!(
+        "WRITES {what}: {total} stored messages in {took:?} ({})",
+        per_stream.join(", ")
+    );
+}
+
+/// This process's CPU time (user and system) so far, from /proc (clock ticks).
+fn cpu_time() -> Duration {
+    let stat = std::fs::read_to_string("/proc/self/stat").unwrap_or_default();
+    // The fields after the command name (which ends with the last ')'): utime is the 12th.
+    let fields: Vec<&str> = stat
+        .rsplit_once(')')
+        .map(|(_, rest)| rest.split_whitespace().collect())
+        .unwrap_or_default();
+    let ticks: u64 = fields
+        .get(11..13)
+        .map(|f| f.iter().filter_map(|v| v.parse::<u64>().ok()).sum())
+        .unwrap_or(0);
+    Duration::from_millis(ticks * 10)
+}
+
 fn rss_kib() -> u64 {
     std::fs::read_to_string("/proc/self/status")
         .ok()
@@ -603,6 +657,25 @@ fn main() {
         let sdk = Sdk::start(&server).await;
         let sdk_call = sdk.call();
 
+        if let Ok(side) = std::env::var("SOORMA_BENCH_ONLY_ROUND_TRIPS") {
+            // One side's round trips alone (to profile or trace it): `raw` or `soorma`.
+            let call = if side == "raw" { &raw } else { &sdk_call };
+            for i in 0..WARMUP as i64 {
+                checked(call, i).await;
+            }
+            eprintln!("READY");
+            tokio::time::sleep(Duration::from_secs(1)).await;
+            let t = Instant::now();
+            let mut samples = Vec::with_capacity(SEQUENTIAL);
+            for i in 0..SEQUENTIAL as i64 {
+                let one = Instant::now();
+                checked(call, i).await;
+                samples.push(one.elapsed());
+            }
+            let took = t.elapsed();
+            println!("{side}: {SEQUENTIAL} round trips in {took:?}, p50 {:?}", median(samples));
+            return;
+        }
         let [raw_p50, sdk_p50] = round_trips([&raw, &sdk_call]).await;
         let [raw_eps, sdk_eps] = best_throughputs([&raw, &sdk_call]).await;
         raw_fan_worker(js.clone()).await;
@@ -612,6 +685,35 @@ fn main() {
             sdk_fan.push(sdk.fan_run().await);
         }
         let (raw_fan, sdk_fan) = (median(raw_fan), median(sdk_fan));
+        if std::env::var_os("SOORMA_BENCH_WRITES").is_some() {
+            print_writes(&js, "raw fan-out/fan-in", raw_fan_run(&client, &js)).await;
+            print_writes(&js, "soorma fan-out/fan-in", sdk.fan_run()).await;
+            for (what, call) in [("raw", &raw), ("soorma", &sdk_call)] {
+                let n = 2_000;
+                let (cpu, t) = (cpu_time(), Instant::now());
+                for i in 0..n {
+                    checked(call, i).await;
+                }
+                let (cpu, t) = (cpu_time() - cpu, t.elapsed());
+                println!(
+                    "CPU {what} round trip: {:.1} µs of this process's CPU and {:.1} µs elapsed each ({n} in a row)",
+                    cpu.as_secs_f64() * 1e6 / n as f64,
+                    t.as_secs_f64() * 1e6 / n as f64
+                );
+            }
+            print_writes(&js, "raw round trip", async {
+                let t = Instant::now();
+                checked(&raw, 1).await;
+                t.elapsed()
+            })
+            .await;
+            print_writes(&js, "soorma round trip", async {
+                let t = Instant::now();
+                checked(&sdk_call, 1).await;
+                t.elapsed()
+            })
+            .await;
+        }
         let storage = if synced_everywhere { "sync_interval: always" } else { "default sync" };
         println!("NATS, {storage} ({SEQUENTIAL} sequential round trips each, alternating; {} in {CALLERS} concurrent callers, best of {ROUNDS}; fan-out of {FAN}, median of {FAN_RUNS})", CALLERS * PER_CALLER);
         println!("  raw async-nats  p50 {raw_p50:>9.2?}  {raw_eps:>8.0} events/s  fan-out/fan-in {raw_fan:>9.2?}");

@@ -13,6 +13,7 @@ use crate::error::{Error, Result};
 use crate::platform::Platform;
 use crate::platform::validation::RequestValidator;
 use crate::spi::bus::EventBus;
+use crate::spi::envelope::check_envelope;
 use crate::spi::tenant::validate_tenant;
 use crate::util::{BoxFuture, new_id, now_rfc3339};
 
@@ -431,7 +432,7 @@ impl Publish {
     }
 
     fn validate(kind: Kind, env: &EventEnvelope) -> Result<()> {
-        validate_tenant(env.tenant())?;
+        check_envelope(env)?;
         if env.event_type.trim().is_empty() {
             return Err(Error::InvalidArgument(
                 "event_type must not be empty".into(),

@@ -15,6 +15,7 @@ use crate::error::{Error, Result};
 use crate::spi::bus::{
     Acker, Delivery, EventBus, EventFilter, Settlement, Subscription, SubscriptionSpec,
 };
+use crate::spi::envelope::check_envelope;
 use crate::spi::tenant::validate_tenant;
 use crate::util::{BoxFuture, new_id, now_rfc3339};
 
@@ -470,7 +471,7 @@ impl EmbeddedBus {
     /// Publishes `envelope`: into every matching group's queue (waiting for room in each, all
     /// or nothing), to every tap and to the observers.
     async fn deliver(&self, envelope: EventEnvelope) -> Result<()> {
-        validate_tenant(envelope.tenant())?;
+        check_envelope(&envelope)?;
         if !self.recent().first_seen(&duplicate_key(&envelope)) {
             tracing::debug!(event_id = %envelope.id, "duplicate event id within the window; dropped");
             return Ok(());

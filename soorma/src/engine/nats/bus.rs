@@ -19,6 +19,7 @@ use crate::error::{EngineErrorKind, Error, Result};
 use crate::spi::bus::{
     Acker, Delivery, EventBus, EventFilter, Settlement, Subscription, SubscriptionSpec,
 };
+use crate::spi::envelope::check_envelope;
 use crate::spi::tenant::{MAX_TENANT_LEN, validate_tenant};
 use crate::util::{BoxFuture, MAX_REASON_BYTES, bounded, new_id, now_rfc3339};
 
@@ -322,6 +323,7 @@ impl NatsBus {
 
     /// The subject `envelope` goes to and the stream that keeps it.
     async fn route(&self, envelope: &EventEnvelope) -> Result<(String, Arc<stream::Stream>)> {
+        check_envelope(envelope)?;
         let subject = names::subject(
             &self.inner.config.subject_prefix,
             envelope.tenant(),
@@ -636,6 +638,7 @@ fn decode(
             bounded(envelope.tenant(), 2 * MAX_TENANT_LEN)
         ));
     }
+    check_envelope(&envelope).map_err(|e| bounded(&e.to_string(), MAX_REASON_BYTES))?;
     Ok(envelope)
 }
 

@@ -2,7 +2,8 @@
 
 use soorma_common::Topic;
 
-use crate::error::{Error, Result};
+use crate::error::Result;
+use crate::spi::envelope::event_tokens;
 use crate::spi::tenant::validate_tenant;
 
 fn is_token_char(c: char) -> bool {
@@ -13,23 +14,6 @@ fn is_token_char(c: char) -> bool {
 /// [`validate_tenant`]).
 pub(crate) fn tenant_token(tenant: &str) -> Result<&str> {
     validate_tenant(tenant)
-}
-
-/// Checks an event type can be the tail of a subject (dot-separated, no wildcards or spaces).
-pub(crate) fn event_tokens(event_type: &str) -> Result<&str> {
-    let ok = !event_type.is_empty()
-        && event_type.split('.').all(|t| {
-            !t.is_empty()
-                && t.chars()
-                    .all(|c| !c.is_whitespace() && c != '*' && c != '>')
-        });
-    if ok {
-        Ok(event_type)
-    } else {
-        Err(Error::InvalidArgument(format!(
-            "event type `{event_type}` cannot be a NATS subject: use dot-separated tokens without spaces, `*` or `>`"
-        )))
-    }
 }
 
 /// `<prefix>.<tenant>.<topic>.<event.type>`
