@@ -697,6 +697,110 @@ async fn a_cluster_node_killed_mid_run_loses_and_doubles_no_task() {
     );
 }
 
+async fn heard(_: Event<i64>) -> soorma::Result<()> {
+    Ok(())
+}
+
+/// Publishes keep going through the loss of the node leading their stream: those that find no
+/// leader for a moment (or lose their acknowledgement with the node) are sent again with the
+/// same de-duplication id, so every event is stored exactly once and no publisher sees an
+/// error. An agent registering meanwhile registers. With `failover_retry` zero, most of these
+/// publishes fail ("no stream found", "didn't receive ack in time": 295 and 296 of 400 in two
+/// runs when the test was written).
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn publishes_ride_through_the_loss_of_their_streams_leader() {
+    use soorma::nats::async_nats::jetstream;
+    use std::sync::atomic::{AtomicUsize, Ordering};
+    soorma_tests::init_tracing();
+    let _one_cluster = CLUSTER.lock().await;
+    let mut cluster = NatsCluster::start(3);
+    let config = NatsConfig::new(cluster.urls()).with_replicas(3);
+    let platform = connect_when_ready(config.clone()).await;
+    let client = platform.client("publisher");
+    client
+        .publish(Topic::BusinessFacts, "reading.taken", 0)
+        .await
+        .unwrap();
+    let js = jetstream::new(platform.nats_client().unwrap().clone());
+    let mut facts = js.get_stream("SOORMA_BUSINESS_FACTS").await.unwrap();
+    let leader = facts
+        .info()
+        .await
+        .unwrap()
+        .cluster
+        .clone()
+        .and_then(|c| c.leader)
+        .expect("the stream has a leader");
+
+    const PUBLISHERS: usize = 8;
+    const EACH: usize = 50;
+    let published = Arc::new(AtomicUsize::new(0));
+    let tasks: Vec<_> = (0..PUBLISHERS)
+        .map(|p| {
+            let (client, published) = (client.clone(), published.clone());
+            tokio::spawn(async move {
+                let mut failures = Vec::new();
+                for i in 0..EACH {
+                    let n = p * EACH + i + 1;
+                    match client
+                        .publish(Topic::BusinessFacts, "reading.taken", n)
+                        .await
+                    {
+                        Ok(_) => {}
+                        Err(e) => failures.push(format!("reading {n}: {e}")),
+                    }
+                    published.fetch_add(1, Ordering::Relaxed);
+                    tokio::time::sleep(Duration::from_millis(10)).await;
+                }
+                failures
+            })
+        })
+        .collect();
+    wait_for("a quarter of the publishes", || {
+        published.load(Ordering::Relaxed) >= PUBLISHERS * EACH / 4
+    })
+    .await;
+    eprintln!(
+        "killing {leader}, the business-facts stream leader, after {} publishes",
+        published.load(Ordering::Relaxed)
+    );
+    cluster.kill(&leader);
+    // An agent registering while the cluster recovers.
+    let registered = Agent::new("listener")
+        .use_registered_handlers(false)
+        .handler(Handler::on_event(
+            Topic::BusinessFacts,
+            "reading.taken",
+            heard,
+        ))
+        .start(&platform)
+        .await;
+    let mut failures = Vec::new();
+    for t in tasks {
+        failures.extend(t.await.unwrap());
+    }
+    assert!(
+        failures.is_empty(),
+        "{} publishes failed: {failures:?}",
+        failures.len()
+    );
+    registered.expect("an agent registers while the cluster recovers");
+    let stored = js
+        .get_stream("SOORMA_BUSINESS_FACTS")
+        .await
+        .unwrap()
+        .info()
+        .await
+        .unwrap()
+        .state
+        .messages;
+    assert_eq!(
+        stored,
+        (PUBLISHERS * EACH + 1) as u64,
+        "every event stored once"
+    );
+}
+
 /// Moves the leaders of every stream and consumer off the node `node` (a stream's or
 /// consumer's leader steps down until another node leads it).
 async fn lead_elsewhere(nats: &soorma::nats::async_nats::Client, node: &str) {

@@ -129,7 +129,8 @@ mod tests {
         assert!(check_envelope(&env()).is_ok());
         let long = "x".repeat(MAX_ID_LEN + 1);
         let at_limit = "x".repeat(MAX_ID_LEN);
-        let setters: [(&str, fn(&mut EventEnvelope, String)); 6] = [
+        type Setter = fn(&mut EventEnvelope, String);
+        let setters: [(&str, Setter); 6] = [
             ("id", |e, v| e.id = v),
             ("source", |e, v| e.source = v),
             ("correlation_id", |e, v| e.correlation_id = Some(v)),

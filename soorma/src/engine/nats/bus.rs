@@ -13,8 +13,8 @@ use tokio::sync::{Mutex, Semaphore, watch};
 
 use super::batch;
 use super::catchup::{self, CatchUp, Link, Source};
-use super::coalesce;
 use super::{NatsConfig, assets, engine_error, names};
+use super::{coalesce, failover};
 use crate::error::{EngineErrorKind, Error, Result};
 use crate::spi::bus::{
     Acker, Delivery, EventBus, EventFilter, Settlement, Subscription, SubscriptionSpec,
@@ -363,29 +363,36 @@ impl NatsBus {
             }
             headers
         };
-        let ack = self.send(subject, headers(true), payload.clone()).await?;
+        let ack = self
+            .send(subject, || headers(true), payload.clone())
+            .await?;
         if ack.duplicate && !self.same_subject(stream, ack.sequence, subject).await {
             // Anyone may set any `Nats-Msg-Id`: a message of another subject (another tenant)
             // that took this id first must not suppress this one. Publish it without the id.
             tracing::warn!(%dedup_id, %subject, "a message of another subject holds this de-duplication id; publishing without it");
-            self.send(subject, headers(false), payload).await?;
+            self.send(subject, || headers(false), payload).await?;
         }
         Ok(())
     }
 
+    /// Publishes and waits for JetStream's acknowledgement, through a failover (see
+    /// [`failover`]); each attempt's headers are `headers()`.
     async fn send(
         &self,
         subject: &str,
-        headers: HeaderMap,
+        headers: impl Fn() -> HeaderMap,
         payload: bytes::Bytes,
     ) -> Result<jetstream::publish::PublishAck> {
-        self.inner
-            .js
-            .publish_with_headers(subject.to_owned(), headers, payload)
-            .await
-            .map_err(|e| engine_error(EngineErrorKind::Publish, "publish", e))?
-            .await
-            .map_err(|e| engine_error(EngineErrorKind::Publish, "publish not acknowledged", e))
+        // Sent again through a failover: the same headers carry the same de-duplication id.
+        failover::retried(self.inner.config.failover_retry, "publish", || async {
+            self.inner
+                .js
+                .publish_with_headers(subject.to_owned(), headers(), payload.clone())
+                .await?
+                .await
+        })
+        .await
+        .map_err(|e| engine_error(EngineErrorKind::Publish, "publish not acknowledged", e))
     }
 
     /// Whether the stored message at `sequence` (the one a publish was taken as a duplicate

@@ -18,6 +18,7 @@ mod batch;
 mod bus;
 mod catchup;
 mod coalesce;
+mod failover;
 pub(crate) mod names;
 mod registry;
 mod state;
@@ -100,6 +101,11 @@ pub struct NatsConfig {
     pub registry_ttl: Duration,
     /// How often running agents refresh their registry entry (default 10 s).
     pub heartbeat: Duration,
+    /// How long a publish (and an agent's registration) that fails the way a cluster's
+    /// failover makes it fail — no stream leader for a moment, an acknowledgement lost with
+    /// a server — is tried again, with the same de-duplication id (default 15 s; zero: not
+    /// retried).
+    pub failover_retry: Duration,
 }
 
 impl NatsConfig {
@@ -120,6 +126,7 @@ impl NatsConfig {
             max_ack_pending: 4096,
             registry_ttl: Duration::from_secs(30),
             heartbeat: Duration::from_secs(10),
+            failover_retry: Duration::from_secs(15),
         }
     }
 
@@ -127,7 +134,7 @@ impl NatsConfig {
     /// (`SOORMA_NATS_TOKEN`, or `SOORMA_NATS_USER` + `SOORMA_NATS_PASSWORD`, or
     /// `SOORMA_NATS_CREDS`) and the storage settings (`SOORMA_NATS_REPLICAS`,
     /// `SOORMA_NATS_STORAGE`, `SOORMA_NATS_EVENT_MAX_AGE`, `SOORMA_NATS_ACK_WAIT`,
-    /// `SOORMA_NATS_DLQ_MAX_AGE`, `SOORMA_NATS_DLQ_MAX_BYTES`; see
+    /// `SOORMA_NATS_DLQ_MAX_AGE`, `SOORMA_NATS_DLQ_MAX_BYTES`, `SOORMA_NATS_FAILOVER_RETRY`; see
     /// `docs/nats.md`); `None` when the URL is unset. A value that does not parse is an
     /// [`Error::Config`] naming the variable.
     ///
@@ -206,6 +213,9 @@ impl NatsConfig {
                         "{DLQ_MAX_BYTES_ENV}=`{v}`: use a positive number of bytes"
                     ))
                 })?;
+        }
+        if let Some(d) = duration(FAILOVER_RETRY_ENV)? {
+            config.failover_retry = d;
         }
         if let Some(d) = duration(ACK_WAIT_ENV)? {
             if d.is_zero() {
@@ -324,6 +334,21 @@ impl NatsConfig {
         self
     }
 
+    /// Sets how long publishes that fail the way a failover makes them fail are retried
+    /// (zero: not retried).
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// let config = soorma::nats::NatsConfig::new("nats://127.0.0.1:4222")
+    ///     .with_failover_retry(Duration::from_secs(30));
+    /// assert_eq!(config.failover_retry, Duration::from_secs(30));
+    /// ```
+    #[must_use]
+    pub fn with_failover_retry(mut self, window: Duration) -> Self {
+        self.failover_retry = window;
+        self
+    }
+
     /// Sets the registry TTL and heartbeat interval (the TTL must be longer; it is the `max_age`
     /// of the registry bucket when soorma creates it).
     #[must_use]
@@ -401,6 +426,8 @@ const DLQ_MAX_AGE_ENV: &str = "SOORMA_NATS_DLQ_MAX_AGE";
 const DLQ_MAX_BYTES_ENV: &str = "SOORMA_NATS_DLQ_MAX_BYTES";
 /// `SOORMA_NATS_ACK_WAIT`: how long a delivery may stay unacknowledged.
 const ACK_WAIT_ENV: &str = "SOORMA_NATS_ACK_WAIT";
+/// `SOORMA_NATS_FAILOVER_RETRY`: how long publishes are retried through a failover.
+const FAILOVER_RETRY_ENV: &str = "SOORMA_NATS_FAILOVER_RETRY";
 
 /// Connects to NATS and returns the engine's parts. Fails with a clear error when the server
 /// is unreachable or JetStream is not enabled.
@@ -644,6 +671,7 @@ mod tests {
             ("SOORMA_NATS_ACK_WAIT", "45s"),
             ("SOORMA_NATS_DLQ_MAX_AGE", "30d"),
             ("SOORMA_NATS_DLQ_MAX_BYTES", "1048576"),
+            ("SOORMA_NATS_FAILOVER_RETRY", "0"),
         ])
         .unwrap()
         .unwrap();
@@ -658,6 +686,8 @@ mod tests {
         assert_eq!(config.storage, StorageType::Memory);
         assert_eq!(config.event_max_age, Duration::from_secs(7 * 86_400));
         assert_eq!(config.ack_wait, Duration::from_secs(45));
+        assert_eq!(config.failover_retry, Duration::ZERO);
+        assert_eq!(defaults.failover_retry, Duration::from_secs(15));
         for (var, value) in [
             ("SOORMA_NATS_REPLICAS", "0"),
             ("SOORMA_NATS_REPLICAS", "6"),
@@ -669,6 +699,7 @@ mod tests {
             ("SOORMA_NATS_DLQ_MAX_AGE", "forever"),
             ("SOORMA_NATS_DLQ_MAX_BYTES", "0"),
             ("SOORMA_NATS_DLQ_MAX_BYTES", "1GB"),
+            ("SOORMA_NATS_FAILOVER_RETRY", "soon"),
         ] {
             let err = from_vars(&[url, (var, value)]).unwrap_err();
             assert!(

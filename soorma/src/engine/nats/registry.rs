@@ -5,7 +5,7 @@ use async_nats::jetstream::{self, kv};
 use soorma_common::AgentDefinition;
 use tokio::task::JoinHandle;
 
-use super::{NatsConfig, assets, engine_error, names};
+use super::{NatsConfig, assets, engine_error, failover, names};
 use crate::error::{BoxError, EngineErrorKind, Error, Result};
 use crate::spi::registry::Registry;
 use crate::util::BoxFuture;
@@ -92,10 +92,12 @@ impl Registry for NatsRegistry {
             let value: bytes::Bytes = serde_json::to_vec(&agent)
                 .map_err(|e| Error::serialize("agent definition", e))?
                 .into();
-            self.store
-                .put(&key, value.clone())
-                .await
-                .map_err(|e| reg_err("register", e))?;
+            // Through a failover, the same entry is put again.
+            failover::retried(self.config.failover_retry, "register", || {
+                self.store.put(&key, value.clone())
+            })
+            .await
+            .map_err(|e| reg_err("register", e))?;
             let store = self.store.clone();
             let every = self.config.heartbeat;
             let heartbeat = tokio::spawn(async move {
