@@ -665,15 +665,19 @@ fn main() {
             }
             eprintln!("READY");
             tokio::time::sleep(Duration::from_secs(1)).await;
-            let t = Instant::now();
+            let (t, cpu) = (Instant::now(), cpu_time());
             let mut samples = Vec::with_capacity(SEQUENTIAL);
             for i in 0..SEQUENTIAL as i64 {
                 let one = Instant::now();
                 checked(call, i).await;
                 samples.push(one.elapsed());
             }
-            let took = t.elapsed();
-            println!("{side}: {SEQUENTIAL} round trips in {took:?}, p50 {:?}", median(samples));
+            let (took, cpu) = (t.elapsed(), cpu_time() - cpu);
+            println!(
+                "{side}: {SEQUENTIAL} round trips in {took:?}, p50 {:?}, {:.1} µs of this process's CPU each",
+                median(samples),
+                cpu.as_secs_f64() * 1e6 / SEQUENTIAL as f64
+            );
             return;
         }
         let [raw_p50, sdk_p50] = round_trips([&raw, &sdk_call]).await;
