@@ -887,6 +887,26 @@ async fn a_caller_whose_server_dies_gets_the_replies_published_while_it_reconnec
     // whose consumer loses its leader stalls for a while, which is not tested here).
     lead_elsewhere(&caller_nats, &x).await;
     let js = jetstream::new(caller_nats.clone());
+    // An observer of action-results on the caller's connection: its replay after the
+    // reconnect must neither miss a reply nor show one twice (it drops what it already saw).
+    let mut observer = caller
+        .bus()
+        .observe(Some(Topic::ActionResults))
+        .await
+        .unwrap();
+    // By the reply's value (call i is answered i + 1); the warm-up's reply (1), published
+    // shortly before, may be replayed too and is not counted.
+    let observed = Arc::new(std::sync::Mutex::new(HashMap::<i64, usize>::new()));
+    let seen = observed.clone();
+    let observing = tokio::spawn(async move {
+        while let Some(delivery) = observer.next().await {
+            let env = &delivery.envelope;
+            let value = env.data["result"].as_i64().unwrap_or_default();
+            if env.event_type == "inc.replied" && (2..=401).contains(&value) {
+                *seen.lock().unwrap().entry(value).or_default() += 1;
+            }
+        }
+    });
 
     // 400 calls, answered at about 300 a second by the tool.
     let done = Arc::new(AtomicUsize::new(0));
@@ -926,6 +946,21 @@ async fn a_caller_whose_server_dies_gets_the_replies_published_while_it_reconnec
     eprintln!(
         "killed {x} after {answered} replies; the caller reconnected to {now_on}; every call answered {:?} later",
         started.elapsed()
+    );
+    // The observer sees every reply once: what it missed is replayed, what it saw is not
+    // shown again (the replay starts 5 s before the disconnect was noticed).
+    wait_for("the observer to see every reply", || {
+        observed.lock().unwrap().len() >= 400
+    })
+    .await;
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    observing.abort();
+    let observed = observed.lock().unwrap().clone();
+    let twice: Vec<_> = observed.iter().filter(|(_, n)| **n > 1).collect();
+    assert!(
+        observed.len() == 400 && twice.is_empty(),
+        "the observer saw {} replies; more than once: {twice:?}",
+        observed.len()
     );
     // The replay's consumer is deleted: the stream has no consumer (nothing else reads it).
     let deadline = tokio::time::Instant::now() + Duration::from_secs(20);
