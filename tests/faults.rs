@@ -851,7 +851,9 @@ async fn lead_elsewhere(nats: &soorma::nats::async_nats::Client, node: &str) {
 /// subscription replays from the action-results stream what was published meanwhile. The tool
 /// is connected to the other nodes, which lead every stream and consumer, so replies keep being
 /// published and stored while the caller reconnects. No consumer is left behind by the replay.
-/// Without the replay, about 290 of the 400 calls time out.
+/// An observer on the caller's connection sees each reply once (the replay drops what it saw).
+/// Without the replay, about 290 of the 400 calls time out; without the observer's
+/// de-duplication, it sees dozens of replies twice.
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn a_caller_whose_server_dies_gets_the_replies_published_while_it_reconnects() {
     use soorma::nats::async_nats::jetstream;
