@@ -482,6 +482,82 @@ async fn a_handler_slower_than_ack_wait_is_not_redelivered_while_it_works() {
     tool.shutdown().await.unwrap();
 }
 
+static QUICK_CALLS: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+
+async fn quick(_req: Invocation<serde_json::Value>) -> Result<String, ToolError> {
+    QUICK_CALLS.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+    Ok("done".into())
+}
+
+/// A bus whose `quick.done` replies take 3.5 s to publish (as a reply retried through a
+/// cluster's failover does).
+struct SlowReplies(std::sync::Arc<dyn soorma::bus::EventBus>);
+
+impl soorma::bus::EventBus for SlowReplies {
+    fn publish(
+        &self,
+        envelope: soorma::EventEnvelope,
+    ) -> soorma::BoxFuture<'_, soorma::Result<()>> {
+        Box::pin(async move {
+            if envelope.event_type == "quick.done" {
+                tokio::time::sleep(Duration::from_millis(3500)).await;
+            }
+            self.0.publish(envelope).await
+        })
+    }
+
+    fn subscribe(
+        &self,
+        spec: soorma::bus::SubscriptionSpec,
+    ) -> soorma::BoxFuture<'_, soorma::Result<Box<dyn soorma::bus::Subscription>>> {
+        self.0.subscribe(spec)
+    }
+
+    fn observe(
+        &self,
+        topic: Option<Topic>,
+    ) -> soorma::BoxFuture<'_, soorma::Result<Box<dyn soorma::bus::Subscription>>> {
+        self.0.observe(topic)
+    }
+
+    fn redelivery_delay(&self) -> Option<Duration> {
+        self.0.redelivery_delay()
+    }
+}
+
+/// Publishing a handler's reply is kept alive like the handler: a reply that takes 3.5 s to
+/// store (> `ack_wait`) does not make the request redelivered, and the tool runs once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_reply_slower_to_publish_than_ack_wait_does_not_run_the_tool_twice() {
+    let server = NatsServer::start();
+    let platform =
+        soorma::nats::connect(NatsConfig::new(server.url()).with_ack_wait(Duration::from_secs(1)))
+            .await
+            .unwrap();
+    let slow_bus = soorma::Platform::from_parts(soorma::EngineParts::new(
+        "nats",
+        std::sync::Arc::new(SlowReplies(platform.bus().clone())),
+        platform.state().clone(),
+        platform.registry().clone(),
+    ));
+    let tool = Tool::new("quick")
+        .use_registered_handlers(false)
+        .handler(Handler::on_invoke("quick.requested", quick))
+        .start(&slow_bus)
+        .await
+        .unwrap();
+    let answer: String = platform
+        .client("test")
+        .with_timeout(WAIT)
+        .invoke("quick.requested", json!({}), "quick.done")
+        .await
+        .unwrap();
+    assert_eq!(answer, "done");
+    tokio::time::sleep(Duration::from_millis(1500)).await;
+    assert_eq!(QUICK_CALLS.load(std::sync::atomic::Ordering::SeqCst), 1);
+    tool.shutdown().await.unwrap();
+}
+
 static QUEUED_CALLS: std::sync::Mutex<Vec<i64>> = std::sync::Mutex::new(Vec::new());
 
 async fn slow_echo(req: Invocation<i64>) -> Result<i64, ToolError> {

@@ -14,7 +14,7 @@ use std::time::Duration;
 
 use serde_json::json;
 use soorma_common::events::DEAD_LETTERED;
-use soorma_common::{ActionReply, Topic};
+use soorma_common::{ActionReply, EventEnvelope, Topic};
 use tokio::sync::{Semaphore, watch};
 use tower::limit::{ConcurrencyLimit, GlobalConcurrencyLimitLayer};
 use tower::{Layer, Service, ServiceBuilder, ServiceExt};
@@ -302,59 +302,82 @@ where
         let work = self.inner.call(request);
         let max_deliver = self.max_deliver;
         Box::pin(async move {
-            // A slow handler keeps its delivery alive, so the platform does not hand the event
+            // A slow handler keeps its delivery alive, and so does publishing its outcome (a
+            // reply retried through a failover, say), so the platform does not hand the event
             // to another instance while this one is still working on it.
-            let outcome = tokio::select! {
-                biased;
-                () = registration.canceled() => None,
-                outcome = delivery.keep_alive_while(work) => Some(outcome),
-            };
-            drop(registration);
-            let Some(outcome) = outcome else {
-                // `work` (the handler's future) is dropped by now.
-                tracing::info!(
-                    "request canceled: the handler was dropped; acknowledged without a reply"
-                );
-                settle(delivery, Settlement::Ack).await;
-                return Ok(());
-            };
-            // A batch's replies are stored together, by the platform, once all are handled.
-            let outcome = match outcome {
-                Ok(HandlerResponse {
-                    reply: Some(value), ..
-                }) if delivery.batches_replies() => {
-                    let reply = ActionReply::success(&input.envelope.id, value);
-                    let route = ReplyRoute::of_request(&input.envelope);
-                    let settled =
-                        match reply_envelope(&input.bus(), &input.envelope.id, route, reply) {
-                            Ok(Some(reply)) => delivery.settle_with_reply(reply).await,
-                            Ok(None) => delivery.settle(Settlement::Ack).await,
-                            Err(e) => {
-                                let attempt = delivery.attempt;
-                                let s = retry_or_dead_letter(
-                                    &input,
-                                    e.to_string(),
-                                    e.is_retryable(),
-                                    attempt,
-                                    max_deliver,
-                                )
-                                .await;
-                                delivery.settle(s).await
-                            }
-                        };
-                    if let Err(e) = settled {
-                        tracing::warn!(error = %e, "could not settle delivery");
+            let next = delivery
+                .keep_alive_while(async {
+                    let outcome = tokio::select! {
+                        biased;
+                        () = registration.canceled() => None,
+                        outcome = work => Some(outcome),
+                    };
+                    drop(registration);
+                    match outcome {
+                        // `work` (the handler's future) is dropped by now.
+                        None => Next::Canceled,
+                        // A batch's replies are stored together, by the platform, once all
+                        // are handled.
+                        Some(Ok(HandlerResponse {
+                            reply: Some(value), ..
+                        })) if delivery.batches_replies() => {
+                            let reply = ActionReply::success(&input.envelope.id, value);
+                            let route = ReplyRoute::of_request(&input.envelope);
+                            Next::BatchReply(reply_envelope(
+                                &input.bus(),
+                                &input.envelope.id,
+                                route,
+                                reply,
+                            ))
+                        }
+                        Some(outcome) => Next::Settle(
+                            settlement(&input, &handler, outcome, delivery.attempt, max_deliver)
+                                .await,
+                        ),
                     }
-                    return Ok(());
+                })
+                .await;
+            let settled = match next {
+                Next::Canceled => {
+                    tracing::info!(
+                        "request canceled: the handler was dropped; acknowledged without a reply"
+                    );
+                    delivery.settle(Settlement::Ack).await
                 }
-                outcome => outcome,
+                Next::BatchReply(Ok(Some(reply))) => delivery.settle_with_reply(reply).await,
+                Next::BatchReply(Ok(None)) => delivery.settle(Settlement::Ack).await,
+                Next::BatchReply(Err(e)) => {
+                    let attempt = delivery.attempt;
+                    let s = retry_or_dead_letter(
+                        &input,
+                        e.to_string(),
+                        e.is_retryable(),
+                        attempt,
+                        max_deliver,
+                    )
+                    .await;
+                    delivery.settle(s).await
+                }
+                Next::Settle(s) => delivery.settle(s).await,
             };
-            let settlement =
-                settlement(&input, &handler, outcome, delivery.attempt, max_deliver).await;
-            settle(delivery, settlement).await;
+            if let Err(e) = settled {
+                tracing::warn!(error = %e, "could not settle delivery");
+            }
             Ok(())
         })
     }
+}
+
+/// What becomes of a handled delivery.
+// Made once per delivery and moved once: boxing the reply would cost an allocation.
+#[allow(clippy::large_enum_variant)]
+enum Next {
+    /// Its request was canceled: acknowledged, nothing else.
+    Canceled,
+    /// Its reply, to be stored with its batch's.
+    BatchReply(crate::error::Result<Option<EventEnvelope>>),
+    /// Settled as this.
+    Settle(Settlement),
 }
 
 /// How a handled event is settled.
