@@ -456,30 +456,56 @@ async fn slow(_req: Invocation<serde_json::Value>) -> Result<String, ToolError> 
     Ok("done".into())
 }
 
+/// Calls `request` (replied with `reply`) once, served by a tool with `handler` started on
+/// `serving`, then waits 1.5 s (1.5 ack-wait periods of the tests using it) so that a
+/// redelivery would have run the handler again; returns the answer.
+async fn answer_then_wait_for_redeliveries(
+    calling: &Platform,
+    serving: &Platform,
+    handler: Handler,
+    request: &str,
+    reply: &str,
+) -> String {
+    let tool = Tool::new("once")
+        .use_registered_handlers(false)
+        .handler(handler)
+        .start(serving)
+        .await
+        .unwrap();
+    let answer: String = calling
+        .client("test")
+        .with_timeout(WAIT)
+        .invoke(request, json!({}), reply)
+        .await
+        .unwrap();
+    tokio::time::sleep(Duration::from_millis(1500)).await;
+    tool.shutdown().await.unwrap();
+    answer
+}
+
+/// A NATS platform whose deliveries must be acknowledged within 1 s.
+async fn with_ack_wait_of_1s(server: &NatsServer) -> Platform {
+    soorma::nats::connect(NatsConfig::new(server.url()).with_ack_wait(Duration::from_secs(1)))
+        .await
+        .unwrap()
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_handler_slower_than_ack_wait_is_not_redelivered_while_it_works() {
     let server = NatsServer::start();
-    let platform =
-        soorma::nats::connect(NatsConfig::new(server.url()).with_ack_wait(Duration::from_secs(1)))
-            .await
-            .unwrap();
-    let tool = Tool::new("sloth")
-        .use_registered_handlers(false)
-        .handler(Handler::on_invoke("slow.requested", slow))
-        .start(&platform)
-        .await
-        .unwrap();
-    let answer: String = platform
-        .client("test")
-        .with_timeout(WAIT)
-        .invoke("slow.requested", json!({}), "slow.done")
-        .await
-        .unwrap();
+    let platform = with_ack_wait_of_1s(&server).await;
+    let handler = Handler::on_invoke("slow.requested", slow);
+    let answer = answer_then_wait_for_redeliveries(
+        &platform,
+        &platform,
+        handler,
+        "slow.requested",
+        "slow.done",
+    )
+    .await;
     assert_eq!(answer, "done");
     // 3.5 ack-wait periods passed while the handler worked; it still ran exactly once.
-    tokio::time::sleep(Duration::from_millis(1500)).await;
     assert_eq!(SLOW_CALLS.load(std::sync::atomic::Ordering::SeqCst), 1);
-    tool.shutdown().await.unwrap();
 }
 
 static QUICK_CALLS: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
@@ -530,32 +556,24 @@ impl soorma::bus::EventBus for SlowReplies {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_reply_slower_to_publish_than_ack_wait_does_not_run_the_tool_twice() {
     let server = NatsServer::start();
-    let platform =
-        soorma::nats::connect(NatsConfig::new(server.url()).with_ack_wait(Duration::from_secs(1)))
-            .await
-            .unwrap();
-    let slow_bus = soorma::Platform::from_parts(soorma::EngineParts::new(
+    let platform = with_ack_wait_of_1s(&server).await;
+    let slow_replies = soorma::Platform::from_parts(soorma::EngineParts::new(
         "nats",
         std::sync::Arc::new(SlowReplies(platform.bus().clone())),
         platform.state().clone(),
         platform.registry().clone(),
     ));
-    let tool = Tool::new("quick")
-        .use_registered_handlers(false)
-        .handler(Handler::on_invoke("quick.requested", quick))
-        .start(&slow_bus)
-        .await
-        .unwrap();
-    let answer: String = platform
-        .client("test")
-        .with_timeout(WAIT)
-        .invoke("quick.requested", json!({}), "quick.done")
-        .await
-        .unwrap();
+    let handler = Handler::on_invoke("quick.requested", quick);
+    let answer = answer_then_wait_for_redeliveries(
+        &platform,
+        &slow_replies,
+        handler,
+        "quick.requested",
+        "quick.done",
+    )
+    .await;
     assert_eq!(answer, "done");
-    tokio::time::sleep(Duration::from_millis(1500)).await;
     assert_eq!(QUICK_CALLS.load(std::sync::atomic::Ordering::SeqCst), 1);
-    tool.shutdown().await.unwrap();
 }
 
 static QUEUED_CALLS: std::sync::Mutex<Vec<i64>> = std::sync::Mutex::new(Vec::new());
@@ -571,10 +589,7 @@ async fn slow_echo(req: Invocation<i64>) -> Result<i64, ToolError> {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn deliveries_waiting_for_a_busy_agent_are_not_redelivered() {
     let server = NatsServer::start();
-    let platform =
-        soorma::nats::connect(NatsConfig::new(server.url()).with_ack_wait(Duration::from_secs(1)))
-            .await
-            .unwrap();
+    let platform = with_ack_wait_of_1s(&server).await;
     let tool = Tool::new("queued-sloth")
         .use_registered_handlers(false)
         .concurrency(1)
