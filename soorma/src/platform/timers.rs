@@ -22,6 +22,7 @@ use tokio::task::JoinHandle;
 use super::Platform;
 use crate::error::Result;
 use crate::spi::bus::EventBus;
+use crate::spi::envelope::check_envelope;
 use crate::spi::state::{self, StateKey, StateStore};
 use crate::util::{BoxFuture, now_rfc3339, rfc3339_of_millis};
 
@@ -60,6 +61,8 @@ pub(crate) async fn schedule(
     envelope: EventEnvelope,
     after: Duration,
 ) -> Result<()> {
+    // Refused now, not retried for ever when it fires.
+    check_envelope(&envelope)?;
     let tenant = envelope.tenant().to_owned();
     let record = TimerRecord {
         due_at_ms: now_ms().saturating_add(millis(after)),
@@ -182,9 +185,16 @@ impl Shared {
                     tracing::debug!(error = %e, timer = %id, "could not delete a fired timer");
                 }
             }
-            Err(e) => {
+            Err(e) if e.is_retryable() => {
                 tracing::warn!(error = %e, timer = %id, "could not fire a timer; trying again");
                 self.retry(key, failures);
+            }
+            Err(e) => {
+                // Its event would be refused every time (one stored before the rule it breaks).
+                tracing::error!(error = %e, timer = %id, "a timer's event cannot be published; the timer is dropped");
+                if let Err(e) = self.state.delete(&key).await {
+                    tracing::debug!(error = %e, timer = %id, "could not delete a dropped timer");
+                }
             }
         }
     }
@@ -441,6 +451,27 @@ mod tests {
         cancel(&platform, "globex", "later").await.unwrap();
         assert_eq!(platform.timers().armed(), 0);
         assert!(store.tenants(TIMERS_BUCKET).await.unwrap().is_empty());
+    }
+
+    #[tokio::test]
+    async fn a_timer_whose_event_the_bus_would_refuse_is_refused_or_dropped_not_retried() {
+        let (bus, store) = (Arc::new(Recording::default()), MemoryStore::new());
+        let platform = platform(&bus, &store);
+        let long = "t".repeat(crate::spi::envelope::MAX_ID_LEN + 1);
+        let refused = schedule(&platform, timer("acme", &long), Duration::from_millis(10)).await;
+        assert!(
+            matches!(refused, Err(crate::error::Error::InvalidArgument(_))),
+            "{refused:?}"
+        );
+        assert!(store.keys(TIMERS_BUCKET, "acme").await.unwrap().is_empty());
+        // One stored before the rule, due now: dropped when it fires, not re-armed.
+        stored(&store, "acme", &long, now_ms() - 10).await;
+        ensure_running(&platform).await;
+        tokio::time::sleep(Duration::from_millis(300)).await;
+        assert!(store.keys(TIMERS_BUCKET, "acme").await.unwrap().is_empty());
+        assert_eq!(platform.timers().armed(), 0);
+        // Tried once (the bus refused it), not again.
+        assert_eq!(bus.published().len(), 1);
     }
 
     #[tokio::test]

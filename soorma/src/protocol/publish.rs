@@ -432,12 +432,8 @@ impl Publish {
     }
 
     fn validate(kind: Kind, env: &EventEnvelope) -> Result<()> {
+        // The tenant, the event type (not empty, a subject's tokens) and every id's bounds.
         check_envelope(env)?;
-        if env.event_type.trim().is_empty() {
-            return Err(Error::InvalidArgument(
-                "event_type must not be empty".into(),
-            ));
-        }
         match kind {
             Kind::Request
                 if env

@@ -30,6 +30,7 @@ use super::service::{
 };
 use crate::protocol::reply::{ReplyRoute, reply_envelope, send_reply};
 use crate::spi::bus::{Delivery, Settlement, Subscription};
+use crate::spi::envelope::check_envelope;
 use crate::util::{BoxFuture, MAX_REASON_BYTES, bounded};
 
 /// The most events one agent handles at once ([`AgentBuilder::concurrency`](crate::AgentBuilder::concurrency)).
@@ -323,12 +324,23 @@ where
                         })) if delivery.batches_replies() => {
                             let reply = ActionReply::success(&input.envelope.id, value);
                             let route = ReplyRoute::of_request(&input.envelope);
-                            Next::BatchReply(reply_envelope(
-                                &input.bus(),
-                                &input.envelope.id,
-                                route,
-                                reply,
-                            ))
+                            // Checked here: one reply the bus refuses must not fail its batch.
+                            let reply =
+                                reply_envelope(&input.bus(), &input.envelope.id, route, reply)
+                                    .and_then(|r| r.map(checked).transpose());
+                            match reply {
+                                Ok(reply) => Next::BatchReply(reply),
+                                Err(e) => Next::Settle(
+                                    retry_or_dead_letter(
+                                        &input,
+                                        e.to_string(),
+                                        e.is_retryable(),
+                                        delivery.attempt,
+                                        max_deliver,
+                                    )
+                                    .await,
+                                ),
+                            }
                         }
                         Some(outcome) => Next::Settle(
                             settlement(&input, &handler, outcome, delivery.attempt, max_deliver)
@@ -344,20 +356,8 @@ where
                     );
                     delivery.settle(Settlement::Ack).await
                 }
-                Next::BatchReply(Ok(Some(reply))) => delivery.settle_with_reply(reply).await,
-                Next::BatchReply(Ok(None)) => delivery.settle(Settlement::Ack).await,
-                Next::BatchReply(Err(e)) => {
-                    let attempt = delivery.attempt;
-                    let s = retry_or_dead_letter(
-                        &input,
-                        e.to_string(),
-                        e.is_retryable(),
-                        attempt,
-                        max_deliver,
-                    )
-                    .await;
-                    delivery.settle(s).await
-                }
+                Next::BatchReply(Some(reply)) => delivery.settle_with_reply(reply).await,
+                Next::BatchReply(None) => delivery.settle(Settlement::Ack).await,
                 Next::Settle(s) => delivery.settle(s).await,
             };
             if let Err(e) = settled {
@@ -368,14 +368,20 @@ where
     }
 }
 
+/// `envelope` when the bus would take it (see [`check_envelope`]).
+fn checked(envelope: EventEnvelope) -> crate::error::Result<EventEnvelope> {
+    check_envelope(&envelope)?;
+    Ok(envelope)
+}
+
 /// What becomes of a handled delivery.
 // Made once per delivery and moved once: boxing the reply would cost an allocation.
 #[allow(clippy::large_enum_variant)]
 enum Next {
     /// Its request was canceled: acknowledged, nothing else.
     Canceled,
-    /// Its reply, to be stored with its batch's.
-    BatchReply(crate::error::Result<Option<EventEnvelope>>),
+    /// Its reply (none when the request named no reply event), to be stored with its batch's.
+    BatchReply(Option<EventEnvelope>),
     /// Settled as this.
     Settle(Settlement),
 }

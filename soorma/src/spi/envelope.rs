@@ -4,7 +4,10 @@
 //!
 //! Ids and names travel in every copy of an event, in its replies, its state keys and its
 //! de-duplication ids, so each has a bound: an id or name of up to [`MAX_ID_LEN`] bytes without
-//! control characters. Event types (and the reply event a request names) are also subject
+//! control characters. The ids the SDK derives from an event's id (its reply's, its sub-tasks'
+//! and their timers') add a few dozen bytes to it per delegation: the bound leaves room for
+//! that, and an event whose id is within that room of the bound gets a derived event refused
+//! (a dead letter with the reason, not a loop). Event types (and the reply event a request names) are also subject
 //! tokens on NATS, so the embedded platform takes exactly what NATS can route.
 
 use soorma_common::EventEnvelope;
@@ -14,7 +17,7 @@ use crate::spi::tenant::validate_tenant;
 
 /// The longest id or name an envelope may carry (event id, correlation id, event type,
 /// source, ...), in bytes.
-pub const MAX_ID_LEN: usize = 256;
+pub const MAX_ID_LEN: usize = 1024;
 
 /// Checks `envelope`'s tenant ([`validate_tenant`]), event type and reply event (dot-separated
 /// tokens without spaces, `*` or `>`) and the length of every id and name (at most
@@ -85,7 +88,6 @@ pub fn check_envelope(envelope: &EventEnvelope) -> Result<()> {
 
 /// Checks that `event_type` can be the tail of a NATS subject: at most [`MAX_ID_LEN`] bytes of
 /// dot-separated, non-empty tokens without whitespace, `*` or `>`.
-///
 pub(crate) fn event_tokens(event_type: &str) -> Result<&str> {
     let ok = !event_type.is_empty()
         && event_type.len() <= MAX_ID_LEN
@@ -145,7 +147,7 @@ mod tests {
             let mut bad = env();
             set(&mut bad, long.clone());
             let err = check_envelope(&bad).unwrap_err().to_string();
-            assert!(err.contains(field) && err.contains("257 bytes"), "{err}");
+            assert!(err.contains(field) && err.contains("1025 bytes"), "{err}");
             let mut control = env();
             set(&mut control, "a\nb".into());
             let err = check_envelope(&control).unwrap_err().to_string();

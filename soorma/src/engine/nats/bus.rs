@@ -347,14 +347,12 @@ impl NatsBus {
         batch: Option<(usize, bool)>,
         payload: bytes::Bytes,
     ) -> Result<()> {
-        let headers = |with_id: bool| {
+        let headers = |id: &str| {
             let mut headers = HeaderMap::new();
             if let Some(tp) = traceparent {
                 headers.insert("traceparent", tp);
             }
-            if with_id {
-                headers.insert("Nats-Msg-Id", dedup_id);
-            }
+            headers.insert("Nats-Msg-Id", id);
             if let Some((n, replies_together)) = batch {
                 headers.insert(batch::BATCH_HEADER, n.to_string().as_str());
                 if replies_together {
@@ -364,13 +362,15 @@ impl NatsBus {
             headers
         };
         let ack = self
-            .send(subject, || headers(true), payload.clone())
+            .send(subject, || headers(dedup_id), payload.clone())
             .await?;
         if ack.duplicate && !self.same_subject(stream, ack.sequence, subject).await {
             // Anyone may set any `Nats-Msg-Id`: a message of another subject (another tenant)
-            // that took this id first must not suppress this one. Publish it without the id.
-            tracing::warn!(%dedup_id, %subject, "a message of another subject holds this de-duplication id; publishing without it");
-            self.send(subject, || headers(false), payload).await?;
+            // that took this id first must not suppress this one. Publish it under a new id
+            // of its own (the same on every attempt, so a retried one is stored once).
+            tracing::warn!(%dedup_id, %subject, "a message of another subject holds this de-duplication id; publishing under a new one");
+            let own = new_id();
+            self.send(subject, || headers(&own), payload).await?;
         }
         Ok(())
     }
@@ -396,15 +396,22 @@ impl NatsBus {
     }
 
     /// Whether the stored message at `sequence` (the one a publish was taken as a duplicate
-    /// of) was published on `subject`; `false` when it cannot be read.
+    /// of) was published on `subject`. The read is tried a few times (after a failover the
+    /// duplicate is usually this publish's own earlier attempt, and the stream may just have a
+    /// new leader); `false` when it cannot be read: publishing again risks a copy, trusting an
+    /// unread id risks suppressing this message.
     async fn same_subject(&self, stream: &stream::Stream, sequence: u64, subject: &str) -> bool {
-        match stream.get_raw_message(sequence).await {
-            Ok(stored) => stored.subject.as_str() == subject,
-            Err(e) => {
-                tracing::debug!(error = %e, sequence, "cannot read the message a publish duplicates");
-                false
+        const READS: u32 = 5;
+        for read in 1..=READS {
+            match stream.get_raw_message(sequence).await {
+                Ok(stored) => return stored.subject.as_str() == subject,
+                Err(e) if read == READS => {
+                    tracing::warn!(error = %e, sequence, "cannot read the message a publish duplicates");
+                }
+                Err(_) => tokio::time::sleep(Duration::from_millis(200) * read).await,
             }
         }
+        false
     }
 
     async fn subscribe_durable(&self, spec: SubscriptionSpec) -> Result<Box<dyn Subscription>> {

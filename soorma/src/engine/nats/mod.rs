@@ -104,7 +104,7 @@ pub struct NatsConfig {
     /// How long a publish (and an agent's registration) that fails the way a cluster's
     /// failover makes it fail — no stream leader for a moment, an acknowledgement lost with
     /// a server — is tried again, with the same de-duplication id (default 15 s; zero: not
-    /// retried).
+    /// retried; at most 100 s, inside the streams' 120 s de-duplication window).
     pub failover_retry: Duration,
 }
 
@@ -378,6 +378,12 @@ impl NatsConfig {
         if self.ack_wait.is_zero() {
             return Err(Error::Config("the NATS ack wait must not be 0".into()));
         }
+        if self.failover_retry >= MAX_FAILOVER_RETRY {
+            return Err(Error::Config(format!(
+                "the NATS failover retry ({:?}) must be shorter than {MAX_FAILOVER_RETRY:?}: a publish sent again later than the streams' de-duplication window (120 s) could be stored twice",
+                self.failover_retry
+            )));
+        }
         Ok(servers)
     }
 }
@@ -426,6 +432,9 @@ const DLQ_MAX_AGE_ENV: &str = "SOORMA_NATS_DLQ_MAX_AGE";
 const DLQ_MAX_BYTES_ENV: &str = "SOORMA_NATS_DLQ_MAX_BYTES";
 /// `SOORMA_NATS_ACK_WAIT`: how long a delivery may stay unacknowledged.
 const ACK_WAIT_ENV: &str = "SOORMA_NATS_ACK_WAIT";
+/// The longest failover retry: its last attempt (plus an acknowledgement timeout) stays inside
+/// the de-duplication window (120 s) of the streams soorma creates.
+const MAX_FAILOVER_RETRY: Duration = Duration::from_secs(100);
 /// `SOORMA_NATS_FAILOVER_RETRY`: how long publishes are retried through a failover.
 const FAILOVER_RETRY_ENV: &str = "SOORMA_NATS_FAILOVER_RETRY";
 
@@ -719,8 +728,10 @@ mod tests {
             .clone()
             .with_registry_ttl(Duration::from_secs(5), Duration::from_secs(5));
         assert!(matches!(ttl.validate(), Err(Error::Config(m)) if m.contains("registry TTL")));
-        let ack = ok.with_ack_wait(Duration::ZERO);
+        let ack = ok.clone().with_ack_wait(Duration::ZERO);
         assert!(matches!(ack.validate(), Err(Error::Config(m)) if m.contains("ack wait")));
+        let retry = ok.with_failover_retry(Duration::from_secs(120));
+        assert!(matches!(retry.validate(), Err(Error::Config(m)) if m.contains("failover retry")));
     }
 
     #[tokio::test(start_paused = true)]
