@@ -425,20 +425,25 @@ impl NatsBus {
             String::new()
         };
         let name = names::consumer_name(&spec.group, spec.topic, spec.tenant.as_deref());
-        let consumer: consumer::PullConsumer = stream
-            .create_consumer(consumer::pull::Config {
-                durable_name: Some(name.clone()),
-                description: Some(format!("soorma consumer group `{}`", spec.group)),
-                filter_subject,
-                filter_subjects,
-                ack_policy: consumer::AckPolicy::Explicit,
-                ack_wait: cfg.ack_wait,
-                deliver_policy: consumer::DeliverPolicy::New,
-                max_deliver: i64::from(spec.max_deliver.max(1)),
-                max_ack_pending: cfg.max_ack_pending,
-                // As many replicas as the stream (adopted streams keep theirs).
-                num_replicas: 0,
-                ..Default::default()
+        let config = consumer::pull::Config {
+            durable_name: Some(name.clone()),
+            description: Some(format!("soorma consumer group `{}`", spec.group)),
+            filter_subject,
+            filter_subjects,
+            ack_policy: consumer::AckPolicy::Explicit,
+            ack_wait: cfg.ack_wait,
+            deliver_policy: consumer::DeliverPolicy::New,
+            max_deliver: i64::from(spec.max_deliver.max(1)),
+            max_ack_pending: cfg.max_ack_pending,
+            // As many replicas as the stream (adopted streams keep theirs).
+            num_replicas: 0,
+            ..Default::default()
+        };
+        // Creating a durable consumer with the same settings again is harmless: through a
+        // failover (no answer in time, no meta leader) it is asked again.
+        let consumer: consumer::PullConsumer =
+            failover::retried(cfg.failover_retry, "create consumer", || {
+                stream.create_consumer(config.clone())
             })
             .await
             .map_err(|e| {

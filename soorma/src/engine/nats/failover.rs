@@ -20,10 +20,12 @@ const FIRST_PAUSE: Duration = Duration::from_millis(50);
 /// The longest pause between attempts.
 const MAX_PAUSE: Duration = Duration::from_secs(1);
 
-/// Whether `error` (or an error it wraps) is how a publish fails while a stream changes
-/// leader: no responders, no acknowledgement in time, the connection lost, or JetStream
-/// answering 503 (unavailable).
+/// Whether `error` (or an error it wraps) is how a publish or a JetStream API request (a
+/// consumer's creation) fails while a stream or the cluster changes leader: no responders, no
+/// answer in time, the connection lost, or JetStream answering 503 (unavailable).
 pub(crate) fn is_failover(error: &(dyn std::error::Error + 'static)) -> bool {
+    use async_nats::jetstream::context::{RequestError, RequestErrorKind};
+    use async_nats::jetstream::stream::{ConsumerError, ConsumerErrorKind};
     let mut current = Some(error);
     while let Some(e) = current {
         if let Some(e) = e.downcast_ref::<PublishError>() {
@@ -34,6 +36,22 @@ pub(crate) fn is_failover(error: &(dyn std::error::Error + 'static)) -> bool {
                 PublishErrorKind::Other => std::error::Error::source(e).is_some_and(is_unavailable),
                 _ => false,
             };
+        }
+        if let Some(e) = e.downcast_ref::<ConsumerError>() {
+            return match e.kind() {
+                ConsumerErrorKind::TimedOut | ConsumerErrorKind::Request => true,
+                ConsumerErrorKind::JetStream(js) => js.code() == 503,
+                _ => false,
+            };
+        }
+        if let Some(e) = e.downcast_ref::<RequestError>() {
+            return matches!(
+                e.kind(),
+                RequestErrorKind::NoResponders | RequestErrorKind::TimedOut
+            );
+        }
+        if is_unavailable(e) {
+            return true;
         }
         current = e.source();
     }
@@ -105,6 +123,13 @@ mod tests {
         ] {
             assert!(!is_failover(&failing(kind)), "{kind:?}");
         }
+        use async_nats::jetstream::stream::{ConsumerError, ConsumerErrorKind};
+        assert!(is_failover(&ConsumerError::new(
+            ConsumerErrorKind::TimedOut
+        )));
+        assert!(!is_failover(&ConsumerError::new(
+            ConsumerErrorKind::InvalidName
+        )));
         // Wrapped (a KV put wraps the publish's error).
         let put = async_nats::jetstream::kv::PutError::with_source(
             async_nats::jetstream::kv::PutErrorKind::Ack,

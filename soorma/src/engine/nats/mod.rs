@@ -101,10 +101,11 @@ pub struct NatsConfig {
     pub registry_ttl: Duration,
     /// How often running agents refresh their registry entry (default 10 s).
     pub heartbeat: Duration,
-    /// How long a publish (and an agent's registration) that fails the way a cluster's
-    /// failover makes it fail — no stream leader for a moment, an acknowledgement lost with
-    /// a server — is tried again, with the same de-duplication id (default 15 s; zero: not
-    /// retried; at most 100 s, inside the streams' 120 s de-duplication window).
+    /// How long a publish (and an agent's registration and consumer creation) that fails the
+    /// way a cluster's failover makes it fail — no stream leader for a moment, an
+    /// acknowledgement lost with a server — is tried again, with the same de-duplication id
+    /// (default 15 s; zero: not retried; at most 100 s, inside the streams' 120 s
+    /// de-duplication window).
     pub failover_retry: Duration,
 }
 
