@@ -705,7 +705,7 @@ async fn heard(_: Event<i64>) -> soorma::Result<()> {
 /// leader for a moment (or lose their acknowledgement with the node) are sent again with the
 /// same de-duplication id, so every event is stored exactly once and no publisher sees an
 /// error. An agent starting meanwhile registers and creates its consumer (before that was
-/// retried too, its consumer's creation timed out in 3 of 5 runs). With `failover_retry` zero, most of these
+/// retried too, its consumer's creation timed out in 3 of 8 runs). With `failover_retry` zero, most of these
 /// publishes fail ("no stream found", "didn't receive ack in time": 295 and 296 of 400 in two
 /// runs when the test was written).
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
