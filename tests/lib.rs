@@ -9,6 +9,24 @@ pub mod nats_server;
 pub mod raw_http;
 pub mod restarts;
 
+/// This process's resident memory (`VmRSS`), in KiB: the benches' memory figures.
+pub fn rss_kib() -> u64 {
+    status_kib("VmRSS:")
+}
+
+/// A KiB figure of this process's /proc/self/status (`field` is the line's start, `VmHWM:`
+/// for instance); 0 where it cannot be read.
+pub fn status_kib(field: &str) -> u64 {
+    std::fs::read_to_string("/proc/self/status")
+        .ok()
+        .and_then(|s| {
+            s.lines()
+                .find(|l| l.starts_with(field))
+                .and_then(|l| l.split_whitespace().nth(1)?.parse().ok())
+        })
+        .unwrap_or(0)
+}
+
 /// Logs to the test output when `RUST_LOG` is set (e.g. `RUST_LOG=soorma=debug`).
 pub fn init_tracing() {
     if std::env::var_os("RUST_LOG").is_some() {

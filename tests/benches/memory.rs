@@ -133,17 +133,6 @@ impl Corpus {
 // ---------------------------------------------------------------------------------------------
 // Measurements.
 
-fn rss_kib() -> u64 {
-    std::fs::read_to_string("/proc/self/status")
-        .ok()
-        .and_then(|s| {
-            s.lines()
-                .find(|l| l.starts_with("VmRSS:"))
-                .and_then(|l| l.split_whitespace().nth(1)?.parse().ok())
-        })
-        .unwrap_or(0)
-}
-
 fn env_usize(name: &str, default: usize) -> usize {
     std::env::var(name)
         .ok()
@@ -245,7 +234,7 @@ fn compare(
 fn build(config: &IndexConfig, dims: usize, data: &[Vec<f32>], one_by_one: bool) -> VectorIndex {
     let n = data.len() as f64;
     println!("Build ({} vectors of {dims} dimensions)", data.len());
-    let rss_before = rss_kib();
+    let rss_before = soorma_tests::rss_kib();
     let index = VectorIndex::new(dims, config).expect("index");
     let items: Vec<(u64, &[f32])> = data
         .iter()
@@ -256,7 +245,7 @@ fn build(config: &IndexConfig, dims: usize, data: &[Vec<f32>], one_by_one: bool)
     index.insert_many(&items).expect("insert_many");
     let batch = started.elapsed();
     drop(items);
-    let rss_after = rss_kib();
+    let rss_after = soorma_tests::rss_kib();
     assert_eq!(index.len(), data.len());
     println!(
         "  insert_many, {} threads             {:>8.2} s   {:>8.0} vectors/s",

@@ -105,15 +105,7 @@ fn ms(d: Duration) -> f64 {
 }
 
 fn rss_mib() -> f64 {
-    std::fs::read_to_string("/proc/self/status")
-        .ok()
-        .and_then(|s| {
-            s.lines()
-                .find(|l| l.starts_with("VmRSS:"))
-                .and_then(|l| l.split_whitespace().nth(1)?.parse::<f64>().ok())
-        })
-        .unwrap_or(0.0)
-        / 1024.0
+    soorma_tests::rss_kib() as f64 / 1024.0
 }
 
 fn exact_top(docs: &[Vec<f32>], q: &[f32], k: usize) -> Vec<usize> {

@@ -535,17 +535,6 @@ fn cpu_time() -> Duration {
     Duration::from_millis(ticks * 10)
 }
 
-fn rss_kib() -> u64 {
-    std::fs::read_to_string("/proc/self/status")
-        .ok()
-        .and_then(|s| {
-            s.lines()
-                .find(|l| l.starts_with("VmRSS:"))
-                .and_then(|l| l.split_whitespace().nth(1)?.parse().ok())
-        })
-        .unwrap_or(0)
-}
-
 fn median(mut v: Vec<Duration>) -> Duration {
     v.sort();
     v[v.len() / 2]
@@ -762,7 +751,7 @@ async fn memory(platform: &Platform) {
         if in_flight == 0 {
             return;
         }
-        let before = rss_kib();
+        let before = soorma_tests::rss_kib();
         let parker = soorma_tests::agents::parker()
             .concurrency(
                 std::env::var("SOORMA_BENCH_PARK_CONCURRENCY")
@@ -788,7 +777,7 @@ async fn memory(platform: &Platform) {
             },
         )
         .await;
-        let after = rss_kib();
+        let after = soorma_tests::rss_kib();
         println!(
             "MEMORY worker_with_{in_flight}_in_flight_tasks rss_kib {after} (before {before}, +{} KiB; {:?} to submit and persist)",
             after.saturating_sub(before),

@@ -492,17 +492,6 @@ fn ms(d: Duration) -> f64 {
     d.as_secs_f64() * 1e3
 }
 
-fn rss_kib(field: &str) -> u64 {
-    std::fs::read_to_string("/proc/self/status")
-        .ok()
-        .and_then(|s| {
-            s.lines()
-                .find(|l| l.starts_with(field))
-                .and_then(|l| l.split_whitespace().nth(1)?.parse().ok())
-        })
-        .unwrap_or(0)
-}
-
 fn env_usize(name: &str, default: usize) -> usize {
     std::env::var(name)
         .ok()
@@ -628,7 +617,7 @@ async fn step_overhead(rig: &Rig, n: usize, runs: usize, name: &str) {
 /// Phase 3: the large DAG once, with memory and time at each quarter of the steps called.
 async fn large(rig: &Rig, platform: &Platform, n: usize, suffix: &str) {
     CALLS.store(0, Ordering::SeqCst);
-    let rss0 = rss_kib("VmRSS:");
+    let rss0 = soorma_tests::rss_kib();
     let started = Instant::now();
     let sampler = tokio::spawn(async move {
         let mut samples = Vec::new();
@@ -636,12 +625,12 @@ async fn large(rig: &Rig, platform: &Platform, n: usize, suffix: &str) {
             while CALLS.load(Ordering::Relaxed) < q * n / 4 {
                 tokio::time::sleep(Duration::from_millis(2)).await;
             }
-            samples.push((rss_kib("VmRSS:"), started.elapsed()));
+            samples.push((soorma_tests::rss_kib(), started.elapsed()));
         }
         samples
     });
     let took = rig.workflow(GRID, n).await;
-    let rss100 = rss_kib("VmRSS:");
+    let rss100 = soorma_tests::rss_kib();
     let mut samples = sampler.await.expect("sampler");
     samples.push((rss100, took));
     let width = LARGE_WIDTH.min(n);
@@ -650,7 +639,7 @@ async fn large(rig: &Rig, platform: &Platform, n: usize, suffix: &str) {
         n.div_ceil(width),
         took.as_secs_f64(),
         n as f64 / took.as_secs_f64(),
-        rss_kib("VmHWM:")
+        soorma_tests::status_kib("VmHWM:")
     );
     println!("  at 0 %: RSS {rss0} KiB");
     let mut last = Duration::ZERO;
