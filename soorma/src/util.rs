@@ -61,12 +61,37 @@ fn format_rfc3339(secs: u64, millis: u32) -> String {
     let days = (secs / 86_400) as i64;
     let rem = secs % 86_400;
     let (y, m, d) = civil_from_days(days);
-    format!(
-        "{y:04}-{m:02}-{d:02}T{:02}:{:02}:{:02}.{millis:03}Z",
-        rem / 3600,
-        (rem % 3600) / 60,
-        rem % 60
-    )
+    let (h, min, sec) = (rem / 3600, (rem % 3600) / 60, rem % 60);
+    let Ok(year @ 0..=9999) = u32::try_from(y) else {
+        return format!("{y:04}-{m:02}-{d:02}T{h:02}:{min:02}:{sec:02}.{millis:03}Z");
+    };
+    // Written digit by digit: every event is stamped, and `format!` costs more than the rest.
+    let mut out = [0u8; 24];
+    let mut put = |at: usize, value: u32, width: u32| {
+        for i in 0..width {
+            let digit = (value / 10u32.pow(width - 1 - i)) % 10;
+            out[at + i as usize] = b'0' + digit as u8;
+        }
+    };
+    put(0, year, 4);
+    put(5, m, 2);
+    put(8, d, 2);
+    put(11, h as u32, 2);
+    put(14, min as u32, 2);
+    put(17, sec as u32, 2);
+    put(20, millis.min(999), 3);
+    for (at, sep) in [
+        (4, b'-'),
+        (7, b'-'),
+        (10, b'T'),
+        (13, b':'),
+        (16, b':'),
+        (19, b'.'),
+        (23, b'Z'),
+    ] {
+        out[at] = sep;
+    }
+    out.iter().map(|&b| char::from(b)).collect()
 }
 
 /// Days since 1970-01-01 → (year, month, day), proleptic Gregorian (H. Hinnant's algorithm).
@@ -192,6 +217,27 @@ mod tests {
             "2026-11-18T11:06:40.999Z"
         );
         assert_eq!(format_rfc3339(4_102_444_799, 0), "2099-12-31T23:59:59.000Z");
+        assert_eq!(
+            format_rfc3339(253_402_300_799, 7),
+            "9999-12-31T23:59:59.007Z"
+        );
+        assert_eq!(
+            format_rfc3339(253_402_300_800, 0),
+            "10000-01-01T00:00:00.000Z"
+        );
+        // Digit by digit, as `format!` would write them.
+        for secs in (0..4_102_444_800u64).step_by(7_777_777) {
+            let (y, m, d) = civil_from_days((secs / 86_400) as i64);
+            let r = secs % 86_400;
+            let expected = format!(
+                "{y:04}-{m:02}-{d:02}T{:02}:{:02}:{:02}.{:03}Z",
+                r / 3600,
+                (r % 3600) / 60,
+                r % 60,
+                secs % 1000
+            );
+            assert_eq!(format_rfc3339(secs, (secs % 1000) as u32), expected);
+        }
     }
 
     #[test]

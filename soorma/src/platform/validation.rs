@@ -40,7 +40,8 @@ struct Cache {
 
 #[cfg(feature = "schema-validation")]
 struct Compiled {
-    schema: Value,
+    /// The snapshot's copy: the same `Arc` until the next registry read.
+    schema: Arc<Value>,
     /// `None` when the registered schema is not a valid JSON Schema (logged, not enforced).
     validator: Option<Arc<jsonschema::Validator>>,
 }
@@ -157,11 +158,17 @@ impl RequestValidator {
     }
 
     #[cfg(feature = "schema-validation")]
-    fn violations(&self, event: &str, schema: &Value, data: &Value) -> Vec<SchemaViolation> {
+    fn violations(&self, event: &str, schema: &Arc<Value>, data: &Value) -> Vec<SchemaViolation> {
         let validator = {
             let mut cache = self.lock();
-            match cache.compiled.get(event) {
-                Some(c) if c.schema == *schema => c.validator.clone(),
+            match cache.compiled.get_mut(event) {
+                // Compared by pointer while the snapshot is the same (no deep comparison per
+                // request); a new snapshot with the same schema keeps the compiled validator.
+                Some(c) if Arc::ptr_eq(&c.schema, schema) => c.validator.clone(),
+                Some(c) if *c.schema == **schema => {
+                    c.schema = schema.clone();
+                    c.validator.clone()
+                }
                 _ => {
                     let validator = match compile(schema) {
                         Ok(v) => Some(Arc::new(v)),
@@ -184,6 +191,10 @@ impl RequestValidator {
         let Some(validator) = validator else {
             return Vec::new();
         };
+        // Every violation is collected only for a payload that has some.
+        if validator.is_valid(data) {
+            return Vec::new();
+        }
         validator
             .iter_errors(data)
             .map(|e| SchemaViolation::new(e.instance_path().to_string(), e.to_string()))
@@ -191,7 +202,7 @@ impl RequestValidator {
     }
 
     #[cfg(not(feature = "schema-validation"))]
-    fn violations(&self, _: &str, _: &Value, _: &Value) -> Vec<SchemaViolation> {
+    fn violations(&self, _: &str, _: &Arc<Value>, _: &Value) -> Vec<SchemaViolation> {
         Vec::new()
     }
 }
@@ -211,7 +222,7 @@ pub(crate) fn compile(
 #[derive(Default)]
 struct Snapshot {
     /// Event type → the payload schema its consumer registered.
-    schemas: HashMap<String, Value>,
+    schemas: HashMap<String, Arc<Value>>,
     /// Event type → the tenants whose requests of it a registered agent serves (`None`: all).
     consumers: HashMap<String, Vec<Option<String>>>,
     /// Capability task name → the request event it consumes (the first agent by name wins).
@@ -269,7 +280,7 @@ impl Snapshot {
     }
 }
 
-fn payload_schemas(mut agents: Vec<AgentDefinition>) -> HashMap<String, Value> {
+fn payload_schemas(mut agents: Vec<AgentDefinition>) -> HashMap<String, Arc<Value>> {
     agents.sort_by(|a, b| {
         a.name
             .cmp(&b.name)
@@ -283,7 +294,9 @@ fn payload_schemas(mut agents: Vec<AgentDefinition>) -> HashMap<String, Value> {
                 continue;
             }
             if let Some(schema) = event.payload_schema {
-                schemas.entry(event.event_name).or_insert(schema);
+                schemas
+                    .entry(event.event_name)
+                    .or_insert_with(|| Arc::new(schema));
             }
         }
     }

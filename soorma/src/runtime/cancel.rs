@@ -127,6 +127,9 @@ impl Registration {
 
 impl Drop for Registration {
     fn drop(&mut self) {
+        // Closed first: dropping the sender below must not wake the task dropping this (a
+        // spurious wake-up per handled event, which makes the scheduler wake another thread).
+        self.rx.close();
         let mut inner = self.inflight.lock();
         if let Some(slots) = inner.running.get_mut(&self.key) {
             slots.retain(|(slot, _)| *slot != self.slot);
