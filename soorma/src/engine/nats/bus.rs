@@ -165,9 +165,9 @@ impl NatsBus {
         self.ensure_dlq().await?;
         let cfg = &self.inner.config;
         let mut headers = HeaderMap::new();
-        if let Some(id) = &original.dedup_id {
-            headers.insert("Nats-Msg-Id", id.as_str());
-        }
+        // Sent again through a failover under one id: stored once however many attempts.
+        let id = original.dedup_id.clone().unwrap_or_else(new_id);
+        headers.insert("Nats-Msg-Id", id.as_str());
         headers.insert(
             DEAD_LETTER_REASON_HEADER,
             header_value(&bounded(reason, MAX_REASON_BYTES)).as_str(),
@@ -196,13 +196,21 @@ impl NatsBus {
                 .strip_prefix(&format!("{}.", cfg.subject_prefix))
                 .unwrap_or(subject)
         );
-        self.inner
-            .js
-            .publish_with_headers(dlq_subject, headers, payload)
-            .await
-            .map_err(|e| engine_error(EngineErrorKind::Ack, "dead-letter publish", e))?
-            .await
-            .map_err(|e| engine_error(EngineErrorKind::Ack, "dead-letter ack", e))?;
+        failover::retried(cfg.failover_retry, "dead-letter publish", || async {
+            self.inner
+                .js
+                .publish_with_headers(dlq_subject.clone(), headers.clone(), payload.clone())
+                .await?
+                .await
+        })
+        .await
+        .map_err(|e| {
+            engine_error(
+                EngineErrorKind::Ack,
+                "dead-letter publish not acknowledged",
+                e,
+            )
+        })?;
         Ok(())
     }
 
