@@ -1399,6 +1399,28 @@ async fn v0_3_clients_are_served() {
     s.shutdown().await;
 }
 
+/// A `contextId` the bus would refuse (it becomes the request's session id) is the client's
+/// mistake: -32602 naming it, and no task is stored; one at the limit starts a task.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_oversized_context_id_is_invalid_params() {
+    let s = Setup::start(&Platform::embedded(), None).await;
+    let message = |context: &str| {
+        json!({"message": {"messageId": "m-1", "role": "ROLE_USER", "contextId": context,
+            "parts": [{"data": {"expression": "1+1"}}]}})
+    };
+    for context in ["x".repeat(soorma::MAX_ID_LEN + 1), "line\nbreak".to_owned()] {
+        let r = s.rpc("calculator", "SendMessage", message(&context)).await;
+        assert_eq!(error_code(&r), -32602, "{r}");
+        assert!(r.to_string().contains("contextId"), "{r}");
+    }
+    let listed = s.rpc("calculator", "ListTasks", json!({})).await;
+    assert_eq!(listed["result"]["tasks"], json!([]), "{listed}");
+    let at_limit = "x".repeat(soorma::MAX_ID_LEN);
+    let ok = s.rpc("calculator", "SendMessage", message(&at_limit)).await;
+    assert!(ok.get("error").is_none(), "{ok}");
+    s.shutdown().await;
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_invalid_tenant_is_invalid_params() {
     let s = Setup::start(&Platform::embedded(), None).await;

@@ -66,22 +66,30 @@ pub fn check_envelope(envelope: &EventEnvelope) -> Result<()> {
         ("specversion", Some(&envelope.specversion)),
     ];
     for (name, value) in fields {
-        if let Some(value) = value
-            && (value.len() > MAX_ID_LEN || value.chars().any(char::is_control))
-        {
-            return Err(field_error(
-                name,
-                &format!(
-                    "{} bytes{}; an envelope's ids and names are at most {MAX_ID_LEN} bytes without control characters",
-                    value.len(),
-                    if value.chars().any(char::is_control) {
-                        " with control characters"
-                    } else {
-                        ""
-                    }
-                ),
-            ));
+        if let Some(value) = value {
+            check_id(name, value)?;
         }
+    }
+    Ok(())
+}
+
+/// Checks one of an envelope's ids or names (`name` says which, in the error): at most
+/// [`MAX_ID_LEN`] bytes without control characters.
+pub(crate) fn check_id(name: &str, value: &str) -> Result<()> {
+    let control = value.chars().any(char::is_control);
+    if value.len() > MAX_ID_LEN || control {
+        return Err(field_error(
+            name,
+            &format!(
+                "{} bytes{}; an envelope's ids and names are at most {MAX_ID_LEN} bytes without control characters",
+                value.len(),
+                if control {
+                    " with control characters"
+                } else {
+                    ""
+                }
+            ),
+        ));
     }
     Ok(())
 }
