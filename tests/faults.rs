@@ -723,15 +723,7 @@ async fn publishes_ride_through_the_loss_of_their_streams_leader() {
         .await
         .unwrap();
     let js = jetstream::new(platform.nats_client().unwrap().clone());
-    let mut facts = js.get_stream("SOORMA_BUSINESS_FACTS").await.unwrap();
-    let leader = facts
-        .info()
-        .await
-        .unwrap()
-        .cluster
-        .clone()
-        .and_then(|c| c.leader)
-        .expect("the stream has a leader");
+    let leader = stream_leader(&js, "SOORMA_BUSINESS_FACTS").await;
 
     const PUBLISHERS: usize = 8;
     const EACH: usize = 50;
@@ -786,17 +778,8 @@ async fn publishes_ride_through_the_loss_of_their_streams_leader() {
         failures.len()
     );
     registered.expect("an agent registers while the cluster recovers");
-    let stored = js
-        .get_stream("SOORMA_BUSINESS_FACTS")
-        .await
-        .unwrap()
-        .info()
-        .await
-        .unwrap()
-        .state
-        .messages;
     assert_eq!(
-        stored,
+        stream_messages(&js, "SOORMA_BUSINESS_FACTS").await,
         (PUBLISHERS * EACH + 1) as u64,
         "every event stored once"
     );
@@ -830,23 +813,6 @@ async fn dead_letters_ride_through_the_loss_of_their_streams_leader() {
             .await
             .unwrap()
     };
-    let dead_letters = || async {
-        match js.get_stream("SOORMA_DLQ").await {
-            Ok(mut dlq) => dlq.info().await.map_or(0, |i| i.state.messages),
-            Err(_) => 0,
-        }
-    };
-    let wait_for_dead_letters = |n: u64| async move {
-        let deadline = tokio::time::Instant::now() + FINISH;
-        while dead_letters().await < n {
-            assert!(
-                tokio::time::Instant::now() < deadline,
-                "{} of {n} dead letters stored",
-                dead_letters().await
-            );
-            tokio::time::sleep(Duration::from_millis(200)).await;
-        }
-    };
     // The first dead letter creates the stream; its leader is the node to kill.
     let first = strict(admin.clone()).await;
     admin
@@ -854,19 +820,9 @@ async fn dead_letters_ride_through_the_loss_of_their_streams_leader() {
         .publish(Topic::BusinessFacts, "reading.taken", "not a number")
         .await
         .unwrap();
-    wait_for_dead_letters(1).await;
+    wait_for_messages(&js, "SOORMA_DLQ", 1).await;
     first.shutdown().await.unwrap();
-    let leader = js
-        .get_stream("SOORMA_DLQ")
-        .await
-        .unwrap()
-        .info()
-        .await
-        .unwrap()
-        .cluster
-        .clone()
-        .and_then(|c| c.leader)
-        .expect("the dead-letter stream has a leader");
+    let leader = stream_leader(&js, "SOORMA_DLQ").await;
     lead_elsewhere(&nats, &leader, &["SOORMA_DLQ"]).await;
     let platform =
         connect_when_ready(NatsConfig::new(cluster.urls_except(&leader)).with_replicas(3)).await;
@@ -887,30 +843,19 @@ async fn dead_letters_ride_through_the_loss_of_their_streams_leader() {
             tokio::time::sleep(Duration::from_millis(10)).await;
         }
     });
-    wait_for_dead_letters(EVENTS / 4).await;
+    wait_for_messages(&js, "SOORMA_DLQ", EVENTS / 4).await;
     eprintln!("killing {leader}, the dead-letter stream's leader");
     drop(admin);
     cluster.kill(&leader);
     publishing.await.unwrap();
     let js = jetstream::new(platform.nats_client().unwrap().clone());
-    let stored = || async {
-        match js.get_stream("SOORMA_DLQ").await {
-            Ok(mut dlq) => dlq.info().await.map_or(0, |i| i.state.messages),
-            Err(_) => 0,
-        }
-    };
-    let deadline = tokio::time::Instant::now() + FINISH;
-    while stored().await < EVENTS + 1 {
-        assert!(
-            tokio::time::Instant::now() < deadline,
-            "{} of {} dead letters stored",
-            stored().await,
-            EVENTS + 1
-        );
-        tokio::time::sleep(Duration::from_millis(200)).await;
-    }
+    wait_for_messages(&js, "SOORMA_DLQ", EVENTS + 1).await;
     tokio::time::sleep(Duration::from_secs(2)).await;
-    assert_eq!(stored().await, EVENTS + 1, "each dead letter stored once");
+    assert_eq!(
+        stream_messages(&js, "SOORMA_DLQ").await,
+        EVENTS + 1,
+        "each dead letter stored once"
+    );
     let consumer = js
         .get_stream("SOORMA_BUSINESS_FACTS")
         .await
@@ -925,6 +870,48 @@ async fn dead_letters_ride_through_the_loss_of_their_streams_leader() {
     );
     assert_eq!((consumer.num_pending, consumer.num_ack_pending), (0, 0));
     agent.shutdown().await.unwrap();
+}
+
+/// The node leading `stream`.
+async fn stream_leader(js: &soorma::nats::async_nats::jetstream::Context, stream: &str) -> String {
+    js.get_stream(stream)
+        .await
+        .unwrap()
+        .info()
+        .await
+        .unwrap()
+        .cluster
+        .clone()
+        .and_then(|c| c.leader)
+        .unwrap_or_else(|| panic!("{stream} has no leader"))
+}
+
+/// How many messages `stream` keeps (0 while it cannot be read).
+async fn stream_messages(js: &soorma::nats::async_nats::jetstream::Context, stream: &str) -> u64 {
+    match js.get_stream(stream).await {
+        Ok(mut s) => s.info().await.map_or(0, |i| i.state.messages),
+        Err(_) => 0,
+    }
+}
+
+/// Waits until `stream` keeps at least `n` messages.
+async fn wait_for_messages(
+    js: &soorma::nats::async_nats::jetstream::Context,
+    stream: &str,
+    n: u64,
+) {
+    let deadline = tokio::time::Instant::now() + FINISH;
+    loop {
+        let stored = stream_messages(js, stream).await;
+        if stored >= n {
+            return;
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "{stored} of {n} messages in {stream}"
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
 }
 
 /// Moves the leaders of every stream (but `except`) and consumer off the node `node` (a
