@@ -23,7 +23,7 @@ use super::tasks::{ListQuery, Outcome};
 use super::v0_3;
 use super::{GatewayState, json_response};
 use crate::error::Error;
-use crate::spi::envelope::{MAX_ID_LEN, check_id};
+use crate::spi::envelope::id_problem;
 use crate::util::{new_id, now_rfc3339};
 
 /// The most requests one JSON-RPC batch may hold.
@@ -279,13 +279,10 @@ async fn start(
     let task_id = new_id();
     // The client's `contextId` becomes the request's session id: one the bus would refuse is
     // the client's mistake (invalid params), not a task that fails.
-    if let Some(context_id) = &message.context_id {
-        check_id("session_id", context_id).map_err(|_| {
-            RpcError::invalid_params(format!(
-                "message.contextId ({} bytes) must be at most {MAX_ID_LEN} bytes without control characters",
-                context_id.len()
-            ))
-        })?;
+    if let Some(problem) = message.context_id.as_deref().and_then(id_problem) {
+        return Err(RpcError::invalid_params(format!(
+            "message.contextId: {problem}"
+        )));
     }
     let context_id = message.context_id.clone().unwrap_or_else(new_id);
     message.task_id = Some(task_id.clone());

@@ -66,32 +66,24 @@ pub fn check_envelope(envelope: &EventEnvelope) -> Result<()> {
         ("specversion", Some(&envelope.specversion)),
     ];
     for (name, value) in fields {
-        if let Some(value) = value {
-            check_id(name, value)?;
+        if let Some(problem) = value.and_then(|v| id_problem(v)) {
+            return Err(field_error(name, &problem));
         }
     }
     Ok(())
 }
 
-/// Checks one of an envelope's ids or names (`name` says which, in the error): at most
-/// [`MAX_ID_LEN`] bytes without control characters.
-pub(crate) fn check_id(name: &str, value: &str) -> Result<()> {
+/// What is wrong with one of an envelope's ids or names, if anything: more than
+/// [`MAX_ID_LEN`] bytes, or control characters.
+pub(crate) fn id_problem(value: &str) -> Option<String> {
     let control = value.chars().any(char::is_control);
-    if value.len() > MAX_ID_LEN || control {
-        return Err(field_error(
-            name,
-            &format!(
-                "{} bytes{}; an envelope's ids and names are at most {MAX_ID_LEN} bytes without control characters",
-                value.len(),
-                if control {
-                    " with control characters"
-                } else {
-                    ""
-                }
-            ),
-        ));
-    }
-    Ok(())
+    (value.len() > MAX_ID_LEN || control).then(|| {
+        format!(
+            "{} bytes{}; an envelope's ids and names are at most {MAX_ID_LEN} bytes without control characters",
+            value.len(),
+            if control { " with control characters" } else { "" }
+        )
+    })
 }
 
 /// Checks that `event_type` can be the tail of a NATS subject: at most [`MAX_ID_LEN`] bytes of
