@@ -637,6 +637,11 @@ fn main() {
         raw_stream(&js, "action-requests").await;
         raw_stream(&js, "action-results").await;
         raw_tool(js.clone()).await;
+        // Both fan-out workers run from the start, like each side's tool: the SDK's worker
+        // (its consumers on the request and result streams) runs during every phase, so the
+        // raw one does too. Measured alone (`SOORMA_BENCH_ONLY_ROUND_TRIPS`), either side's
+        // round trip is 20–30 µs slower with its worker running than without it.
+        raw_fan_worker(js.clone()).await;
         let pending = raw_client(client.clone()).await;
         let (j, p) = (js.clone(), pending.clone());
         let raw = call_with(move |n| {
@@ -671,7 +676,6 @@ fn main() {
         }
         let [raw_p50, sdk_p50] = round_trips([&raw, &sdk_call]).await;
         let [raw_eps, sdk_eps] = best_throughputs([&raw, &sdk_call]).await;
-        raw_fan_worker(js.clone()).await;
         let (mut raw_fan, mut sdk_fan) = (Vec::new(), Vec::new());
         for _ in 0..FAN_RUNS {
             raw_fan.push(raw_fan_run(&client, &js).await);
