@@ -797,8 +797,7 @@ async fn dead_letters_ride_through_the_loss_of_their_streams_leader() {
     soorma_tests::init_tracing();
     let _one_cluster = CLUSTER.lock().await;
     let mut cluster = NatsCluster::start(3);
-    let config = NatsConfig::new(cluster.urls()).with_replicas(3);
-    let admin = connect_when_ready(config.clone()).await;
+    let admin = connect_when_ready(NatsConfig::new(cluster.urls()).with_replicas(3)).await;
     let nats = admin.nats_client().unwrap().clone();
     let js = jetstream::new(nats.clone());
     let strict = |platform: Platform| async move {
