@@ -1587,3 +1587,83 @@ async fn requests_for_many_tenants_add_no_subscriptions() {
     );
     s.shutdown().await;
 }
+
+/// 10,000 gateway calls over HTTP on NATS (messages for 7 tenants, task reads and listings,
+/// agent cards: each reads the registry) leave the server's consumer count where it was. Before
+/// registry reads stopped creating consumers, about 1,000 gateway calls left every registry
+/// reader on the server failing with "maximum consumers limit reached".
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn ten_thousand_gateway_calls_leave_no_consumer_behind() {
+    let started = std::time::Instant::now();
+    let server = NatsServer::start();
+    let platform = nats(&server).await;
+    let js = soorma::nats::async_nats::jetstream::new(platform.nats_client().unwrap().clone());
+    let consumers = || async { js.query_account().await.unwrap().consumers };
+    let s = Setup::start(&platform, None).await;
+    // The first message creates the streams; the agents' consumers exist already.
+    let first = s.send("multi", json!([{"text": "first"}]), json!({})).await;
+    let first = first["result"]["task"]["id"].as_str().unwrap().to_owned();
+    let before = consumers().await;
+    let mut highest = before;
+
+    for batch in 0..100_usize {
+        let calls = (0..100_usize).map(|i| {
+            let (s, first) = (&s, &first);
+            async move {
+                let n = batch * 100 + i;
+                match i % 10 {
+                    0 => {
+                        let path = if n % 20 == 0 {
+                            "/.well-known/agent-card.json"
+                        } else {
+                            "/agents/multi/.well-known/agent-card.json"
+                        };
+                        let (status, card) = s.get(path).await;
+                        assert_eq!(status, 200, "{card}");
+                    }
+                    1 => {
+                        let got = s.rpc("multi", "GetTask", json!({"id": first})).await;
+                        assert_eq!(got["result"]["id"], json!(first), "{got}");
+                    }
+                    2 => {
+                        let listed = s.rpc("multi", "ListTasks", json!({"pageSize": 10})).await;
+                        assert!(listed["result"]["tasks"].is_array(), "{listed}");
+                    }
+                    _ => {
+                        let message = json!({"messageId": format!("m-{n}"), "role": "ROLE_USER",
+                            "parts": [{"text": n.to_string()}]});
+                        let tenant = format!("t{}", n % 7);
+                        let done = s
+                            .rpc(
+                                "multi",
+                                "SendMessage",
+                                json!({"tenant": tenant, "message": message}),
+                            )
+                            .await;
+                        assert_eq!(
+                            done["result"]["task"]["artifacts"][0]["parts"][0]["text"],
+                            json!(n.to_string()),
+                            "{done}"
+                        );
+                    }
+                }
+            }
+        });
+        futures_util::future::join_all(calls).await;
+        if batch % 10 == 9 {
+            highest = highest.max(consumers().await);
+        }
+    }
+    let after = consumers().await;
+    assert_eq!(
+        (after, highest),
+        (before, before),
+        "the consumer count stays flat (before, after, highest seen)"
+    );
+    s.shutdown().await;
+    assert!(
+        started.elapsed() < Duration::from_secs(180),
+        "took {:?}",
+        started.elapsed()
+    );
+}

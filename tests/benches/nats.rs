@@ -639,8 +639,8 @@ fn main() {
         raw_tool(js.clone()).await;
         // Both fan-out workers run from the start, like each side's tool: the SDK's worker
         // (its consumers on the request and result streams) runs during every phase, so the
-        // raw one does too. Measured alone (`SOORMA_BENCH_ONLY_ROUND_TRIPS`), either side's
-        // round trip is 20–30 µs slower with its worker running than without it.
+        // raw one does too. Measured alone (`SOORMA_BENCH_ONLY_ROUND_TRIPS`, two runs each),
+        // either side's round trip was 20–30 µs slower with its worker running.
         raw_fan_worker(js.clone()).await;
         let pending = raw_client(client.clone()).await;
         let (j, p) = (js.clone(), pending.clone());
