@@ -917,9 +917,10 @@ async fn a_message_whose_last_delivery_is_never_settled_is_dead_lettered() {
     let config = NatsConfig::new(server.url()).with_ack_wait(Duration::from_secs(1));
     let platform = soorma::nats::connect(config).await.unwrap();
     let t = TestPlatform::with_platform(platform.clone()).await.unwrap();
-    // Two instances of one group that take deliveries and never settle them: as if the
-    // process handling the event died each time.
-    let unsettled = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
+    // Two instances of one group that take deliveries and drop them unsettled: as if the
+    // process handling the event died each time. (One held unsettled is still being handled:
+    // a redelivered copy of it reaching the same instance would be skipped.)
+    let unsettled = std::sync::Arc::new(std::sync::atomic::AtomicUsize::new(0));
     let mut instances = Vec::new();
     for _ in 0..2 {
         let spec = SubscriptionSpec::new("stalls", Topic::BusinessFacts, EventFilter::All)
@@ -928,7 +929,8 @@ async fn a_message_whose_last_delivery_is_never_settled_is_dead_lettered() {
         let unsettled = unsettled.clone();
         instances.push(tokio::spawn(async move {
             while let Some(d) = sub.next().await {
-                unsettled.lock().unwrap().push(d);
+                unsettled.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+                drop(d);
             }
         }));
     }
@@ -957,7 +959,7 @@ async fn a_message_whose_last_delivery_is_never_settled_is_dead_lettered() {
         );
     }
     assert_eq!(
-        unsettled.lock().unwrap().len(),
+        unsettled.load(std::sync::atomic::Ordering::SeqCst),
         6,
         "each envelope delivered twice (max_deliver)"
     );

@@ -618,6 +618,57 @@ async fn deliveries_waiting_for_a_busy_agent_are_not_redelivered() {
     tool.shutdown().await.unwrap();
 }
 
+static BUFFERED_CALLS: std::sync::Mutex<Vec<i64>> = std::sync::Mutex::new(Vec::new());
+
+async fn slow_record(req: Invocation<i64>) -> Result<i64, ToolError> {
+    BUFFERED_CALLS.lock().unwrap().push(req.data);
+    tokio::time::sleep(Duration::from_millis(3500)).await;
+    Ok(req.data)
+}
+
+/// Deliveries fetched ahead wait in the client's buffer, with nothing keeping them alive, while
+/// every handler is busy: past `ack_wait` the server queues them for redelivery, and sends that
+/// copy even after their handling began. With two handlers (pulls of 2) and five requests that
+/// each take 3.5 s (`ack_wait` 1 s), published one at a time (five messages, not one batch),
+/// the fourth and fifth wait in the buffer for seconds; each request is handled once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn deliveries_buffered_past_ack_wait_are_handled_once() {
+    let server = NatsServer::start();
+    let platform = with_ack_wait_of_1s(&server).await;
+    let tool = Tool::new("buffered-sloth")
+        .use_registered_handlers(false)
+        .concurrency(2)
+        .handler(Handler::on_invoke("slow-record.requested", slow_record))
+        .start(&platform)
+        .await
+        .unwrap();
+    let client = platform.client("test").with_timeout(WAIT);
+    let mut calls = Vec::new();
+    for n in 0..5_i64 {
+        let client = client.clone();
+        calls.push(tokio::spawn(async move {
+            client
+                .invoke::<i64>("slow-record.requested", n, "slow-record.done")
+                .await
+        }));
+        // The previous request is stored by now: this one is a message of its own.
+        tokio::time::sleep(Duration::from_millis(150)).await;
+    }
+    for (n, call) in calls.into_iter().enumerate() {
+        assert_eq!(call.await.unwrap().unwrap(), n as i64);
+    }
+    // A copy redelivered after the last reply would be handled within this.
+    tokio::time::sleep(Duration::from_millis(2500)).await;
+    let mut handled = BUFFERED_CALLS.lock().unwrap().clone();
+    handled.sort_unstable();
+    assert_eq!(
+        handled,
+        [0, 1, 2, 3, 4],
+        "each request handled exactly once"
+    );
+    tool.shutdown().await.unwrap();
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn registry_entries_expire_when_heartbeats_stop() {
     let server = NatsServer::start();

@@ -13,6 +13,7 @@ use tokio::sync::{Mutex, Semaphore, watch};
 
 use super::batch;
 use super::catchup::{self, CatchUp, Link, Source};
+use super::held::{Held, Seen};
 use super::{NatsConfig, assets, engine_error, names};
 use super::{coalesce, failover};
 use crate::error::{EngineErrorKind, Error, Result};
@@ -499,6 +500,7 @@ impl NatsBus {
             stream,
             // Well inside `ack_wait`, so a slow handler's event is not redelivered meanwhile.
             keep_alive: cfg.ack_wait / 3,
+            held: Arc::default(),
         }))
     }
 
@@ -733,6 +735,9 @@ struct DurableSubscription {
     advisories: Option<async_nats::Subscriber>,
     stream: Arc<stream::Stream>,
     keep_alive: Duration,
+    /// The messages handed out and not settled, and those settled for good lately (see
+    /// [`held`](super::held)).
+    held: Arc<Held>,
 }
 
 impl Subscription for DurableSubscription {
@@ -764,13 +769,19 @@ impl Subscription for DurableSubscription {
                         continue;
                     }
                 };
-                let attempt = msg
+                let (seq, delivered) = msg
                     .info()
-                    .map(|i| u32::try_from(i.delivered).unwrap_or(u32::MAX))
-                    .unwrap_or(1);
+                    .map_or((None, 1), |i| (Some(i.stream_sequence), i.delivered));
+                let attempt = u32::try_from(delivered).unwrap_or(u32::MAX);
                 let (msg, acker) = msg.split();
+                if let Some(seq) = seq.filter(|_| delivered > 1)
+                    && self.stale_copy(seq, &acker).await
+                {
+                    continue;
+                }
+                let held = seq.map(|seq| (self.held.clone(), seq));
                 if batch::is_batch(msg.headers.as_ref()) {
-                    self.unpack(msg, acker, attempt).await;
+                    self.unpack(msg, acker, attempt, held).await;
                     continue;
                 }
                 let original = Original {
@@ -784,11 +795,15 @@ impl Subscription for DurableSubscription {
                 let prefix = &self.bus.inner.config.subject_prefix;
                 match decode(prefix, &original.subject, &original.payload) {
                     Ok(envelope) => {
+                        if let Some((held, seq)) = &held {
+                            held.handling(*seq, 1);
+                        }
                         let acker = NatsAcker {
                             bus: self.bus.clone(),
                             original,
                             settles: Settles::Message(acker),
                             keep_alive: self.keep_alive,
+                            held,
                         };
                         return Some(Delivery::new(
                             Arc::new(envelope),
@@ -809,6 +824,25 @@ impl Subscription for DurableSubscription {
 }
 
 impl DurableSubscription {
+    /// Whether the redelivered message `seq` is a stale copy of one handled or settled here
+    /// (see [`held`](super::held)); one already settled for good is acknowledged again.
+    async fn stale_copy(&self, seq: u64, acker: &jetstream::message::Acker) -> bool {
+        match self.held.seen(seq) {
+            Seen::New => false,
+            Seen::Handling => {
+                tracing::debug!(consumer = %self.consumer, sequence = seq, "skipping a redelivered copy of a message being handled here");
+                true
+            }
+            Seen::Settled => {
+                tracing::debug!(consumer = %self.consumer, sequence = seq, "acknowledging again a redelivered copy of a message settled here");
+                if let Err(e) = acker.ack_with(AckKind::Ack).await {
+                    tracing::warn!(consumer = %self.consumer, error = %e, "could not acknowledge a redelivered copy");
+                }
+                true
+            }
+        }
+    }
+
     /// Queues the envelopes of a batch as deliveries that settle it together; dead-letters
     /// those that cannot be handled (or the whole message, when it is no batch).
     async fn unpack(
@@ -816,6 +850,7 @@ impl DurableSubscription {
         msg: async_nats::Message,
         acker: jetstream::message::Acker,
         attempt: u32,
+        held: Option<(Arc<Held>, u64)>,
     ) {
         let whole = Original {
             consumer: self.consumer.clone(),
@@ -836,7 +871,12 @@ impl DurableSubscription {
             }
         };
         let together = batch::replies_together(msg.headers.as_ref());
-        let settlement = Arc::new(BatchSettlement::new(acker, parts.len(), together));
+        let settlement = Arc::new(BatchSettlement::new(
+            acker,
+            parts.len(),
+            together,
+            held.clone(),
+        ));
         let prefix = &self.bus.inner.config.subject_prefix;
         let mut rejected = Vec::new();
         for (i, part) in parts.into_iter().enumerate() {
@@ -845,16 +885,22 @@ impl DurableSubscription {
                 ..whole.clone()
             };
             match decode(prefix, &whole.subject, part.get().as_bytes()) {
-                Ok(envelope) => self.pending.push_back(Delivery::new(
-                    Arc::new(envelope),
-                    attempt,
-                    Some(Box::new(NatsAcker {
-                        bus: self.bus.clone(),
-                        original,
-                        settles: Settles::Part(settlement.clone(), i),
-                        keep_alive: self.keep_alive,
-                    })),
-                )),
+                Ok(envelope) => {
+                    if let Some((held, seq)) = &held {
+                        held.handling(*seq, 1);
+                    }
+                    self.pending.push_back(Delivery::new(
+                        Arc::new(envelope),
+                        attempt,
+                        Some(Box::new(NatsAcker {
+                            bus: self.bus.clone(),
+                            original,
+                            settles: Settles::Part(settlement.clone(), i),
+                            keep_alive: self.keep_alive,
+                            held: held.clone(),
+                        })),
+                    ));
+                }
                 Err(reason) => rejected.push((original, reason)),
             }
         }
@@ -962,6 +1008,35 @@ struct NatsAcker {
     original: Original,
     settles: Settles,
     keep_alive: Duration,
+    /// The subscription's held messages and this one's stream sequence (when known).
+    held: Option<(Arc<Held>, u64)>,
+}
+
+impl Drop for NatsAcker {
+    fn drop(&mut self) {
+        // Settled or dropped unsettled: this delivery no longer holds its message.
+        if let Some((held, seq)) = &self.held {
+            held.release(*seq);
+        }
+    }
+}
+
+/// Settles a whole message (alone or a batch) as `kind`; one acknowledged or terminated (the
+/// server delivers it no more) is recorded in `held` (the subscription's, and its sequence).
+async fn settle_message(
+    acker: &jetstream::message::Acker,
+    kind: AckKind,
+    held: Option<&(Arc<Held>, u64)>,
+) -> Result<()> {
+    let for_good = matches!(kind, AckKind::Ack | AckKind::Term);
+    acker
+        .ack_with(kind)
+        .await
+        .map_err(|e| engine_error(EngineErrorKind::Ack, "ack", e))?;
+    if let Some((held, seq)) = held.filter(|_| for_good) {
+        held.settled(*seq);
+    }
+    Ok(())
 }
 
 /// What settling a delivery settles: its message, or its share of a batch.
@@ -984,6 +1059,8 @@ struct BatchSettlement {
     /// unrelated callers, who each get their reply as soon as it is ready).
     replies_together: bool,
     open: std::sync::Mutex<BatchProgress>,
+    /// The subscription's held messages and the batch's stream sequence (when known).
+    held: Option<(Arc<Held>, u64)>,
 }
 
 struct BatchProgress {
@@ -996,7 +1073,12 @@ struct BatchProgress {
 }
 
 impl BatchSettlement {
-    fn new(acker: jetstream::message::Acker, parts: usize, replies_together: bool) -> Self {
+    fn new(
+        acker: jetstream::message::Acker,
+        parts: usize,
+        replies_together: bool,
+        held: Option<(Arc<Held>, u64)>,
+    ) -> Self {
         Self {
             acker,
             replies_together,
@@ -1005,6 +1087,7 @@ impl BatchSettlement {
                 retry: None,
                 replies: Vec::new(),
             }),
+            held,
         }
     }
 
@@ -1045,10 +1128,7 @@ impl BatchSettlement {
                 }
             }
         };
-        self.acker
-            .ack_with(kind)
-            .await
-            .map_err(|e| engine_error(EngineErrorKind::Ack, "ack", e))
+        settle_message(&self.acker, kind, self.held.as_ref()).await
     }
 }
 
@@ -1074,10 +1154,7 @@ impl Acker for NatsAcker {
                 }
             };
             match &self.settles {
-                Settles::Message(acker) => acker
-                    .ack_with(kind)
-                    .await
-                    .map_err(|e| engine_error(EngineErrorKind::Ack, "ack", e)),
+                Settles::Message(acker) => settle_message(acker, kind, self.held.as_ref()).await,
                 Settles::Part(batch, _) => batch.settled(&self.bus, kind, None).await,
             }
         })

@@ -19,6 +19,7 @@ mod bus;
 mod catchup;
 mod coalesce;
 mod failover;
+mod held;
 pub(crate) mod names;
 mod registry;
 mod state;
