@@ -13,7 +13,7 @@ use tokio::sync::{Mutex, Semaphore, watch};
 
 use super::batch;
 use super::catchup::{self, CatchUp, Link, Source};
-use super::held::{Held, Seen};
+use super::held::{Held, MessageKey, Seen};
 use super::{NatsConfig, assets, engine_error, names};
 use super::{coalesce, failover};
 use crate::error::{EngineErrorKind, Error, Result};
@@ -769,9 +769,9 @@ impl Subscription for DurableSubscription {
                         continue;
                     }
                 };
-                let (seq, delivered) = msg
-                    .info()
-                    .map_or((None, 1), |i| (Some(i.stream_sequence), i.delivered));
+                let (seq, delivered) = msg.info().map_or((None, 1), |i| {
+                    (Some((i.stream_sequence, i.published)), i.delivered)
+                });
                 let attempt = u32::try_from(delivered).unwrap_or(u32::MAX);
                 let (msg, acker) = msg.split();
                 if let Some(seq) = seq.filter(|_| delivered > 1)
@@ -826,15 +826,15 @@ impl Subscription for DurableSubscription {
 impl DurableSubscription {
     /// Whether the redelivered message `seq` is a stale copy of one handled or settled here
     /// (see [`held`](super::held)); one already settled for good is acknowledged again.
-    async fn stale_copy(&self, seq: u64, acker: &jetstream::message::Acker) -> bool {
+    async fn stale_copy(&self, seq: MessageKey, acker: &jetstream::message::Acker) -> bool {
         match self.held.seen(seq) {
             Seen::New => false,
             Seen::Handling => {
-                tracing::debug!(consumer = %self.consumer, sequence = seq, "skipping a redelivered copy of a message being handled here");
+                tracing::debug!(consumer = %self.consumer, sequence = seq.0, "skipping a redelivered copy of a message being handled here");
                 true
             }
             Seen::Settled => {
-                tracing::debug!(consumer = %self.consumer, sequence = seq, "acknowledging again a redelivered copy of a message settled here");
+                tracing::debug!(consumer = %self.consumer, sequence = seq.0, "acknowledging again a redelivered copy of a message settled here");
                 if let Err(e) = acker.ack_with(AckKind::Ack).await {
                     tracing::warn!(consumer = %self.consumer, error = %e, "could not acknowledge a redelivered copy");
                 }
@@ -850,7 +850,7 @@ impl DurableSubscription {
         msg: async_nats::Message,
         acker: jetstream::message::Acker,
         attempt: u32,
-        held: Option<(Arc<Held>, u64)>,
+        held: Option<(Arc<Held>, MessageKey)>,
     ) {
         let whole = Original {
             consumer: self.consumer.clone(),
@@ -1009,7 +1009,7 @@ struct NatsAcker {
     settles: Settles,
     keep_alive: Duration,
     /// The subscription's held messages and this one's stream sequence (when known).
-    held: Option<(Arc<Held>, u64)>,
+    held: Option<(Arc<Held>, MessageKey)>,
 }
 
 impl Drop for NatsAcker {
@@ -1026,7 +1026,7 @@ impl Drop for NatsAcker {
 async fn settle_message(
     acker: &jetstream::message::Acker,
     kind: AckKind,
-    held: Option<&(Arc<Held>, u64)>,
+    held: Option<&(Arc<Held>, MessageKey)>,
 ) -> Result<()> {
     let for_good = matches!(kind, AckKind::Ack | AckKind::Term);
     acker
@@ -1060,7 +1060,7 @@ struct BatchSettlement {
     replies_together: bool,
     open: std::sync::Mutex<BatchProgress>,
     /// The subscription's held messages and the batch's stream sequence (when known).
-    held: Option<(Arc<Held>, u64)>,
+    held: Option<(Arc<Held>, MessageKey)>,
 }
 
 struct BatchProgress {
@@ -1077,7 +1077,7 @@ impl BatchSettlement {
         acker: jetstream::message::Acker,
         parts: usize,
         replies_together: bool,
-        held: Option<(Arc<Held>, u64)>,
+        held: Option<(Arc<Held>, MessageKey)>,
     ) -> Self {
         Self {
             acker,

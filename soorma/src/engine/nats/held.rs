@@ -1,5 +1,7 @@
 //! The messages a durable subscription is handling, and those it settled for good lately, so
-//! that a stale copy of one is not handled again.
+//! that a stale copy of one is not handled again. A message is known by its stream sequence and
+//! the time the stream stored it ([`MessageKey`]): a stream deleted and created again numbers
+//! its messages from 1 again.
 //!
 //! A consumer fetches ahead: messages wait in the client's buffer until a handler is free, and
 //! nothing keeps them alive there. One that waits past `ack_wait` is queued for redelivery by
@@ -11,7 +13,11 @@
 //! same way). A message retried (negatively acknowledged) is handled again when redelivered.
 
 use std::collections::{HashMap, HashSet, VecDeque};
+use std::hash::Hash;
 use std::sync::Mutex;
+
+/// A stored message: its stream sequence and when the stream stored it.
+pub(super) type MessageKey = (u64, async_nats::datetime::DateTime);
 
 /// How many stream sequences settled for good are remembered.
 const SETTLED_KEPT: usize = 4096;
@@ -27,23 +33,35 @@ pub(super) enum Seen {
     Settled,
 }
 
-/// One subscription's messages being handled and lately settled, by stream sequence.
-#[derive(Debug, Default)]
-pub(super) struct Held {
-    seqs: Mutex<Seqs>,
+/// One subscription's messages being handled and lately settled.
+#[derive(Debug)]
+pub(super) struct Held<K = MessageKey> {
+    seqs: Mutex<Seqs<K>>,
 }
 
-#[derive(Debug, Default)]
-struct Seqs {
-    /// Stream sequence → its deliveries not settled yet (a batch's envelopes each count).
-    handling: HashMap<u64, usize>,
-    /// Settled for good, oldest first; `settled_set` holds the same sequences.
-    settled: VecDeque<u64>,
-    settled_set: HashSet<u64>,
+#[derive(Debug)]
+struct Seqs<K> {
+    /// A message → its deliveries not settled yet (a batch's envelopes each count).
+    handling: HashMap<K, usize>,
+    /// Settled for good, oldest first; `settled_set` holds the same messages.
+    settled: VecDeque<K>,
+    settled_set: HashSet<K>,
 }
 
-impl Held {
-    fn seqs(&self) -> std::sync::MutexGuard<'_, Seqs> {
+impl<K> Default for Held<K> {
+    fn default() -> Self {
+        Self {
+            seqs: Mutex::new(Seqs {
+                handling: HashMap::new(),
+                settled: VecDeque::new(),
+                settled_set: HashSet::new(),
+            }),
+        }
+    }
+}
+
+impl<K: Copy + Eq + Hash> Held<K> {
+    fn seqs(&self) -> std::sync::MutexGuard<'_, Seqs<K>> {
         // The data stays consistent whatever panicked while holding the lock.
         self.seqs
             .lock()
@@ -51,7 +69,7 @@ impl Held {
     }
 
     /// What the delivery of message `seq` is (only a redelivery can be a copy).
-    pub(super) fn seen(&self, seq: u64) -> Seen {
+    pub(super) fn seen(&self, seq: K) -> Seen {
         let seqs = self.seqs();
         if seqs.handling.contains_key(&seq) {
             Seen::Handling
@@ -63,12 +81,12 @@ impl Held {
     }
 
     /// Message `seq` is handed out as `deliveries` deliveries.
-    pub(super) fn handling(&self, seq: u64, deliveries: usize) {
+    pub(super) fn handling(&self, seq: K, deliveries: usize) {
         *self.seqs().handling.entry(seq).or_default() += deliveries;
     }
 
     /// One delivery of message `seq` is done with (settled, or dropped unsettled).
-    pub(super) fn release(&self, seq: u64) {
+    pub(super) fn release(&self, seq: K) {
         let mut seqs = self.seqs();
         if let Some(left) = seqs.handling.get_mut(&seq) {
             *left = left.saturating_sub(1);
@@ -80,7 +98,7 @@ impl Held {
 
     /// Message `seq` was acknowledged or terminated: the server will not deliver it again
     /// unless that was lost.
-    pub(super) fn settled(&self, seq: u64) {
+    pub(super) fn settled(&self, seq: K) {
         let mut seqs = self.seqs();
         if !seqs.settled_set.insert(seq) {
             return;
@@ -100,7 +118,7 @@ mod tests {
 
     #[test]
     fn a_message_is_handling_until_every_delivery_is_released() {
-        let held = Held::default();
+        let held = Held::<u64>::default();
         assert_eq!(held.seen(7), Seen::New);
         held.handling(7, 2);
         assert_eq!(held.seen(7), Seen::Handling);
@@ -114,7 +132,7 @@ mod tests {
 
     #[test]
     fn settled_messages_are_remembered_up_to_a_bound() {
-        let held = Held::default();
+        let held = Held::<u64>::default();
         held.handling(1, 1);
         held.settled(1);
         held.release(1);
@@ -131,6 +149,19 @@ mod tests {
         assert_eq!(
             (seqs.settled.len(), seqs.settled_set.len()),
             (SETTLED_KEPT, SETTLED_KEPT)
+        );
+    }
+
+    #[test]
+    fn a_stream_created_again_numbers_new_messages() {
+        let at = |nanos| async_nats::datetime::from_nanos(nanos).unwrap();
+        let held = Held::<MessageKey>::default();
+        held.settled((1, at(1_000)));
+        assert_eq!(held.seen((1, at(1_000))), Seen::Settled);
+        assert_eq!(
+            held.seen((1, at(2_000))),
+            Seen::New,
+            "the same number, another message"
         );
     }
 }
