@@ -1658,7 +1658,7 @@ async fn ten_thousand_gateway_calls_leave_no_consumer_behind() {
     assert_eq!(
         (after, highest),
         (before, before),
-        "the consumer count stays flat (before, after, highest seen)"
+        "the consumer count stays flat: (after, highest seen) against {before} before"
     );
     s.shutdown().await;
     assert!(

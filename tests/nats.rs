@@ -669,6 +669,70 @@ async fn deliveries_buffered_past_ack_wait_are_handled_once() {
     tool.shutdown().await.unwrap();
 }
 
+static FLAKY_CALLS: std::sync::Mutex<Vec<i64>> = std::sync::Mutex::new(Vec::new());
+
+/// Takes 3.5 s; fails retryably for 3.
+async fn slow_flaky(event: Event<i64>) -> Result<(), ToolError> {
+    FLAKY_CALLS.lock().unwrap().push(event.data);
+    tokio::time::sleep(Duration::from_millis(3500)).await;
+    if event.data == 3 {
+        return Err(ToolError::new("busy").retryable());
+    }
+    Ok(())
+}
+
+/// The copies the server sends of a message buffered past `ack_wait` count as its deliveries.
+/// Two handlers (pulls of 2), five 3.5 s events published one at a time: events 2 and 3 come
+/// in one pull while both handlers are busy, 2 waits for a handler (kept alive), 3 waits in the
+/// client's buffer for 3 s and its copy (its second delivery) comes while it is handled. With
+/// `max_deliver` 2, its retryable failure is dead-lettered by the agent at once ("still failing
+/// on delivery 2 of 2"); before, it was negatively acknowledged past the server's last delivery.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn copies_of_a_buffered_delivery_count_toward_max_deliver() {
+    let server = NatsServer::start();
+    let platform = with_ack_wait_of_1s(&server).await;
+    let t = TestPlatform::with_platform(platform.clone()).await.unwrap();
+    let agent = Agent::new("buffered-flake")
+        .use_registered_handlers(false)
+        .concurrency(2)
+        .max_deliver(2)
+        .handler(Handler::on_event(
+            Topic::BusinessFacts,
+            "job.posted",
+            slow_flaky,
+        ))
+        .start(&platform)
+        .await
+        .unwrap();
+    let client = platform.client("test");
+    for n in 0..5_i64 {
+        client
+            .publish(Topic::BusinessFacts, "job.posted", n)
+            .await
+            .unwrap();
+        tokio::time::sleep(Duration::from_millis(150)).await;
+    }
+    let deadline = tokio::time::Instant::now() + WAIT;
+    while t.events_of_type("event.dead_lettered").is_empty() {
+        assert!(tokio::time::Instant::now() < deadline, "not dead-lettered");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    tokio::time::sleep(Duration::from_millis(2500)).await;
+    let notices = t.events_of_type("event.dead_lettered");
+    assert_eq!(notices.len(), 1);
+    for notice in notices {
+        let reason = notice.data["reason"].as_str().unwrap();
+        assert!(
+            reason.contains("still failing on delivery 2 of 2"),
+            "{reason}"
+        );
+    }
+    let mut handled = FLAKY_CALLS.lock().unwrap().clone();
+    handled.sort_unstable();
+    assert_eq!(handled, [0, 1, 2, 3, 4], "each event handled once");
+    agent.shutdown().await.unwrap();
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn registry_entries_expire_when_heartbeats_stop() {
     let server = NatsServer::start();

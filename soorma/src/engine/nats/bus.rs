@@ -13,7 +13,7 @@ use tokio::sync::{Mutex, Semaphore, watch};
 
 use super::batch;
 use super::catchup::{self, CatchUp, Link, Source};
-use super::held::{Held, MessageKey, Seen};
+use super::held::{Held, MessageKey, Redelivered};
 use super::{NatsConfig, assets, engine_error, names};
 use super::{coalesce, failover};
 use crate::error::{EngineErrorKind, Error, Result};
@@ -770,15 +770,18 @@ impl Subscription for DurableSubscription {
                     }
                 };
                 let (seq, delivered) = msg.info().map_or((None, 1), |i| {
-                    (Some((i.stream_sequence, i.published)), i.delivered)
+                    let delivered = u64::try_from(i.delivered).unwrap_or(1);
+                    (Some((i.stream_sequence, i.published)), delivered)
                 });
                 let attempt = u32::try_from(delivered).unwrap_or(u32::MAX);
                 let (msg, acker) = msg.split();
-                if let Some(seq) = seq.filter(|_| delivered > 1)
-                    && self.stale_copy(seq, &acker).await
-                {
-                    continue;
-                }
+                let acker = match seq.filter(|_| delivered > 1) {
+                    Some(key) => match self.copy(key, delivered, acker).await {
+                        Some(acker) => acker,
+                        None => continue,
+                    },
+                    None => acker,
+                };
                 let held = seq.map(|seq| (self.held.clone(), seq));
                 if batch::is_batch(msg.headers.as_ref()) {
                     self.unpack(msg, acker, attempt, held).await;
@@ -813,7 +816,7 @@ impl Subscription for DurableSubscription {
                     }
                     Err(reason) => {
                         let kind = self.bus.reject(&original, &reason).await;
-                        if let Err(e) = acker.ack_with(kind).await {
+                        if let Err(e) = settle_message(&acker, kind, held.as_ref()).await {
                             tracing::warn!(consumer = %self.consumer, error = %e, "could not settle a rejected message");
                         }
                     }
@@ -824,21 +827,27 @@ impl Subscription for DurableSubscription {
 }
 
 impl DurableSubscription {
-    /// Whether the redelivered message `seq` is a stale copy of one handled or settled here
-    /// (see [`held`](super::held)); one already settled for good is acknowledged again.
-    async fn stale_copy(&self, seq: MessageKey, acker: &jetstream::message::Acker) -> bool {
-        match self.held.seen(seq) {
-            Seen::New => false,
-            Seen::Handling => {
-                tracing::debug!(consumer = %self.consumer, sequence = seq.0, "skipping a redelivered copy of a message being handled here");
-                true
+    /// The acker of a redelivered message (`delivered` > 1) to handle, or `None` when it is a
+    /// stale copy of one handled or settled here (see [`held`](super::held)): kept to settle the
+    /// message through, or acknowledged again.
+    async fn copy(
+        &self,
+        key: MessageKey,
+        delivered: u64,
+        acker: jetstream::message::Acker,
+    ) -> Option<jetstream::message::Acker> {
+        match self.held.copy(key, delivered, acker) {
+            Redelivered::New(acker) => Some(acker),
+            Redelivered::Handling => {
+                tracing::debug!(consumer = %self.consumer, sequence = key.0, delivered, "a redelivered copy of a message being handled here; not handled again");
+                None
             }
-            Seen::Settled => {
-                tracing::debug!(consumer = %self.consumer, sequence = seq.0, "acknowledging again a redelivered copy of a message settled here");
+            Redelivered::Settled(acker) => {
+                tracing::debug!(consumer = %self.consumer, sequence = key.0, delivered, "acknowledging again a redelivered copy of a message settled here");
                 if let Err(e) = acker.ack_with(AckKind::Ack).await {
                     tracing::warn!(consumer = %self.consumer, error = %e, "could not acknowledge a redelivered copy");
                 }
-                true
+                None
             }
         }
     }
@@ -864,7 +873,7 @@ impl DurableSubscription {
             Ok(parts) => parts,
             Err(reason) => {
                 let kind = self.bus.reject(&whole, &reason).await;
-                if let Err(e) = acker.ack_with(kind).await {
+                if let Err(e) = settle_message(&acker, kind, held.as_ref()).await {
                     tracing::warn!(consumer = %self.consumer, error = %e, "could not settle a rejected batch");
                 }
                 return;
@@ -1128,14 +1137,37 @@ impl BatchSettlement {
                 }
             }
         };
-        settle_message(&self.acker, kind, self.held.as_ref()).await
+        let newest = self.held.as_ref().and_then(|(h, key)| h.take_newest(*key));
+        settle_message(
+            newest.as_ref().unwrap_or(&self.acker),
+            kind,
+            self.held.as_ref(),
+        )
+        .await
     }
 }
 
 impl Acker for NatsAcker {
     fn settle(self: Box<Self>, settlement: Settlement) -> BoxFuture<'static, Result<()>> {
         Box::pin(async move {
-            let original = &self.original;
+            // Copies the server sent while this was handled count as deliveries too.
+            let newer = self
+                .held
+                .as_ref()
+                .and_then(|(h, key)| h.delivered(*key))
+                .map(|d| u32::try_from(d).unwrap_or(u32::MAX))
+                .filter(|d| *d > self.original.attempt);
+            let counted;
+            let original = match newer {
+                Some(attempt) => {
+                    counted = Original {
+                        attempt,
+                        ..self.original.clone()
+                    };
+                    &counted
+                }
+                None => &self.original,
+            };
             let kind = match settlement {
                 Settlement::Ack => AckKind::Ack,
                 Settlement::Retry { delay } if original.attempt < original.max_deliver => {
@@ -1154,7 +1186,10 @@ impl Acker for NatsAcker {
                 }
             };
             match &self.settles {
-                Settles::Message(acker) => settle_message(acker, kind, self.held.as_ref()).await,
+                Settles::Message(acker) => {
+                    let newest = self.held.as_ref().and_then(|(h, key)| h.take_newest(*key));
+                    settle_message(newest.as_ref().unwrap_or(acker), kind, self.held.as_ref()).await
+                }
                 Settles::Part(batch, _) => batch.settled(&self.bus, kind, None).await,
             }
         })

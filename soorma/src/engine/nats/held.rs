@@ -7,10 +7,14 @@
 //! nothing keeps them alive there. One that waits past `ack_wait` is queued for redelivery by
 //! the server, and stays queued even once its handling began here and sends progress
 //! acknowledgements. The copy the server then sends (a delivery count above 1, the same stream
-//! sequence) is recognised: skipped while the first is handled (whose settlement settles the
-//! message, acknowledgements go by stream sequence), acknowledged again when the message was
-//! already acknowledged or terminated here (an acknowledgement lost in a failover comes back the
-//! same way). A message retried (negatively acknowledged) is handled again when redelivered.
+//! sequence) is recognised:
+//! - a copy of a message being handled here is not handled again; the newest copy is kept, and
+//!   the handling settles the message through it (the server ignores a negative
+//!   acknowledgement from an earlier delivery once later deliveries are acknowledged) and
+//!   counts its deliveries from it (toward `max_deliver`);
+//! - a copy of a message acknowledged or terminated here is acknowledged again (so is one whose
+//!   acknowledgement was lost in a failover);
+//! - a message retried (negatively acknowledged) is handled again when redelivered.
 
 use std::collections::{HashMap, HashSet, VecDeque};
 use std::hash::Hash;
@@ -19,36 +23,44 @@ use std::sync::Mutex;
 /// A stored message: its stream sequence and when the stream stored it.
 pub(super) type MessageKey = (u64, async_nats::datetime::DateTime);
 
-/// How many stream sequences settled for good are remembered.
+/// How many messages settled for good are remembered.
 const SETTLED_KEPT: usize = 4096;
 
-/// What a redelivered message is to this subscription.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(super) enum Seen {
-    /// Not handled here now, nor settled for good lately: handle it.
-    New,
-    /// A copy of a message being handled here: skip it.
+/// What a redelivered copy of a message is to this subscription ([`Held::copy`]).
+#[derive(Debug, PartialEq, Eq)]
+pub(super) enum Redelivered<A> {
+    /// Not handled here now, nor settled for good lately: handle it (its acker given back).
+    New(A),
+    /// A copy of a message being handled here: kept, not handled.
     Handling,
     /// A copy of a message acknowledged or terminated here: acknowledge it again.
-    Settled,
+    Settled(A),
 }
 
-/// One subscription's messages being handled and lately settled.
+/// One subscription's messages being handled and lately settled; `A` settles a delivery.
 #[derive(Debug)]
-pub(super) struct Held<K = MessageKey> {
-    seqs: Mutex<Seqs<K>>,
+pub(super) struct Held<K = MessageKey, A = async_nats::jetstream::message::Acker> {
+    seqs: Mutex<Seqs<K, A>>,
 }
 
 #[derive(Debug)]
-struct Seqs<K> {
-    /// A message → its deliveries not settled yet (a batch's envelopes each count).
-    handling: HashMap<K, usize>,
+struct Seqs<K, A> {
+    handling: HashMap<K, Handling<A>>,
     /// Settled for good, oldest first; `settled_set` holds the same messages.
     settled: VecDeque<K>,
     settled_set: HashSet<K>,
 }
 
-impl<K> Default for Held<K> {
+/// A message being handled here.
+#[derive(Debug)]
+struct Handling<A> {
+    /// Its deliveries not settled yet (a batch's envelopes each count).
+    deliveries: usize,
+    /// The newest copy the server sent meanwhile: its delivery count and acker.
+    newest: Option<(u64, A)>,
+}
+
+impl<K, A> Default for Held<K, A> {
     fn default() -> Self {
         Self {
             seqs: Mutex::new(Seqs {
@@ -60,50 +72,80 @@ impl<K> Default for Held<K> {
     }
 }
 
-impl<K: Copy + Eq + Hash> Held<K> {
-    fn seqs(&self) -> std::sync::MutexGuard<'_, Seqs<K>> {
+impl<K: Copy + Eq + Hash, A> Held<K, A> {
+    fn seqs(&self) -> std::sync::MutexGuard<'_, Seqs<K, A>> {
         // The data stays consistent whatever panicked while holding the lock.
         self.seqs
             .lock()
             .unwrap_or_else(std::sync::PoisonError::into_inner)
     }
 
-    /// What the delivery of message `seq` is (only a redelivery can be a copy).
-    pub(super) fn seen(&self, seq: K) -> Seen {
-        let seqs = self.seqs();
-        if seqs.handling.contains_key(&seq) {
-            Seen::Handling
-        } else if seqs.settled_set.contains(&seq) {
-            Seen::Settled
+    /// What a redelivery (`delivered` > 1) of message `key` is; a copy of one being handled is
+    /// kept (when newer than the one kept before) to settle it through.
+    pub(super) fn copy(&self, key: K, delivered: u64, acker: A) -> Redelivered<A> {
+        let mut seqs = self.seqs();
+        if let Some(handling) = seqs.handling.get_mut(&key) {
+            if handling.newest.as_ref().is_none_or(|(d, _)| *d < delivered) {
+                handling.newest = Some((delivered, acker));
+            }
+            Redelivered::Handling
+        } else if seqs.settled_set.contains(&key) {
+            Redelivered::Settled(acker)
         } else {
-            Seen::New
+            Redelivered::New(acker)
         }
     }
 
-    /// Message `seq` is handed out as `deliveries` deliveries.
-    pub(super) fn handling(&self, seq: K, deliveries: usize) {
-        *self.seqs().handling.entry(seq).or_default() += deliveries;
+    /// Message `key` is handed out as `deliveries` deliveries.
+    pub(super) fn handling(&self, key: K, deliveries: usize) {
+        self.seqs()
+            .handling
+            .entry(key)
+            .or_insert(Handling {
+                deliveries: 0,
+                newest: None,
+            })
+            .deliveries += deliveries;
     }
 
-    /// One delivery of message `seq` is done with (settled, or dropped unsettled).
-    pub(super) fn release(&self, seq: K) {
+    /// The delivery count of the newest copy of message `key` the server sent while it was
+    /// being handled here, if any.
+    pub(super) fn delivered(&self, key: K) -> Option<u64> {
+        let seqs = self.seqs();
+        seqs.handling
+            .get(&key)
+            .and_then(|h| h.newest.as_ref().map(|(d, _)| *d))
+    }
+
+    /// Takes the acker of the newest copy of message `key` sent while it was being handled,
+    /// to settle the message through it.
+    pub(super) fn take_newest(&self, key: K) -> Option<A> {
         let mut seqs = self.seqs();
-        if let Some(left) = seqs.handling.get_mut(&seq) {
-            *left = left.saturating_sub(1);
-            if *left == 0 {
-                seqs.handling.remove(&seq);
+        seqs.handling
+            .get_mut(&key)
+            .and_then(|h| h.newest.take())
+            .map(|(_, acker)| acker)
+    }
+
+    /// One delivery of message `key` is done with (settled, or dropped unsettled).
+    pub(super) fn release(&self, key: K) {
+        let mut seqs = self.seqs();
+        if let Some(handling) = seqs.handling.get_mut(&key) {
+            handling.deliveries = handling.deliveries.saturating_sub(1);
+            if handling.deliveries == 0 {
+                seqs.handling.remove(&key);
             }
         }
     }
 
-    /// Message `seq` was acknowledged or terminated: the server will not deliver it again
+    /// Message `key` was acknowledged or terminated: the server will not deliver it again
     /// unless that was lost.
-    pub(super) fn settled(&self, seq: K) {
+    pub(super) fn settled(&self, key: K) {
         let mut seqs = self.seqs();
-        if !seqs.settled_set.insert(seq) {
+        if !seqs.settled_set.insert(key) {
             return;
         }
-        seqs.settled.push_back(seq);
+        seqs.settled.push_back(key);
         if seqs.settled.len() > SETTLED_KEPT
             && let Some(oldest) = seqs.settled.pop_front()
         {
@@ -118,33 +160,56 @@ mod tests {
 
     #[test]
     fn a_message_is_handling_until_every_delivery_is_released() {
-        let held = Held::<u64>::default();
-        assert_eq!(held.seen(7), Seen::New);
+        let held = Held::<u64, &str>::default();
+        assert_eq!(held.copy(7, 2, "a"), Redelivered::New("a"));
         held.handling(7, 2);
-        assert_eq!(held.seen(7), Seen::Handling);
+        assert_eq!(held.copy(7, 2, "b"), Redelivered::Handling);
         held.release(7);
-        assert_eq!(held.seen(7), Seen::Handling);
+        assert_eq!(held.copy(7, 3, "c"), Redelivered::Handling);
         held.release(7);
-        assert_eq!(held.seen(7), Seen::New, "retried: handled again");
+        assert_eq!(
+            held.copy(7, 4, "d"),
+            Redelivered::New("d"),
+            "retried: handled again"
+        );
         held.release(7);
-        assert_eq!(held.seen(7), Seen::New);
+        assert_eq!(held.copy(7, 5, "e"), Redelivered::New("e"));
+    }
+
+    #[test]
+    fn the_newest_copy_of_a_message_being_handled_is_kept() {
+        let held = Held::<u64, &str>::default();
+        held.handling(3, 1);
+        assert_eq!(held.delivered(3), None);
+        assert_eq!(held.take_newest(3), None);
+        assert_eq!(held.copy(3, 3, "third"), Redelivered::Handling);
+        assert_eq!(held.copy(3, 2, "second, late"), Redelivered::Handling);
+        assert_eq!(held.delivered(3), Some(3));
+        assert_eq!(held.take_newest(3), Some("third"));
+        assert_eq!(held.take_newest(3), None);
+        held.release(3);
+        assert_eq!(held.delivered(3), None);
     }
 
     #[test]
     fn settled_messages_are_remembered_up_to_a_bound() {
-        let held = Held::<u64>::default();
+        let held = Held::<u64, ()>::default();
         held.handling(1, 1);
         held.settled(1);
         held.release(1);
-        assert_eq!(held.seen(1), Seen::Settled);
+        assert_eq!(held.copy(1, 2, ()), Redelivered::Settled(()));
         held.settled(1);
-        for seq in 2..=SETTLED_KEPT as u64 {
-            held.settled(seq);
+        for key in 2..=SETTLED_KEPT as u64 {
+            held.settled(key);
         }
-        assert_eq!(held.seen(1), Seen::Settled);
+        assert_eq!(held.copy(1, 2, ()), Redelivered::Settled(()));
         held.settled(SETTLED_KEPT as u64 + 1);
-        assert_eq!(held.seen(1), Seen::New, "the oldest is forgotten");
-        assert_eq!(held.seen(2), Seen::Settled);
+        assert_eq!(
+            held.copy(1, 2, ()),
+            Redelivered::New(()),
+            "the oldest is forgotten"
+        );
+        assert_eq!(held.copy(2, 2, ()), Redelivered::Settled(()));
         let seqs = held.seqs();
         assert_eq!(
             (seqs.settled.len(), seqs.settled_set.len()),
@@ -155,12 +220,12 @@ mod tests {
     #[test]
     fn a_stream_created_again_numbers_new_messages() {
         let at = |nanos| async_nats::datetime::from_nanos(nanos).unwrap();
-        let held = Held::<MessageKey>::default();
+        let held = Held::<MessageKey, ()>::default();
         held.settled((1, at(1_000)));
-        assert_eq!(held.seen((1, at(1_000))), Seen::Settled);
+        assert_eq!(held.copy((1, at(1_000)), 2, ()), Redelivered::Settled(()));
         assert_eq!(
-            held.seen((1, at(2_000))),
-            Seen::New,
+            held.copy((1, at(2_000)), 2, ()),
+            Redelivered::New(()),
             "the same number, another message"
         );
     }
