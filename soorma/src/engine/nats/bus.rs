@@ -775,13 +775,11 @@ impl Subscription for DurableSubscription {
                 });
                 let attempt = u32::try_from(delivered).unwrap_or(u32::MAX);
                 let (msg, acker) = msg.split();
-                let acker = match seq.filter(|_| delivered > 1) {
-                    Some(key) => match self.copy(key, delivered, acker).await {
-                        Some(acker) => acker,
-                        None => continue,
-                    },
-                    None => acker,
-                };
+                if let Some(key) = seq.filter(|_| delivered > 1)
+                    && self.stale_copy(key, delivered, &acker).await
+                {
+                    continue;
+                }
                 let held = seq.map(|seq| (self.held.clone(), seq));
                 if batch::is_batch(msg.headers.as_ref()) {
                     self.unpack(msg, acker, attempt, held).await;
@@ -827,27 +825,26 @@ impl Subscription for DurableSubscription {
 }
 
 impl DurableSubscription {
-    /// The acker of a redelivered message (`delivered` > 1) to handle, or `None` when it is a
-    /// stale copy of one handled or settled here (see [`held`](super::held)): kept to settle the
-    /// message through, or acknowledged again.
-    async fn copy(
+    /// Whether the redelivered message (`delivered` > 1) is a stale copy of one handled or
+    /// settled here (see [`held`](super::held)); one settled for good is acknowledged again.
+    async fn stale_copy(
         &self,
         key: MessageKey,
         delivered: u64,
-        acker: jetstream::message::Acker,
-    ) -> Option<jetstream::message::Acker> {
-        match self.held.copy(key, delivered, acker) {
-            Redelivered::New(acker) => Some(acker),
+        acker: &jetstream::message::Acker,
+    ) -> bool {
+        match self.held.copy(key, delivered) {
+            Redelivered::New => false,
             Redelivered::Handling => {
                 tracing::debug!(consumer = %self.consumer, sequence = key.0, delivered, "a redelivered copy of a message being handled here; not handled again");
-                None
+                true
             }
-            Redelivered::Settled(acker) => {
+            Redelivered::Settled => {
                 tracing::debug!(consumer = %self.consumer, sequence = key.0, delivered, "acknowledging again a redelivered copy of a message settled here");
                 if let Err(e) = acker.ack_with(AckKind::Ack).await {
                     tracing::warn!(consumer = %self.consumer, error = %e, "could not acknowledge a redelivered copy");
                 }
-                None
+                true
             }
         }
     }
@@ -1137,13 +1134,7 @@ impl BatchSettlement {
                 }
             }
         };
-        let newest = self.held.as_ref().and_then(|(h, key)| h.take_newest(*key));
-        settle_message(
-            newest.as_ref().unwrap_or(&self.acker),
-            kind,
-            self.held.as_ref(),
-        )
-        .await
+        settle_message(&self.acker, kind, self.held.as_ref()).await
     }
 }
 
@@ -1186,10 +1177,7 @@ impl Acker for NatsAcker {
                 }
             };
             match &self.settles {
-                Settles::Message(acker) => {
-                    let newest = self.held.as_ref().and_then(|(h, key)| h.take_newest(*key));
-                    settle_message(newest.as_ref().unwrap_or(acker), kind, self.held.as_ref()).await
-                }
+                Settles::Message(acker) => settle_message(acker, kind, self.held.as_ref()).await,
                 Settles::Part(batch, _) => batch.settled(&self.bus, kind, None).await,
             }
         })

@@ -8,10 +8,9 @@
 //! the server, and stays queued even once its handling began here and sends progress
 //! acknowledgements. The copy the server then sends (a delivery count above 1, the same stream
 //! sequence) is recognised:
-//! - a copy of a message being handled here is not handled again; the newest copy is kept, and
-//!   the handling settles the message through it (the server ignores a negative
-//!   acknowledgement from an earlier delivery once later deliveries are acknowledged) and
-//!   counts its deliveries from it (toward `max_deliver`);
+//! - a copy of a message being handled here is not handled again (the handling's settlement
+//!   settles the message: the server takes it from any of its deliveries), and its delivery
+//!   counts toward `max_deliver` when the handling asks for a retry;
 //! - a copy of a message acknowledged or terminated here is acknowledged again (so is one whose
 //!   acknowledgement was lost in a failover);
 //! - a message retried (negatively acknowledged) is handled again when redelivered.
@@ -27,25 +26,25 @@ pub(super) type MessageKey = (u64, async_nats::datetime::DateTime);
 const SETTLED_KEPT: usize = 4096;
 
 /// What a redelivered copy of a message is to this subscription ([`Held::copy`]).
-#[derive(Debug, PartialEq, Eq)]
-pub(super) enum Redelivered<A> {
-    /// Not handled here now, nor settled for good lately: handle it (its acker given back).
-    New(A),
-    /// A copy of a message being handled here: kept, not handled.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum Redelivered {
+    /// Not handled here now, nor settled for good lately: handle it.
+    New,
+    /// A copy of a message being handled here: not handled again.
     Handling,
     /// A copy of a message acknowledged or terminated here: acknowledge it again.
-    Settled(A),
+    Settled,
 }
 
-/// One subscription's messages being handled and lately settled; `A` settles a delivery.
+/// One subscription's messages being handled and lately settled.
 #[derive(Debug)]
-pub(super) struct Held<K = MessageKey, A = async_nats::jetstream::message::Acker> {
-    seqs: Mutex<Seqs<K, A>>,
+pub(super) struct Held<K = MessageKey> {
+    seqs: Mutex<Seqs<K>>,
 }
 
 #[derive(Debug)]
-struct Seqs<K, A> {
-    handling: HashMap<K, Handling<A>>,
+struct Seqs<K> {
+    handling: HashMap<K, Handling>,
     /// Settled for good, oldest first; `settled_set` holds the same messages.
     settled: VecDeque<K>,
     settled_set: HashSet<K>,
@@ -53,14 +52,14 @@ struct Seqs<K, A> {
 
 /// A message being handled here.
 #[derive(Debug)]
-struct Handling<A> {
+struct Handling {
     /// Its deliveries not settled yet (a batch's envelopes each count).
     deliveries: usize,
-    /// The newest copy the server sent meanwhile: its delivery count and acker.
-    newest: Option<(u64, A)>,
+    /// The delivery count of the newest copy the server sent meanwhile.
+    newest: Option<u64>,
 }
 
-impl<K, A> Default for Held<K, A> {
+impl<K> Default for Held<K> {
     fn default() -> Self {
         Self {
             seqs: Mutex::new(Seqs {
@@ -72,27 +71,25 @@ impl<K, A> Default for Held<K, A> {
     }
 }
 
-impl<K: Copy + Eq + Hash, A> Held<K, A> {
-    fn seqs(&self) -> std::sync::MutexGuard<'_, Seqs<K, A>> {
+impl<K: Copy + Eq + Hash> Held<K> {
+    fn seqs(&self) -> std::sync::MutexGuard<'_, Seqs<K>> {
         // The data stays consistent whatever panicked while holding the lock.
         self.seqs
             .lock()
             .unwrap_or_else(std::sync::PoisonError::into_inner)
     }
 
-    /// What a redelivery (`delivered` > 1) of message `key` is; a copy of one being handled is
-    /// kept (when newer than the one kept before) to settle it through.
-    pub(super) fn copy(&self, key: K, delivered: u64, acker: A) -> Redelivered<A> {
+    /// What a redelivery (`delivered` > 1) of message `key` is; the delivery count of a copy
+    /// of one being handled is recorded ([`delivered`](Self::delivered)).
+    pub(super) fn copy(&self, key: K, delivered: u64) -> Redelivered {
         let mut seqs = self.seqs();
         if let Some(handling) = seqs.handling.get_mut(&key) {
-            if handling.newest.as_ref().is_none_or(|(d, _)| *d < delivered) {
-                handling.newest = Some((delivered, acker));
-            }
+            handling.newest = Some(handling.newest.map_or(delivered, |d| d.max(delivered)));
             Redelivered::Handling
         } else if seqs.settled_set.contains(&key) {
-            Redelivered::Settled(acker)
+            Redelivered::Settled
         } else {
-            Redelivered::New(acker)
+            Redelivered::New
         }
     }
 
@@ -111,20 +108,7 @@ impl<K: Copy + Eq + Hash, A> Held<K, A> {
     /// The delivery count of the newest copy of message `key` the server sent while it was
     /// being handled here, if any.
     pub(super) fn delivered(&self, key: K) -> Option<u64> {
-        let seqs = self.seqs();
-        seqs.handling
-            .get(&key)
-            .and_then(|h| h.newest.as_ref().map(|(d, _)| *d))
-    }
-
-    /// Takes the acker of the newest copy of message `key` sent while it was being handled,
-    /// to settle the message through it.
-    pub(super) fn take_newest(&self, key: K) -> Option<A> {
-        let mut seqs = self.seqs();
-        seqs.handling
-            .get_mut(&key)
-            .and_then(|h| h.newest.take())
-            .map(|(_, acker)| acker)
+        self.seqs().handling.get(&key).and_then(|h| h.newest)
     }
 
     /// One delivery of message `key` is done with (settled, or dropped unsettled).
@@ -160,56 +144,49 @@ mod tests {
 
     #[test]
     fn a_message_is_handling_until_every_delivery_is_released() {
-        let held = Held::<u64, &str>::default();
-        assert_eq!(held.copy(7, 2, "a"), Redelivered::New("a"));
+        let held = Held::<u64>::default();
+        assert_eq!(held.copy(7, 2), Redelivered::New);
         held.handling(7, 2);
-        assert_eq!(held.copy(7, 2, "b"), Redelivered::Handling);
+        assert_eq!(held.copy(7, 2), Redelivered::Handling);
         held.release(7);
-        assert_eq!(held.copy(7, 3, "c"), Redelivered::Handling);
+        assert_eq!(held.copy(7, 3), Redelivered::Handling);
         held.release(7);
-        assert_eq!(
-            held.copy(7, 4, "d"),
-            Redelivered::New("d"),
-            "retried: handled again"
-        );
+        assert_eq!(held.copy(7, 4), Redelivered::New, "retried: handled again");
         held.release(7);
-        assert_eq!(held.copy(7, 5, "e"), Redelivered::New("e"));
+        assert_eq!(held.copy(7, 5), Redelivered::New);
     }
 
     #[test]
-    fn the_newest_copy_of_a_message_being_handled_is_kept() {
-        let held = Held::<u64, &str>::default();
+    fn the_newest_copy_of_a_message_being_handled_is_counted() {
+        let held = Held::<u64>::default();
         held.handling(3, 1);
         assert_eq!(held.delivered(3), None);
-        assert_eq!(held.take_newest(3), None);
-        assert_eq!(held.copy(3, 3, "third"), Redelivered::Handling);
-        assert_eq!(held.copy(3, 2, "second, late"), Redelivered::Handling);
+        assert_eq!(held.copy(3, 3), Redelivered::Handling);
+        assert_eq!(
+            held.copy(3, 2),
+            Redelivered::Handling,
+            "an older copy, late"
+        );
         assert_eq!(held.delivered(3), Some(3));
-        assert_eq!(held.take_newest(3), Some("third"));
-        assert_eq!(held.take_newest(3), None);
         held.release(3);
         assert_eq!(held.delivered(3), None);
     }
 
     #[test]
     fn settled_messages_are_remembered_up_to_a_bound() {
-        let held = Held::<u64, ()>::default();
+        let held = Held::<u64>::default();
         held.handling(1, 1);
         held.settled(1);
         held.release(1);
-        assert_eq!(held.copy(1, 2, ()), Redelivered::Settled(()));
+        assert_eq!(held.copy(1, 2), Redelivered::Settled);
         held.settled(1);
         for key in 2..=SETTLED_KEPT as u64 {
             held.settled(key);
         }
-        assert_eq!(held.copy(1, 2, ()), Redelivered::Settled(()));
+        assert_eq!(held.copy(1, 2), Redelivered::Settled);
         held.settled(SETTLED_KEPT as u64 + 1);
-        assert_eq!(
-            held.copy(1, 2, ()),
-            Redelivered::New(()),
-            "the oldest is forgotten"
-        );
-        assert_eq!(held.copy(2, 2, ()), Redelivered::Settled(()));
+        assert_eq!(held.copy(1, 2), Redelivered::New, "the oldest is forgotten");
+        assert_eq!(held.copy(2, 2), Redelivered::Settled);
         let seqs = held.seqs();
         assert_eq!(
             (seqs.settled.len(), seqs.settled_set.len()),
@@ -220,12 +197,12 @@ mod tests {
     #[test]
     fn a_stream_created_again_numbers_new_messages() {
         let at = |nanos| async_nats::datetime::from_nanos(nanos).unwrap();
-        let held = Held::<MessageKey, ()>::default();
+        let held = Held::<MessageKey>::default();
         held.settled((1, at(1_000)));
-        assert_eq!(held.copy((1, at(1_000)), 2, ()), Redelivered::Settled(()));
+        assert_eq!(held.copy((1, at(1_000)), 2), Redelivered::Settled);
         assert_eq!(
-            held.copy((1, at(2_000)), 2, ()),
-            Redelivered::New(()),
+            held.copy((1, at(2_000)), 2),
+            Redelivered::New,
             "the same number, another message"
         );
     }
