@@ -13,7 +13,7 @@ use tokio::sync::{Mutex, Semaphore, watch};
 
 use super::batch;
 use super::catchup::{self, CatchUp, Link, Source};
-use super::held::{Held, MessageKey, Redelivered};
+use super::held::{Held, HeldMessage, Holding, MessageKey, Redelivered};
 use super::{NatsConfig, assets, engine_error, names};
 use super::{coalesce, failover};
 use crate::error::{EngineErrorKind, Error, Result};
@@ -796,15 +796,12 @@ impl Subscription for DurableSubscription {
                 let prefix = &self.bus.inner.config.subject_prefix;
                 match decode(prefix, &original.subject, &original.payload) {
                     Ok(envelope) => {
-                        if let Some((held, seq)) = &held {
-                            held.handling(*seq, 1);
-                        }
                         let acker = NatsAcker {
                             bus: self.bus.clone(),
                             original,
                             settles: Settles::Message(acker),
                             keep_alive: self.keep_alive,
-                            held,
+                            holding: held.as_ref().map(Holding::new),
                         };
                         return Some(Delivery::new(
                             Arc::new(envelope),
@@ -856,7 +853,7 @@ impl DurableSubscription {
         msg: async_nats::Message,
         acker: jetstream::message::Acker,
         attempt: u32,
-        held: Option<(Arc<Held>, MessageKey)>,
+        held: Option<HeldMessage>,
     ) {
         let whole = Original {
             consumer: self.consumer.clone(),
@@ -891,22 +888,17 @@ impl DurableSubscription {
                 ..whole.clone()
             };
             match decode(prefix, &whole.subject, part.get().as_bytes()) {
-                Ok(envelope) => {
-                    if let Some((held, seq)) = &held {
-                        held.handling(*seq, 1);
-                    }
-                    self.pending.push_back(Delivery::new(
-                        Arc::new(envelope),
-                        attempt,
-                        Some(Box::new(NatsAcker {
-                            bus: self.bus.clone(),
-                            original,
-                            settles: Settles::Part(settlement.clone(), i),
-                            keep_alive: self.keep_alive,
-                            held: held.clone(),
-                        })),
-                    ));
-                }
+                Ok(envelope) => self.pending.push_back(Delivery::new(
+                    Arc::new(envelope),
+                    attempt,
+                    Some(Box::new(NatsAcker {
+                        bus: self.bus.clone(),
+                        original,
+                        settles: Settles::Part(settlement.clone(), i),
+                        keep_alive: self.keep_alive,
+                        holding: held.as_ref().map(Holding::new),
+                    })),
+                )),
                 Err(reason) => rejected.push((original, reason)),
             }
         }
@@ -1014,17 +1006,9 @@ struct NatsAcker {
     original: Original,
     settles: Settles,
     keep_alive: Duration,
-    /// The subscription's held messages and this one's stream sequence (when known).
-    held: Option<(Arc<Held>, MessageKey)>,
-}
-
-impl Drop for NatsAcker {
-    fn drop(&mut self) {
-        // Settled or dropped unsettled: this delivery no longer holds its message.
-        if let Some((held, seq)) = &self.held {
-            held.release(*seq);
-        }
-    }
+    /// Its message as being handled by the subscription, until this is dropped (when the
+    /// message's stream sequence is known).
+    holding: Option<Holding>,
 }
 
 /// Settles a whole message (alone or a batch) as `kind`; one acknowledged or terminated (the
@@ -1032,7 +1016,7 @@ impl Drop for NatsAcker {
 async fn settle_message(
     acker: &jetstream::message::Acker,
     kind: AckKind,
-    held: Option<&(Arc<Held>, MessageKey)>,
+    held: Option<&HeldMessage>,
 ) -> Result<()> {
     let for_good = matches!(kind, AckKind::Ack | AckKind::Term);
     acker
@@ -1066,7 +1050,7 @@ struct BatchSettlement {
     replies_together: bool,
     open: std::sync::Mutex<BatchProgress>,
     /// The subscription's held messages and the batch's stream sequence (when known).
-    held: Option<(Arc<Held>, MessageKey)>,
+    held: Option<HeldMessage>,
 }
 
 struct BatchProgress {
@@ -1083,7 +1067,7 @@ impl BatchSettlement {
         acker: jetstream::message::Acker,
         parts: usize,
         replies_together: bool,
-        held: Option<(Arc<Held>, MessageKey)>,
+        held: Option<HeldMessage>,
     ) -> Self {
         Self {
             acker,
@@ -1143,9 +1127,9 @@ impl Acker for NatsAcker {
         Box::pin(async move {
             // Copies the server sent while this was handled count as deliveries too.
             let newer = self
-                .held
+                .holding
                 .as_ref()
-                .and_then(|(h, key)| h.delivered(*key))
+                .and_then(|h| h.message().0.delivered(h.message().1))
                 .map(|d| u32::try_from(d).unwrap_or(u32::MAX))
                 .filter(|d| *d > self.original.attempt);
             let counted;
@@ -1177,7 +1161,9 @@ impl Acker for NatsAcker {
                 }
             };
             match &self.settles {
-                Settles::Message(acker) => settle_message(acker, kind, self.held.as_ref()).await,
+                Settles::Message(acker) => {
+                    settle_message(acker, kind, self.holding.as_ref().map(Holding::message)).await
+                }
                 Settles::Part(batch, _) => batch.settled(&self.bus, kind, None).await,
             }
         })

@@ -17,10 +17,13 @@
 
 use std::collections::{HashMap, HashSet, VecDeque};
 use std::hash::Hash;
-use std::sync::Mutex;
+use std::sync::{Arc, Mutex};
 
 /// A stored message: its stream sequence and when the stream stored it.
 pub(super) type MessageKey = (u64, async_nats::datetime::DateTime);
+
+/// A message of a subscription: the subscription's [`Held`] and the message's key.
+pub(super) type HeldMessage = (Arc<Held>, MessageKey);
 
 /// How many messages settled for good are remembered.
 const SETTLED_KEPT: usize = 4096;
@@ -93,8 +96,8 @@ impl<K: Copy + Eq + Hash> Held<K> {
         }
     }
 
-    /// Message `key` is handed out as `deliveries` deliveries.
-    pub(super) fn handling(&self, key: K, deliveries: usize) {
+    /// One more delivery of message `key` is handed out (see [`Holding`]).
+    fn handling(&self, key: K) {
         self.seqs()
             .handling
             .entry(key)
@@ -102,7 +105,7 @@ impl<K: Copy + Eq + Hash> Held<K> {
                 deliveries: 0,
                 newest: None,
             })
-            .deliveries += deliveries;
+            .deliveries += 1;
     }
 
     /// The delivery count of the newest copy of message `key` the server sent while it was
@@ -112,7 +115,7 @@ impl<K: Copy + Eq + Hash> Held<K> {
     }
 
     /// One delivery of message `key` is done with (settled, or dropped unsettled).
-    pub(super) fn release(&self, key: K) {
+    fn release(&self, key: K) {
         let mut seqs = self.seqs();
         if let Some(handling) = seqs.handling.get_mut(&key) {
             handling.deliveries = handling.deliveries.saturating_sub(1);
@@ -138,6 +141,29 @@ impl<K: Copy + Eq + Hash> Held<K> {
     }
 }
 
+/// One delivery of a message handed out: the message counts as being handled from this
+/// guard's creation until it is dropped (the delivery settled, or dropped unsettled).
+#[derive(Debug)]
+pub(super) struct Holding(HeldMessage);
+
+impl Holding {
+    pub(super) fn new(message: &HeldMessage) -> Self {
+        message.0.handling(message.1);
+        Self(message.clone())
+    }
+
+    /// The message this delivery holds.
+    pub(super) fn message(&self) -> &HeldMessage {
+        &self.0
+    }
+}
+
+impl Drop for Holding {
+    fn drop(&mut self) {
+        self.0.0.release(self.0.1);
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -146,7 +172,8 @@ mod tests {
     fn a_message_is_handling_until_every_delivery_is_released() {
         let held = Held::<u64>::default();
         assert_eq!(held.copy(7, 2), Redelivered::New);
-        held.handling(7, 2);
+        held.handling(7);
+        held.handling(7);
         assert_eq!(held.copy(7, 2), Redelivered::Handling);
         held.release(7);
         assert_eq!(held.copy(7, 3), Redelivered::Handling);
@@ -159,7 +186,7 @@ mod tests {
     #[test]
     fn the_newest_copy_of_a_message_being_handled_is_counted() {
         let held = Held::<u64>::default();
-        held.handling(3, 1);
+        held.handling(3);
         assert_eq!(held.delivered(3), None);
         assert_eq!(held.copy(3, 3), Redelivered::Handling);
         assert_eq!(
@@ -175,7 +202,7 @@ mod tests {
     #[test]
     fn settled_messages_are_remembered_up_to_a_bound() {
         let held = Held::<u64>::default();
-        held.handling(1, 1);
+        held.handling(1);
         held.settled(1);
         held.release(1);
         assert_eq!(held.copy(1, 2), Redelivered::Settled);
@@ -192,6 +219,19 @@ mod tests {
             (seqs.settled.len(), seqs.settled_set.len()),
             (SETTLED_KEPT, SETTLED_KEPT)
         );
+    }
+
+    #[test]
+    fn a_holding_counts_from_its_creation_until_dropped() {
+        let at = async_nats::datetime::from_nanos(1_000).unwrap();
+        let message: HeldMessage = (Arc::default(), (9, at));
+        let first = Holding::new(&message);
+        let second = Holding::new(&message);
+        assert_eq!(message.0.copy(message.1, 2), Redelivered::Handling);
+        drop(first);
+        assert_eq!(message.0.copy(message.1, 3), Redelivered::Handling);
+        drop(second);
+        assert_eq!(message.0.copy(message.1, 4), Redelivered::New);
     }
 
     #[test]
