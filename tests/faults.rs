@@ -701,6 +701,19 @@ async fn heard(_: Event<i64>) -> soorma::Result<()> {
     Ok(())
 }
 
+/// Starts an agent hearing `reading.taken` (numbers: anything else is dead-lettered).
+async fn hearing(name: &str, platform: &Platform) -> soorma::Result<soorma::AgentHandle> {
+    Agent::new(name)
+        .use_registered_handlers(false)
+        .handler(Handler::on_event(
+            Topic::BusinessFacts,
+            "reading.taken",
+            heard,
+        ))
+        .start(platform)
+        .await
+}
+
 /// Publishes keep going through the loss of the node leading their stream: those that find no
 /// leader for a moment (or lose their acknowledgement with the node) are sent again with the
 /// same de-duplication id, so every event is stored exactly once and no publisher sees an
@@ -759,15 +772,7 @@ async fn publishes_ride_through_the_loss_of_their_streams_leader() {
     );
     cluster.kill(&leader);
     // An agent registering while the cluster recovers.
-    let registered = Agent::new("listener")
-        .use_registered_handlers(false)
-        .handler(Handler::on_event(
-            Topic::BusinessFacts,
-            "reading.taken",
-            heard,
-        ))
-        .start(&platform)
-        .await;
+    let registered = hearing("listener", &platform).await;
     let mut failures = Vec::new();
     for t in tasks {
         failures.extend(t.await.unwrap());
@@ -800,20 +805,8 @@ async fn dead_letters_ride_through_the_loss_of_their_streams_leader() {
     let admin = connect_when_ready(NatsConfig::new(cluster.urls()).with_replicas(3)).await;
     let nats = admin.nats_client().unwrap().clone();
     let js = jetstream::new(nats.clone());
-    let strict = |platform: Platform| async move {
-        Agent::new("strict")
-            .use_registered_handlers(false)
-            .handler(Handler::on_event(
-                Topic::BusinessFacts,
-                "reading.taken",
-                heard,
-            ))
-            .start(&platform)
-            .await
-            .unwrap()
-    };
     // The first dead letter creates the stream; its leader is the node to kill.
-    let first = strict(admin.clone()).await;
+    let first = hearing("strict", &admin).await.unwrap();
     admin
         .client("publisher")
         .publish(Topic::BusinessFacts, "reading.taken", "not a number")
@@ -825,7 +818,7 @@ async fn dead_letters_ride_through_the_loss_of_their_streams_leader() {
     lead_elsewhere(&nats, &leader, &["SOORMA_DLQ"]).await;
     let platform =
         connect_when_ready(NatsConfig::new(cluster.urls_except(&leader)).with_replicas(3)).await;
-    let agent = strict(platform.clone()).await;
+    let agent = hearing("strict", &platform).await.unwrap();
 
     const EVENTS: u64 = 300;
     let client = platform.client("publisher");

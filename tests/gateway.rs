@@ -12,7 +12,7 @@ use soorma::prelude::*;
 use soorma::{AgentHandle, Platform};
 use soorma_examples::calculator::{batch_calculator, calculator};
 use soorma_tests::agents::{Tracked, sleeper};
-use soorma_tests::nats_server::NatsServer;
+use soorma_tests::nats_server::{NatsServer, consumer_count};
 use soorma_tests::raw_http;
 
 #[derive(Debug, Serialize, Deserialize, JsonSchema)]
@@ -1597,8 +1597,7 @@ async fn ten_thousand_gateway_calls_leave_no_consumer_behind() {
     let started = std::time::Instant::now();
     let server = NatsServer::start();
     let platform = nats(&server).await;
-    let js = soorma::nats::async_nats::jetstream::new(platform.nats_client().unwrap().clone());
-    let consumers = || async { js.query_account().await.unwrap().consumers };
+    let consumers = || consumer_count(&platform);
     let s = Setup::start(&platform, None).await;
     // The first message creates the streams; the agents' consumers exist already.
     let first = s.send("multi", json!([{"text": "first"}]), json!({})).await;

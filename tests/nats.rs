@@ -11,7 +11,7 @@ use soorma::nats::{NatsAuth, NatsConfig};
 use soorma::prelude::*;
 use soorma::testing::TestPlatform;
 use soorma_tests::agents;
-use soorma_tests::nats_server::NatsServer;
+use soorma_tests::nats_server::{NatsServer, consumer_count};
 
 const WAIT: Duration = Duration::from_secs(20);
 
@@ -576,54 +576,63 @@ async fn a_reply_slower_to_publish_than_ack_wait_does_not_run_the_tool_twice() {
     assert_eq!(QUICK_CALLS.load(std::sync::atomic::Ordering::SeqCst), 1);
 }
 
-static QUEUED_CALLS: std::sync::Mutex<Vec<i64>> = std::sync::Mutex::new(Vec::new());
+/// The requests a slow echo tool took, in the order it took them.
+#[derive(Clone, Default)]
+struct Taken(std::sync::Arc<std::sync::Mutex<Vec<i64>>>);
 
-async fn slow_echo(req: Invocation<i64>) -> Result<i64, ToolError> {
-    QUEUED_CALLS.lock().unwrap().push(req.data);
+/// Takes 3.5 s (over `ack_wait` in these tests).
+async fn slow_echo(req: Invocation<i64>, State(taken): State<Taken>) -> Result<i64, ToolError> {
+    taken.0.lock().unwrap().push(req.data);
     tokio::time::sleep(Duration::from_millis(3500)).await;
     Ok(req.data)
+}
+
+/// Serves `slow_echo` with `concurrency` handlers on a platform with `ack_wait` 1 s, calls it
+/// with `0..requests` (published `spacing` apart, else all at once), checks every reply, then
+/// waits for copies redelivered late; returns the requests it handled, sorted.
+async fn slow_echoes(concurrency: usize, requests: i64, spacing: Option<Duration>) -> Vec<i64> {
+    let server = NatsServer::start();
+    let platform = with_ack_wait_of_1s(&server).await;
+    let taken = Taken::default();
+    let tool = Tool::new("sloth")
+        .use_registered_handlers(false)
+        .concurrency(concurrency)
+        .with_state(taken.clone())
+        .handler(Handler::on_invoke("slow-echo.requested", slow_echo))
+        .start(&platform)
+        .await
+        .unwrap();
+    let client = platform.client("test").with_timeout(WAIT);
+    let mut calls = Vec::new();
+    for n in 0..requests {
+        let client = client.clone();
+        calls.push(tokio::spawn(async move {
+            client
+                .invoke::<i64>("slow-echo.requested", n, "slow-echo.done")
+                .await
+        }));
+        if let Some(spacing) = spacing {
+            // The previous request is stored by now: this one is a message of its own.
+            tokio::time::sleep(spacing).await;
+        }
+    }
+    for (n, call) in calls.into_iter().enumerate() {
+        assert_eq!(call.await.unwrap().unwrap(), n as i64);
+    }
+    // A copy redelivered after the last reply would be handled within this.
+    tokio::time::sleep(Duration::from_millis(2500)).await;
+    tool.shutdown().await.unwrap();
+    let mut handled = taken.0.lock().unwrap().clone();
+    handled.sort_unstable();
+    handled
 }
 
 /// A delivery waiting for the agent's concurrency limit is kept alive too: with one handler at
 /// a time, the second request waits 3.5 s (> `ack_wait`) for the first, and each runs once.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn deliveries_waiting_for_a_busy_agent_are_not_redelivered() {
-    let server = NatsServer::start();
-    let platform = with_ack_wait_of_1s(&server).await;
-    let tool = Tool::new("queued-sloth")
-        .use_registered_handlers(false)
-        .concurrency(1)
-        .handler(Handler::on_invoke("slow-echo.requested", slow_echo))
-        .start(&platform)
-        .await
-        .unwrap();
-    let client = platform.client("test").with_timeout(WAIT);
-    let calls: Vec<_> = (0..3_i64)
-        .map(|n| {
-            let client = client.clone();
-            tokio::spawn(async move {
-                client
-                    .invoke::<i64>("slow-echo.requested", n, "slow-echo.done")
-                    .await
-            })
-        })
-        .collect();
-    for (n, call) in calls.into_iter().enumerate() {
-        assert_eq!(call.await.unwrap().unwrap(), n as i64);
-    }
-    tokio::time::sleep(Duration::from_millis(1500)).await;
-    let mut handled = QUEUED_CALLS.lock().unwrap().clone();
-    handled.sort_unstable();
+    let handled = slow_echoes(1, 3, None).await;
     assert_eq!(handled, [0, 1, 2], "each request handled exactly once");
-    tool.shutdown().await.unwrap();
-}
-
-static BUFFERED_CALLS: std::sync::Mutex<Vec<i64>> = std::sync::Mutex::new(Vec::new());
-
-async fn slow_record(req: Invocation<i64>) -> Result<i64, ToolError> {
-    BUFFERED_CALLS.lock().unwrap().push(req.data);
-    tokio::time::sleep(Duration::from_millis(3500)).await;
-    Ok(req.data)
 }
 
 /// Deliveries fetched ahead wait in the client's buffer, with nothing keeping them alive, while
@@ -633,40 +642,12 @@ async fn slow_record(req: Invocation<i64>) -> Result<i64, ToolError> {
 /// the fourth and fifth wait in the buffer for seconds; each request is handled once.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn deliveries_buffered_past_ack_wait_are_handled_once() {
-    let server = NatsServer::start();
-    let platform = with_ack_wait_of_1s(&server).await;
-    let tool = Tool::new("buffered-sloth")
-        .use_registered_handlers(false)
-        .concurrency(2)
-        .handler(Handler::on_invoke("slow-record.requested", slow_record))
-        .start(&platform)
-        .await
-        .unwrap();
-    let client = platform.client("test").with_timeout(WAIT);
-    let mut calls = Vec::new();
-    for n in 0..5_i64 {
-        let client = client.clone();
-        calls.push(tokio::spawn(async move {
-            client
-                .invoke::<i64>("slow-record.requested", n, "slow-record.done")
-                .await
-        }));
-        // The previous request is stored by now: this one is a message of its own.
-        tokio::time::sleep(Duration::from_millis(150)).await;
-    }
-    for (n, call) in calls.into_iter().enumerate() {
-        assert_eq!(call.await.unwrap().unwrap(), n as i64);
-    }
-    // A copy redelivered after the last reply would be handled within this.
-    tokio::time::sleep(Duration::from_millis(2500)).await;
-    let mut handled = BUFFERED_CALLS.lock().unwrap().clone();
-    handled.sort_unstable();
+    let handled = slow_echoes(2, 5, Some(Duration::from_millis(150))).await;
     assert_eq!(
         handled,
         [0, 1, 2, 3, 4],
         "each request handled exactly once"
     );
-    tool.shutdown().await.unwrap();
 }
 
 static FLAKY_CALLS: std::sync::Mutex<Vec<i64>> = std::sync::Mutex::new(Vec::new());
@@ -1087,12 +1068,6 @@ async fn a_url_list_connects_and_a_bad_entry_is_named() {
 
 async fn echo(req: Invocation<i64>) -> Result<i64, ToolError> {
     Ok(req.data)
-}
-
-/// How many consumers the server has (all streams of the account).
-async fn consumer_count(platform: &Platform) -> usize {
-    let js = soorma::nats::async_nats::jetstream::new(platform.nats_client().unwrap().clone());
-    js.query_account().await.unwrap().consumers
 }
 
 /// 10,000 client calls (each from a fresh client for its tenant, as the gateway makes them) and

@@ -265,3 +265,11 @@ impl NatsCluster {
         server.kill();
     }
 }
+
+/// How many consumers the server `platform` is connected to holds (every stream of the
+/// account): what the leak tests keep flat.
+pub async fn consumer_count(platform: &soorma::Platform) -> usize {
+    let nats = platform.nats_client().expect("a NATS platform").clone();
+    let js = soorma::nats::async_nats::jetstream::new(nats);
+    js.query_account().await.expect("account info").consumers
+}
