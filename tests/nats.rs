@@ -666,8 +666,9 @@ async fn slow_flaky(event: Event<i64>) -> Result<(), ToolError> {
 /// Two handlers (pulls of 2), five 3.5 s events published one at a time: events 2 and 3 come
 /// in one pull while both handlers are busy, 2 waits for a handler (kept alive), 3 waits in the
 /// client's buffer for 3 s and its copy (its second delivery) comes while it is handled. With
-/// `max_deliver` 2, its retryable failure is dead-lettered by the agent at once ("still failing
-/// on delivery 2 of 2"); before, it was negatively acknowledged past the server's last delivery.
+/// `max_deliver` 2, its retryable failure is its last: dead-lettered at once by the handler's
+/// layer, on attempt 2 (before, it was negatively acknowledged past the server's last
+/// delivery; then the bus, not the failure policy, dead-lettered it).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn copies_of_a_buffered_delivery_count_toward_max_deliver() {
     let server = NatsServer::start();
@@ -703,15 +704,78 @@ async fn copies_of_a_buffered_delivery_count_toward_max_deliver() {
     assert_eq!(notices.len(), 1);
     for notice in notices {
         let reason = notice.data["reason"].as_str().unwrap();
-        assert!(
-            reason.contains("still failing on delivery 2 of 2"),
-            "{reason}"
-        );
+        assert!(reason.contains("busy"), "{reason}");
+        assert_eq!(notice.data["attempt"], 2, "{notice:?}");
     }
     let mut handled = FLAKY_CALLS.lock().unwrap().clone();
     handled.sort_unstable();
     assert_eq!(handled, [0, 1, 2, 3, 4], "each event handled once");
     agent.shutdown().await.unwrap();
+}
+
+/// Takes 3.5 s; fails retryably for 3.
+async fn slow_flaky_echo(
+    req: Invocation<i64>,
+    State(taken): State<Taken>,
+) -> Result<i64, ToolError> {
+    taken.0.lock().unwrap().push(req.data);
+    tokio::time::sleep(Duration::from_millis(3500)).await;
+    if req.data == 3 {
+        return Err(ToolError::new("busy").retryable());
+    }
+    Ok(req.data)
+}
+
+/// A tool's failure on the last delivery of a request (a copy the server sent while it was
+/// handled counts as one) goes through the tool's failure policy: its caller gets the error
+/// reply at once. Before, the handler was told attempt 1 of 2, asked for a retry, and the bus
+/// dead-lettered the request without a reply: the caller waited for its timeout.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_tools_last_failure_on_a_buffered_delivery_replies_with_the_error() {
+    let server = NatsServer::start();
+    let platform = with_ack_wait_of_1s(&server).await;
+    let taken = Taken::default();
+    let tool = Tool::new("buffered-flaky-tool")
+        .use_registered_handlers(false)
+        .concurrency(2)
+        .max_deliver(2)
+        .with_state(taken.clone())
+        .handler(Handler::on_invoke("flaky-echo.requested", slow_flaky_echo))
+        .start(&platform)
+        .await
+        .unwrap();
+    let client = platform.client("test").with_timeout(WAIT);
+    let started = tokio::time::Instant::now();
+    let mut calls = Vec::new();
+    for n in 0..5_i64 {
+        let client = client.clone();
+        calls.push(tokio::spawn(async move {
+            client
+                .invoke::<i64>("flaky-echo.requested", n, "flaky-echo.done")
+                .await
+        }));
+        tokio::time::sleep(Duration::from_millis(150)).await;
+    }
+    for (n, call) in calls.into_iter().enumerate() {
+        match (n, call.await.unwrap()) {
+            (3, Err(soorma::Error::Remote { message, .. })) => {
+                assert!(message.contains("busy"), "{message}");
+            }
+            (3, other) => panic!("request 3 should fail with the tool's error: {other:?}"),
+            (n, reply) => assert_eq!(reply.unwrap(), n as i64),
+        }
+    }
+    // Three rounds of 3.5 s handling (about 10.5 s), not a caller's timeout (20 s).
+    assert!(
+        started.elapsed() < Duration::from_secs(14),
+        "{:?}",
+        started.elapsed()
+    );
+    tokio::time::sleep(Duration::from_millis(2500)).await;
+    tool.shutdown().await.unwrap();
+    let mut handled = taken.0.lock().unwrap().clone();
+    handled.sort_unstable();
+    assert_eq!(handled, [0, 1, 2, 3, 4], "each request handled once");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

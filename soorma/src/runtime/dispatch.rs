@@ -314,6 +314,9 @@ where
                         outcome = work => Some(outcome),
                     };
                     drop(registration);
+                    // Copies of the event the platform sent while it was handled count as
+                    // deliveries: the failure policy, not the bus, decides the last one.
+                    let attempt = delivery.current_attempt();
                     match outcome {
                         // `work` (the handler's future) is dropped by now.
                         None => Next::Canceled,
@@ -335,7 +338,7 @@ where
                                         &input,
                                         e.to_string(),
                                         e.is_retryable(),
-                                        delivery.attempt,
+                                        attempt,
                                         max_deliver,
                                     )
                                     .await,
@@ -343,8 +346,7 @@ where
                             }
                         }
                         Some(outcome) => Next::Settle(
-                            settlement(&input, &handler, outcome, delivery.attempt, max_deliver)
-                                .await,
+                            settlement(&input, &handler, outcome, attempt, max_deliver).await,
                         ),
                     }
                 })

@@ -297,6 +297,24 @@ pub trait Acker: Send + Sync {
         Box::pin(std::future::ready(Ok(())))
     }
 
+    /// The delivery's attempt now, when the platform may have delivered the event again while
+    /// it was being handled (a copy it sent meanwhile counts as a delivery toward the
+    /// subscription's `max_deliver`); `None` (the default) means as delivered.
+    ///
+    /// ```
+    /// # use soorma::bus::{Acker, Settlement};
+    /// # struct AutoAck;
+    /// # impl Acker for AutoAck {
+    /// #     fn settle(self: Box<Self>, _: Settlement) -> soorma::BoxFuture<'static, soorma::Result<()>> {
+    /// #         Box::pin(std::future::ready(Ok(())))
+    /// #     }
+    /// # }
+    /// assert_eq!(AutoAck.attempt(), None);
+    /// ```
+    fn attempt(&self) -> Option<u32> {
+        None
+    }
+
     /// Whether this delivery came in a batch whose replies the engine stores together
     /// ([`settle_with_reply`](Acker::settle_with_reply)). `false` by default.
     ///
@@ -417,6 +435,25 @@ impl Delivery {
             Some(acker) => acker.settle(settlement).await,
             None => Ok(()),
         }
+    }
+
+    /// How many times the event has been delivered by now: [`attempt`](Delivery::attempt), or
+    /// more when the platform delivered it again while it was being handled (see
+    /// [`Acker::attempt`]). What a retry decision counts against `max_deliver`.
+    ///
+    /// ```
+    /// use std::sync::Arc;
+    /// use soorma::bus::Delivery;
+    /// use soorma::{EventEnvelope, Topic};
+    ///
+    /// let env = EventEnvelope::new("e1", "shop", Topic::BusinessFacts, "order.placed");
+    /// assert_eq!(Delivery::new(Arc::new(env), 2, None).current_attempt(), 2);
+    /// ```
+    pub fn current_attempt(&self) -> u32 {
+        self.acker
+            .as_deref()
+            .and_then(Acker::attempt)
+            .map_or(self.attempt, |a| a.max(self.attempt))
     }
 
     /// Whether the platform stores this delivery's reply together with the replies to the

@@ -1126,14 +1126,8 @@ impl Acker for NatsAcker {
     fn settle(self: Box<Self>, settlement: Settlement) -> BoxFuture<'static, Result<()>> {
         Box::pin(async move {
             // Copies the server sent while this was handled count as deliveries too.
-            let newer = self
-                .holding
-                .as_ref()
-                .and_then(|h| h.message().0.delivered(h.message().1))
-                .map(|d| u32::try_from(d).unwrap_or(u32::MAX))
-                .filter(|d| *d > self.original.attempt);
             let counted;
-            let original = match newer {
+            let original = match self.attempt().filter(|a| *a > self.original.attempt) {
                 Some(attempt) => {
                     counted = Original {
                         attempt,
@@ -1167,6 +1161,13 @@ impl Acker for NatsAcker {
                 Settles::Part(batch, _) => batch.settled(&self.bus, kind, None).await,
             }
         })
+    }
+
+    fn attempt(&self) -> Option<u32> {
+        self.holding
+            .as_ref()
+            .and_then(|h| h.message().0.delivered(h.message().1))
+            .map(|d| u32::try_from(d).unwrap_or(u32::MAX))
     }
 
     fn batches_replies(&self) -> bool {
