@@ -778,6 +778,71 @@ async fn a_tools_last_failure_on_a_buffered_delivery_replies_with_the_error() {
     assert_eq!(handled, [0, 1, 2, 3, 4], "each request handled once");
 }
 
+/// A batch message whose envelopes ask for a retry before and after a copy of it arrives: the
+/// copy is its last delivery (`max_deliver` 2), so the batch is not retried; each envelope is
+/// dead-lettered once, by the subscription. Before, the batch was negatively acknowledged past
+/// its last delivery, and the server's `MAX_DELIVERIES` advisory dead-lettered both envelopes,
+/// one of them a second time (three dead letters for two envelopes).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_batch_out_of_deliveries_dead_letters_each_envelope_once() {
+    use soorma::EventEnvelope;
+    use soorma::bus::{EventFilter, Settlement, SubscriptionSpec};
+    use soorma::nats::async_nats::jetstream;
+
+    let server = NatsServer::start();
+    let platform = with_ack_wait_of_1s(&server).await;
+    let bus = platform.bus();
+    let spec = SubscriptionSpec::new(
+        "batch-retrier",
+        Topic::BusinessFacts,
+        EventFilter::only(["job.posted"]),
+    )
+    .with_max_deliver(2)
+    .with_prefetch(1);
+    let mut sub = bus.subscribe(spec).await.unwrap();
+    let envelopes = (0..2)
+        .map(|i| {
+            EventEnvelope::new(
+                format!("job-{i}"),
+                "test",
+                Topic::BusinessFacts,
+                "job.posted",
+            )
+        })
+        .collect();
+    bus.publish_batch(envelopes).await.unwrap();
+    let (first, second) = (sub.next().await.unwrap(), sub.next().await.unwrap());
+    let retry = Settlement::Retry {
+        delay: Duration::from_millis(10),
+    };
+    // One asks for a retry at once, on delivery 1 of 2.
+    first.settle(retry.clone()).await.unwrap();
+    // The other is held past `ack_wait` (1 s) with no progress: the server sends a copy, which
+    // the subscription takes and skips (its message is being handled). It is settled before
+    // that copy's own `ack_wait` ends.
+    assert!(
+        tokio::time::timeout(Duration::from_millis(1500), sub.next())
+            .await
+            .is_err(),
+        "a copy of a message being handled is not handed out"
+    );
+    assert_eq!(second.current_attempt(), 2, "the copy counts as a delivery");
+    second.settle(retry).await.unwrap();
+    // An advisory about the message would be handled while the subscription waits.
+    assert!(
+        tokio::time::timeout(Duration::from_secs(3), sub.next())
+            .await
+            .is_err()
+    );
+    let js = jetstream::new(platform.nats_client().unwrap().clone());
+    let mut dlq = js.get_stream("SOORMA_DLQ").await.unwrap();
+    assert_eq!(
+        dlq.info().await.unwrap().state.messages,
+        2,
+        "one dead letter per envelope"
+    );
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn registry_entries_expire_when_heartbeats_stop() {
     let server = NatsServer::start();

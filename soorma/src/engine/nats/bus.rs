@@ -904,7 +904,7 @@ impl DurableSubscription {
         }
         for (original, reason) in rejected {
             let kind = self.bus.reject(&original, &reason).await;
-            if let Err(e) = settlement.settled(&self.bus, kind, None).await {
+            if let Err(e) = settlement.settled(&self.bus, kind, &original, None).await {
                 tracing::warn!(consumer = %self.consumer, error = %e, "could not settle a batch");
             }
         }
@@ -1058,6 +1058,9 @@ struct BatchProgress {
     unsettled: usize,
     /// The longest retry delay asked for, when any was.
     retry: Option<Duration>,
+    /// The envelopes that asked for a retry: dead-lettered instead when the message has no
+    /// delivery left by the time the batch is settled.
+    retried: Vec<Original>,
     /// Replies waiting for the batch: the envelope's place, its reply.
     replies: Vec<(usize, EventEnvelope)>,
 }
@@ -1075,18 +1078,20 @@ impl BatchSettlement {
             open: std::sync::Mutex::new(BatchProgress {
                 unsettled: parts,
                 retry: None,
+                retried: Vec::new(),
                 replies: Vec::new(),
             }),
             held,
         }
     }
 
-    /// One envelope settled as `kind` (with its reply, to store with the batch's); the last
-    /// one stores the replies and settles the message.
+    /// One envelope (`part`) settled as `kind` (with its reply, to store with the batch's);
+    /// the last one stores the replies and settles the message.
     async fn settled(
         &self,
         bus: &NatsBus,
         kind: AckKind,
+        part: &Original,
         reply: Option<(usize, EventEnvelope)>,
     ) -> Result<()> {
         let last = {
@@ -1094,13 +1099,24 @@ impl BatchSettlement {
             if let AckKind::Nak(delay) = kind {
                 let delay = delay.unwrap_or_default();
                 open.retry = Some(open.retry.map_or(delay, |d| d.max(delay)));
+                open.retried.push(part.clone());
             }
             open.replies.extend(reply);
             open.unsettled = open.unsettled.saturating_sub(1);
-            (open.unsettled == 0).then(|| (open.retry, std::mem::take(&mut open.replies)))
+            (open.unsettled == 0).then(|| {
+                (
+                    open.retry,
+                    std::mem::take(&mut open.replies),
+                    std::mem::take(&mut open.retried),
+                )
+            })
         };
-        let Some((retry, mut replies)) = last else {
+        let Some((retry, mut replies, retried)) = last else {
             return Ok(());
+        };
+        let retry = match retry {
+            Some(_) if self.out_of_deliveries(bus, &retried).await => None,
+            retry => retry,
         };
         // Retried whole: its replies are made again, then stored as the same batches.
         let kind = match retry {
@@ -1119,6 +1135,43 @@ impl BatchSettlement {
             }
         };
         settle_message(&self.acker, kind, self.held.as_ref()).await
+    }
+}
+
+impl BatchSettlement {
+    /// Whether the message has no delivery left for the envelopes that asked for a retry (a
+    /// copy the server sent while the batch was handled counts as a delivery): then each is
+    /// dead-lettered here, once, and the rest of the batch is settled as handled; retried
+    /// whole, the server would not deliver it again, and its advisory would dead-letter every
+    /// envelope a second time.
+    async fn out_of_deliveries(&self, bus: &NatsBus, retried: &[Original]) -> bool {
+        let Some(max_deliver) = retried.first().map(|o| o.max_deliver) else {
+            return false;
+        };
+        let newest = self
+            .held
+            .as_ref()
+            .and_then(|(held, key)| held.delivered(*key))
+            .map(|d| u32::try_from(d).unwrap_or(u32::MAX));
+        let attempt = retried
+            .iter()
+            .map(|o| o.attempt)
+            .chain(newest)
+            .max()
+            .unwrap_or(1);
+        if attempt < max_deliver {
+            return false;
+        }
+        let reason = format!("still failing on delivery {attempt} of {max_deliver} (max_deliver)");
+        for original in retried {
+            // Its last delivery: a dead letter that cannot be stored is logged, not retried.
+            let last = Original {
+                attempt,
+                ..original.clone()
+            };
+            bus.reject(&last, &reason).await;
+        }
+        true
     }
 }
 
@@ -1158,7 +1211,7 @@ impl Acker for NatsAcker {
                 Settles::Message(acker) => {
                     settle_message(acker, kind, self.holding.as_ref().map(Holding::message)).await
                 }
-                Settles::Part(batch, _) => batch.settled(&self.bus, kind, None).await,
+                Settles::Part(batch, _) => batch.settled(&self.bus, kind, original, None).await,
             }
         })
     }
@@ -1179,7 +1232,7 @@ impl Acker for NatsAcker {
             match &self.settles {
                 Settles::Part(batch, i) => {
                     batch
-                        .settled(&self.bus, AckKind::Ack, Some((*i, reply)))
+                        .settled(&self.bus, AckKind::Ack, &self.original, Some((*i, reply)))
                         .await
                 }
                 Settles::Message(_) => Err(Error::InvalidArgument(format!(
