@@ -899,12 +899,17 @@ impl DurableSubscription {
                         holding: held.as_ref().map(Holding::new),
                     })),
                 )),
-                Err(reason) => rejected.push((original, reason)),
+                Err(reason) => rejected.push((i, original, reason)),
             }
         }
-        for (original, reason) in rejected {
+        for (i, original, reason) in rejected {
             let kind = self.bus.reject(&original, &reason).await;
-            if let Err(e) = settlement.settled(&self.bus, kind, &original, None).await {
+            // A dead letter not stored is tried again with the batch; its notice is to come.
+            let unfinished = Retried::of(&kind, i, &original, || Unfinished::DeadLetter {
+                reason,
+                notice: true,
+            });
+            if let Err(e) = settlement.settled(&self.bus, kind, unfinished, None).await {
                 tracing::warn!(consumer = %self.consumer, error = %e, "could not settle a batch");
             }
         }
@@ -1060,7 +1065,7 @@ struct BatchProgress {
     retry: Option<Duration>,
     /// The envelopes that asked for a retry: dead-lettered instead when the message has no
     /// delivery left by the time the batch is settled.
-    retried: Vec<Original>,
+    retried: Vec<Retried>,
     /// Replies waiting for the batch: the envelope's place, its reply.
     replies: Vec<(usize, EventEnvelope)>,
 }
@@ -1085,13 +1090,14 @@ impl BatchSettlement {
         }
     }
 
-    /// One envelope (`part`) settled as `kind` (with its reply, to store with the batch's);
-    /// the last one stores the replies and settles the message.
+    /// One envelope settled as `kind` (with its reply, to store with the batch's; with what
+    /// it still needs when it asks for a retry); the last one stores the replies and settles
+    /// the message.
     async fn settled(
         &self,
         bus: &NatsBus,
         kind: AckKind,
-        part: &Original,
+        retried: Option<Retried>,
         reply: Option<(usize, EventEnvelope)>,
     ) -> Result<()> {
         let last = {
@@ -1099,8 +1105,8 @@ impl BatchSettlement {
             if let AckKind::Nak(delay) = kind {
                 let delay = delay.unwrap_or_default();
                 open.retry = Some(open.retry.map_or(delay, |d| d.max(delay)));
-                open.retried.push(part.clone());
             }
+            open.retried.extend(retried);
             open.replies.extend(reply);
             open.unsettled = open.unsettled.saturating_sub(1);
             (open.unsettled == 0).then(|| {
@@ -1115,7 +1121,7 @@ impl BatchSettlement {
             return Ok(());
         };
         let retry = match retry {
-            Some(_) if self.out_of_deliveries(bus, &retried).await => None,
+            Some(_) if self.out_of_deliveries(bus, retried).await => None,
             retry => retry,
         };
         // Retried whole: its replies are made again, then stored as the same batches.
@@ -1138,14 +1144,49 @@ impl BatchSettlement {
     }
 }
 
+/// What an envelope of a batch that asked for the message to be delivered again still needs,
+/// when the message has no delivery left.
+enum Unfinished {
+    /// Its handling asked for a retry: dead-lettered as still failing (with a notice).
+    Retry,
+    /// Its dead letter (for `reason`) could not be stored; `notice`: whether its
+    /// `event.dead_lettered` notice is still to be published.
+    DeadLetter { reason: String, notice: bool },
+}
+
+/// An envelope of a batch (its place in it) settled with a negative acknowledgement.
+struct Retried {
+    index: usize,
+    original: Original,
+    unfinished: Unfinished,
+}
+
+impl Retried {
+    /// What the envelope at `index` still needs, when it was settled as a retry (`kind`).
+    fn of(
+        kind: &AckKind,
+        index: usize,
+        original: &Original,
+        unfinished: impl FnOnce() -> Unfinished,
+    ) -> Option<Self> {
+        matches!(kind, AckKind::Nak(_)).then(|| Self {
+            index,
+            original: original.clone(),
+            unfinished: unfinished(),
+        })
+    }
+}
+
 impl BatchSettlement {
     /// Whether the message has no delivery left for the envelopes that asked for a retry (a
     /// copy the server sent while the batch was handled counts as a delivery): then each is
-    /// dead-lettered here, once, and the rest of the batch is settled as handled; retried
-    /// whole, the server would not deliver it again, and its advisory would dead-letter every
-    /// envelope a second time.
-    async fn out_of_deliveries(&self, bus: &NatsBus, retried: &[Original]) -> bool {
-        let Some(max_deliver) = retried.first().map(|o| o.max_deliver) else {
+    /// dead-lettered here, once, and the rest of the batch is settled as handled. Retried
+    /// whole, the server would not deliver it again, and its `MAX_DELIVERIES` advisory would
+    /// dead-letter every envelope a second time; these dead letters have the ids the
+    /// advisory's would (see [`DurableSubscription::abandoned`]), so a stream keeps one copy
+    /// if the message's settlement is lost all the same.
+    async fn out_of_deliveries(&self, bus: &NatsBus, retried: Vec<Retried>) -> bool {
+        let Some(max_deliver) = retried.first().map(|r| r.original.max_deliver) else {
             return false;
         };
         let newest = self
@@ -1155,21 +1196,47 @@ impl BatchSettlement {
             .map(|d| u32::try_from(d).unwrap_or(u32::MAX));
         let attempt = retried
             .iter()
-            .map(|o| o.attempt)
+            .map(|r| r.original.attempt)
             .chain(newest)
             .max()
             .unwrap_or(1);
         if attempt < max_deliver {
             return false;
         }
-        let reason = format!("still failing on delivery {attempt} of {max_deliver} (max_deliver)");
-        for original in retried {
+        let sequence = self.held.as_ref().map(|(_, (sequence, _))| *sequence);
+        for Retried {
+            index,
+            original,
+            unfinished,
+        } in retried
+        {
             // Its last delivery: a dead letter that cannot be stored is logged, not retried.
             let last = Original {
                 attempt,
-                ..original.clone()
+                dedup_id: sequence
+                    .map(|s| format!("{}-{s}-{max_deliver}-{index}", original.consumer)),
+                ..original
             };
-            bus.reject(&last, &reason).await;
+            match unfinished {
+                Unfinished::Retry => {
+                    let reason = format!(
+                        "still failing on delivery {attempt} of {max_deliver} (max_deliver)"
+                    );
+                    bus.reject(&last, &reason).await;
+                }
+                Unfinished::DeadLetter {
+                    reason,
+                    notice: true,
+                } => {
+                    bus.reject(&last, &reason).await;
+                }
+                Unfinished::DeadLetter {
+                    reason,
+                    notice: false,
+                } => {
+                    bus.store_or_retry(&last, &reason).await;
+                }
+            }
         }
         true
     }
@@ -1190,10 +1257,10 @@ impl Acker for NatsAcker {
                 }
                 None => &self.original,
             };
-            let kind = match settlement {
-                Settlement::Ack => AckKind::Ack,
+            let (kind, unfinished) = match settlement {
+                Settlement::Ack => (AckKind::Ack, Unfinished::Retry),
                 Settlement::Retry { delay } if original.attempt < original.max_deliver => {
-                    AckKind::Nak(Some(delay))
+                    (AckKind::Nak(Some(delay)), Unfinished::Retry)
                 }
                 Settlement::Retry { .. } => {
                     // The server would not deliver it again: dead-letter it, not let it vanish.
@@ -1201,17 +1268,25 @@ impl Acker for NatsAcker {
                         "still failing on delivery {} of {} (max_deliver)",
                         original.attempt, original.max_deliver
                     );
-                    self.bus.reject(original, &reason).await
+                    let kind = self.bus.reject(original, &reason).await;
+                    let notice = true;
+                    (kind, Unfinished::DeadLetter { reason, notice })
                 }
                 Settlement::DeadLetter { reason } => {
-                    self.bus.store_or_retry(original, &reason).await
+                    let kind = self.bus.store_or_retry(original, &reason).await;
+                    // The handler's layer announced it.
+                    let notice = false;
+                    (kind, Unfinished::DeadLetter { reason, notice })
                 }
             };
             match &self.settles {
                 Settles::Message(acker) => {
                     settle_message(acker, kind, self.holding.as_ref().map(Holding::message)).await
                 }
-                Settles::Part(batch, _) => batch.settled(&self.bus, kind, original, None).await,
+                Settles::Part(batch, i) => {
+                    let retried = Retried::of(&kind, *i, original, || unfinished);
+                    batch.settled(&self.bus, kind, retried, None).await
+                }
             }
         })
     }
@@ -1232,7 +1307,7 @@ impl Acker for NatsAcker {
             match &self.settles {
                 Settles::Part(batch, i) => {
                     batch
-                        .settled(&self.bus, AckKind::Ack, &self.original, Some((*i, reply)))
+                        .settled(&self.bus, AckKind::Ack, None, Some((*i, reply)))
                         .await
                 }
                 Settles::Message(_) => Err(Error::InvalidArgument(format!(

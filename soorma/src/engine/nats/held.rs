@@ -10,7 +10,8 @@
 //! sequence) is recognised:
 //! - a copy of a message being handled here is not handled again (the handling's settlement
 //!   settles the message: the server takes it from any of its deliveries), and its delivery
-//!   counts toward `max_deliver` when the handling asks for a retry;
+//!   counts toward `max_deliver` when the handling ends (once the subscription has received the
+//!   copy: one still in the client's buffer is not counted yet);
 //! - a copy of a message acknowledged or terminated here is acknowledged again (so is one whose
 //!   acknowledgement was lost in a failover);
 //! - a message retried (negatively acknowledged) is handled again when redelivered.
