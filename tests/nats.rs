@@ -587,6 +587,30 @@ async fn slow_echo(req: Invocation<i64>, State(taken): State<Taken>) -> Result<i
     Ok(req.data)
 }
 
+/// Calls `<name>.requested` with each of `0..requests` (replying `<name>.done`), each call in a
+/// task of its own, published `spacing` apart (else all at once).
+async fn invoke_each(
+    client: &soorma::Client,
+    name: &str,
+    requests: i64,
+    spacing: Option<Duration>,
+) -> Vec<tokio::task::JoinHandle<soorma::Result<i64>>> {
+    let mut calls = Vec::new();
+    for n in 0..requests {
+        let (client, name) = (client.clone(), name.to_owned());
+        calls.push(tokio::spawn(async move {
+            client
+                .invoke::<i64>(format!("{name}.requested"), n, format!("{name}.done"))
+                .await
+        }));
+        if let Some(spacing) = spacing {
+            // The previous request is stored by now: this one is a message of its own.
+            tokio::time::sleep(spacing).await;
+        }
+    }
+    calls
+}
+
 /// Serves `slow_echo` with `concurrency` handlers on a platform with `ack_wait` 1 s, calls it
 /// with `0..requests` (published `spacing` apart, else all at once), checks every reply, then
 /// waits for copies redelivered late; returns the requests it handled, sorted.
@@ -603,19 +627,7 @@ async fn slow_echoes(concurrency: usize, requests: i64, spacing: Option<Duration
         .await
         .unwrap();
     let client = platform.client("test").with_timeout(WAIT);
-    let mut calls = Vec::new();
-    for n in 0..requests {
-        let client = client.clone();
-        calls.push(tokio::spawn(async move {
-            client
-                .invoke::<i64>("slow-echo.requested", n, "slow-echo.done")
-                .await
-        }));
-        if let Some(spacing) = spacing {
-            // The previous request is stored by now: this one is a message of its own.
-            tokio::time::sleep(spacing).await;
-        }
-    }
+    let calls = invoke_each(&client, "slow-echo", requests, spacing).await;
     for (n, call) in calls.into_iter().enumerate() {
         assert_eq!(call.await.unwrap().unwrap(), n as i64);
     }
@@ -746,16 +758,8 @@ async fn a_tools_last_failure_on_a_buffered_delivery_replies_with_the_error() {
         .unwrap();
     let client = platform.client("test").with_timeout(WAIT);
     let started = tokio::time::Instant::now();
-    let mut calls = Vec::new();
-    for n in 0..5_i64 {
-        let client = client.clone();
-        calls.push(tokio::spawn(async move {
-            client
-                .invoke::<i64>("flaky-echo.requested", n, "flaky-echo.done")
-                .await
-        }));
-        tokio::time::sleep(Duration::from_millis(150)).await;
-    }
+    let spacing = Some(Duration::from_millis(150));
+    let calls = invoke_each(&client, "flaky-echo", 5, spacing).await;
     for (n, call) in calls.into_iter().enumerate() {
         match (n, call.await.unwrap()) {
             (3, Err(soorma::Error::Remote { message, .. })) => {
