@@ -145,7 +145,9 @@ impl HandlerInput {
     }
 
     /// Which delivery of the event this is: 1 for the first, more when it is redelivered
-    /// (after a retryable failure, or after the instance handling it stopped).
+    /// (after a retryable failure, or after the instance handling it stopped). It is the count
+    /// when the handling began: a copy the platform sends while it runs is counted when the
+    /// outcome is settled ([`Delivery::current_attempt`](crate::bus::Delivery::current_attempt)).
     ///
     /// ```
     /// use soorma::extract::{FromHandlerInput, HandlerInput};

@@ -85,7 +85,8 @@ impl HandlerRequest {
         self.handler.kind
     }
 
-    /// How many times the event has been delivered (1 on first delivery, more on retries).
+    /// How many times the event had been delivered when its handling began (1 on first
+    /// delivery, more on retries).
     ///
     /// ```
     /// # fn f(req: &soorma::dispatch::HandlerRequest) {
