@@ -939,9 +939,10 @@ impl DurableSubscription {
             // Its last delivery: storing the dead letter is not retried by redelivery.
             attempt: attempt.max(self.max_deliver),
             max_deliver: self.max_deliver,
-            dedup_id: Some(format!(
-                "{}-{}-{}",
-                self.consumer, advisory.stream_seq, advisory.deliveries
+            dedup_id: Some(last_delivery_id(
+                &self.consumer,
+                advisory.stream_seq,
+                advisory.deliveries,
             )),
         };
         let reason = format!(
@@ -1014,6 +1015,13 @@ struct NatsAcker {
     /// Its message as being handled by the subscription, until this is dropped (when the
     /// message's stream sequence is known).
     holding: Option<Holding>,
+}
+
+/// The de-duplication id of the dead letter of the message at stream `sequence` that
+/// `consumer` gave up on after `deliveries` (a batch's envelope `i` takes `<id>-<i>`, its
+/// notice `<id>-notice`): the same whichever instance, or path, dead-letters it.
+fn last_delivery_id(consumer: &str, sequence: u64, deliveries: u64) -> String {
+    format!("{consumer}-{sequence}-{deliveries}")
 }
 
 /// Settles a whole message (alone or a batch) as `kind`; one acknowledged or terminated (the
@@ -1192,8 +1200,7 @@ impl BatchSettlement {
         let newest = self
             .held
             .as_ref()
-            .and_then(|(held, key)| held.delivered(*key))
-            .map(|d| u32::try_from(d).unwrap_or(u32::MAX));
+            .and_then(|(held, key)| held.delivered(*key));
         let attempt = retried
             .iter()
             .map(|r| r.original.attempt)
@@ -1213,8 +1220,10 @@ impl BatchSettlement {
             // Its last delivery: a dead letter that cannot be stored is logged, not retried.
             let last = Original {
                 attempt,
-                dedup_id: sequence
-                    .map(|s| format!("{}-{s}-{max_deliver}-{index}", original.consumer)),
+                dedup_id: sequence.map(|s| {
+                    let id = last_delivery_id(&original.consumer, s, max_deliver.into());
+                    format!("{id}-{index}")
+                }),
                 ..original
             };
             match unfinished {
@@ -1295,7 +1304,6 @@ impl Acker for NatsAcker {
         self.holding
             .as_ref()
             .and_then(|h| h.message().0.delivered(h.message().1))
-            .map(|d| u32::try_from(d).unwrap_or(u32::MAX))
     }
 
     fn batches_replies(&self) -> bool {

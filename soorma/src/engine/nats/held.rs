@@ -110,9 +110,10 @@ impl<K: Copy + Eq + Hash> Held<K> {
     }
 
     /// The delivery count of the newest copy of message `key` the server sent while it was
-    /// being handled here, if any.
-    pub(super) fn delivered(&self, key: K) -> Option<u64> {
-        self.seqs().handling.get(&key).and_then(|h| h.newest)
+    /// being handled here, if any, as an attempt number.
+    pub(super) fn delivered(&self, key: K) -> Option<u32> {
+        let newest = self.seqs().handling.get(&key).and_then(|h| h.newest)?;
+        Some(u32::try_from(newest).unwrap_or(u32::MAX))
     }
 
     /// One delivery of message `key` is done with (settled, or dropped unsettled).
