@@ -20,6 +20,11 @@
 //!
 //! and the resident memory of a worker process holding 100,000 in-flight persisted tasks.
 //!
+//! With the round trip's p50 it prints each side's two legs (`LEGS` lines): the request leg,
+//! from the call until the tool's code has the decoded request (the SDK's handler is called;
+//! the raw tool has decoded the envelope and its payload), and the reply leg, from there until
+//! the caller has the sum.
+//!
 //! `SOORMA_BENCH_SYNC=always` runs every phase on a server with `sync_interval: always`;
 //! `SOORMA_BENCH_WRITES=1` also prints how many messages each stream stored for one fan-out and
 //! one round trip of each side (`WRITES` lines), and the process's CPU time per round trip of
@@ -58,7 +63,37 @@ struct Add {
 }
 
 async fn add(req: Invocation<Add>) -> Result<i64, ToolError> {
+    handler_reached();
     Ok(req.data.a + req.data.b)
+}
+
+/// When a tool's code last had a decoded request (nanoseconds since [`epoch`]).
+static HANDLER_REACHED: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+
+fn epoch() -> Instant {
+    static EPOCH: std::sync::OnceLock<Instant> = std::sync::OnceLock::new();
+    *EPOCH.get_or_init(Instant::now)
+}
+
+/// Marks the moment a tool's code has its decoded request (both sides call it there).
+fn handler_reached() {
+    let nanos = u64::try_from(epoch().elapsed().as_nanos()).unwrap_or(u64::MAX);
+    HANDLER_REACHED.store(nanos, std::sync::atomic::Ordering::Relaxed);
+}
+
+/// The request and reply legs of one sequential round trip that started at `start` and took
+/// `took`, split where the tool's code had the decoded request.
+fn legs(start: Instant, took: Duration) -> (Duration, Duration) {
+    let reached = Duration::from_nanos(HANDLER_REACHED.load(std::sync::atomic::Ordering::Relaxed));
+    let request = (epoch() + reached).saturating_duration_since(start);
+    (request, took.saturating_sub(request))
+}
+
+/// p50s of sequential round trips: the whole, the request leg, the reply leg.
+struct RoundTrip {
+    p50: Duration,
+    request: Duration,
+    reply: Duration,
 }
 
 /// One way to call the adder: `n` → `n + 1`.
@@ -76,26 +111,31 @@ async fn checked(call: &Call, n: i64) {
     assert_eq!(call(n).await, n + 1);
 }
 
-/// Round-trip p50 of each call, sequential round trips alternating between them one by one.
-async fn round_trips(calls: [&Call; 2]) -> [Duration; 2] {
+/// Round-trip p50s of each call, sequential round trips alternating between them one by one.
+async fn round_trips(calls: [&Call; 2]) -> [RoundTrip; 2] {
     for i in 0..WARMUP as i64 {
         for call in calls {
             checked(call, i).await;
         }
     }
-    let mut samples = [
-        Vec::with_capacity(SEQUENTIAL),
-        Vec::with_capacity(SEQUENTIAL),
-    ];
+    let mut samples: [[Vec<Duration>; 3]; 2] = Default::default();
     for i in 0..SEQUENTIAL {
         // Alternate which goes first, so neither always follows the other.
         for k in [i % 2, 1 - i % 2] {
             let t = Instant::now();
             checked(calls[k], i as i64).await;
-            samples[k].push(t.elapsed());
+            let took = t.elapsed();
+            let (request, reply) = legs(t, took);
+            for (v, d) in samples[k].iter_mut().zip([took, request, reply]) {
+                v.push(d);
+            }
         }
     }
-    samples.map(median)
+    samples.map(|[whole, request, reply]| RoundTrip {
+        p50: median(whole),
+        request: median(request),
+        reply: median(reply),
+    })
 }
 
 /// Events per second (a request and its reply are 2 events) with `CALLERS` concurrent callers.
@@ -209,6 +249,7 @@ async fn raw_tool(js: jetstream::Context) {
             tokio::spawn(async move {
                 let req: EventEnvelope = serde_json::from_slice(&msg.payload).expect("request");
                 let add: Add = serde_json::from_value(req.data.clone()).expect("payload");
+                handler_reached();
                 let data =
                     serde_json::to_value(ActionReply::success(&req.id, json!(add.a + add.b)))
                         .expect("reply");
@@ -674,7 +715,8 @@ fn main() {
             );
             return;
         }
-        let [raw_p50, sdk_p50] = round_trips([&raw, &sdk_call]).await;
+        let [raw_rt, sdk_rt] = round_trips([&raw, &sdk_call]).await;
+        let (raw_p50, sdk_p50) = (raw_rt.p50, sdk_rt.p50);
         let [raw_eps, sdk_eps] = best_throughputs([&raw, &sdk_call]).await;
         let (mut raw_fan, mut sdk_fan) = (Vec::new(), Vec::new());
         for _ in 0..FAN_RUNS {
@@ -715,6 +757,9 @@ fn main() {
         println!("NATS, {storage} ({SEQUENTIAL} sequential round trips each, alternating; {} in {CALLERS} concurrent callers, best of {ROUNDS}; fan-out of {FAN}, median of {FAN_RUNS})", CALLERS * PER_CALLER);
         println!("  raw async-nats  p50 {raw_p50:>9.2?}  {raw_eps:>8.0} events/s  fan-out/fan-in {raw_fan:>9.2?}");
         println!("  soorma          p50 {sdk_p50:>9.2?}  {sdk_eps:>8.0} events/s  fan-out/fan-in {sdk_fan:>9.2?}");
+        for (side, rt) in [("raw", &raw_rt), ("soorma", &sdk_rt)] {
+            println!("LEGS {side:<6} round trip p50 {:>9.2?}  request leg p50 {:>9.2?}  reply leg p50 {:>9.2?}", rt.p50, rt.request, rt.reply);
+        }
         println!("RATIO nats_roundtrip_p50 {:.3}", sdk_p50.as_secs_f64() / raw_p50.as_secs_f64());
         println!("RATIO nats_events_per_sec {:.3}", sdk_eps / raw_eps);
         println!("RATIO nats_fanout_1000 {:.3}", sdk_fan.as_secs_f64() / raw_fan.as_secs_f64());
@@ -723,7 +768,7 @@ fn main() {
             // The SDK on a server that fsyncs every write, against the SDK on the default one.
             let synced_server = start_synced();
             let synced = Sdk::start(&synced_server).await;
-            let [p50, synced_p50] = round_trips([&sdk_call, &synced.call()]).await;
+            let [p50, synced_p50] = round_trips([&sdk_call, &synced.call()]).await.map(|rt| rt.p50);
             let (mut fan, mut synced_fan) = (Vec::new(), Vec::new());
             for _ in 0..FAN_RUNS {
                 fan.push(sdk.fan_run().await);
