@@ -217,6 +217,12 @@ pub enum Settlement {
     },
 }
 
+/// The dead-letter reason of an event a platform will not deliver again though its handling
+/// asked for a retry: it was on delivery `attempt` of `max_deliver`.
+pub(crate) fn still_failing(attempt: u32, max_deliver: u32) -> String {
+    format!("still failing on delivery {attempt} of {max_deliver} (max_deliver)")
+}
+
 /// Settles one delivery with its platform.
 ///
 /// ```

@@ -14,6 +14,7 @@ use tokio::sync::{Mutex, OwnedSemaphorePermit, Semaphore, TryAcquireError, broad
 use crate::error::{Error, Result};
 use crate::spi::bus::{
     Acker, Delivery, EventBus, EventFilter, Settlement, Subscription, SubscriptionSpec,
+    still_failing,
 };
 use crate::spi::envelope::check_envelope;
 use crate::spi::tenant::validate_tenant;
@@ -718,7 +719,7 @@ impl EmbeddedAcker {
         } = self;
         drop(place);
         let group = queue.upgrade().map(|q| q.group.clone()).unwrap_or_default();
-        let reason = format!("still failing on delivery {attempt} of {max_deliver} (max_deliver)");
+        let reason = still_failing(attempt, max_deliver);
         tracing::warn!(event_id = %envelope.id, %group, %reason, "dead-lettering event");
         let notice =
             EventEnvelope::new(new_id(), group.as_str(), Topic::SystemEvents, DEAD_LETTERED)

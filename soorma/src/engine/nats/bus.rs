@@ -19,6 +19,7 @@ use super::{coalesce, failover};
 use crate::error::{EngineErrorKind, Error, Result};
 use crate::spi::bus::{
     Acker, Delivery, EventBus, EventFilter, Settlement, Subscription, SubscriptionSpec,
+    still_failing,
 };
 use crate::spi::envelope::check_envelope;
 use crate::spi::tenant::{MAX_TENANT_LEN, validate_tenant};
@@ -1226,25 +1227,14 @@ impl BatchSettlement {
                 }),
                 ..original
             };
-            match unfinished {
-                Unfinished::Retry => {
-                    let reason = format!(
-                        "still failing on delivery {attempt} of {max_deliver} (max_deliver)"
-                    );
-                    bus.reject(&last, &reason).await;
-                }
-                Unfinished::DeadLetter {
-                    reason,
-                    notice: true,
-                } => {
-                    bus.reject(&last, &reason).await;
-                }
-                Unfinished::DeadLetter {
-                    reason,
-                    notice: false,
-                } => {
-                    bus.store_or_retry(&last, &reason).await;
-                }
+            let (reason, notice) = match unfinished {
+                Unfinished::Retry => (still_failing(attempt, max_deliver), true),
+                Unfinished::DeadLetter { reason, notice } => (reason, notice),
+            };
+            if notice {
+                bus.reject(&last, &reason).await;
+            } else {
+                bus.store_or_retry(&last, &reason).await;
             }
         }
         true
@@ -1273,10 +1263,7 @@ impl Acker for NatsAcker {
                 }
                 Settlement::Retry { .. } => {
                     // The server would not deliver it again: dead-letter it, not let it vanish.
-                    let reason = format!(
-                        "still failing on delivery {} of {} (max_deliver)",
-                        original.attempt, original.max_deliver
-                    );
+                    let reason = still_failing(original.attempt, original.max_deliver);
                     let kind = self.bus.reject(original, &reason).await;
                     let notice = true;
                     (kind, Unfinished::DeadLetter { reason, notice })
