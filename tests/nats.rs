@@ -782,29 +782,128 @@ async fn a_tools_last_failure_on_a_buffered_delivery_replies_with_the_error() {
     assert_eq!(handled, [0, 1, 2, 3, 4], "each request handled once");
 }
 
-/// A batch message whose envelopes ask for a retry before and after a copy of it arrives: the
-/// copy is its last delivery (`max_deliver` 2), so the batch is not retried; each envelope is
-/// dead-lettered once, by the subscription. Before, the batch was negatively acknowledged past
-/// its last delivery, and the server's `MAX_DELIVERIES` advisory dead-lettered both envelopes,
-/// one of them a second time (three dead letters for two envelopes).
+/// 0 and 1 take 3.5 s; 2 fails retryably at once; 3 takes 1.5 s; the others answer at once.
+async fn batch_flaky(req: Invocation<i64>, State(taken): State<Taken>) -> Result<i64, ToolError> {
+    taken.0.lock().unwrap().push(req.data);
+    match req.data {
+        0 | 1 => tokio::time::sleep(Duration::from_millis(3500)).await,
+        2 => return Err(ToolError::new("busy").retryable()),
+        3 => tokio::time::sleep(Duration::from_millis(1500)).await,
+        _ => {}
+    }
+    Ok(req.data)
+}
+
+/// Requests 2 and 3 are stored as one batch, which waits in the client's buffer past
+/// `ack_wait` (both handlers are busy with 0 and 1, and 4 waits for one): the server sends a copy,
+/// its last delivery (`max_deliver` 2). Request 2 fails on delivery 1 and asks for a retry;
+/// the copy is counted while 3 is handled, so when the batch is settled it has no delivery
+/// left. Request 2 is then handled again as that last delivery, and the tool's failure policy
+/// sends its caller the error reply. Before, it was dead-lettered unhandled and its caller got
+/// no reply.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_batch_out_of_deliveries_dead_letters_each_envelope_once() {
+async fn a_batched_request_that_failed_before_its_last_delivery_gets_its_error_reply() {
+    soorma_tests::init_tracing();
     use soorma::EventEnvelope;
-    use soorma::bus::{EventFilter, Settlement, SubscriptionSpec};
-    use soorma::nats::async_nats::jetstream;
+    use soorma::bus::{EventFilter, SubscriptionSpec};
 
     let server = NatsServer::start();
     let platform = with_ack_wait_of_1s(&server).await;
+    let taken = Taken::default();
+    let tool = Tool::new("batch-flaky-tool")
+        .use_registered_handlers(false)
+        .concurrency(2)
+        .max_deliver(2)
+        .with_state(taken.clone())
+        .handler(Handler::on_invoke("batch-flaky.requested", batch_flaky))
+        .start(&platform)
+        .await
+        .unwrap();
     let bus = platform.bus();
     let spec = SubscriptionSpec::new(
-        "batch-retrier",
-        Topic::BusinessFacts,
-        EventFilter::only(["job.posted"]),
+        "batch-flaky-replies",
+        Topic::ActionResults,
+        EventFilter::only(["batch-flaky.done"]),
     )
-    .with_max_deliver(2)
-    .with_prefetch(1);
-    let mut sub = bus.subscribe(spec).await.unwrap();
-    let envelopes = (0..2)
+    .ephemeral();
+    let mut replies = bus.subscribe(spec).await.unwrap();
+    let request = |n: i64| {
+        EventEnvelope::new(
+            format!("req-{n}"),
+            "test",
+            Topic::ActionRequests,
+            "batch-flaky.requested",
+        )
+        .with_data(json!(n))
+        .with_correlation_id(format!("req-{n}"))
+        .with_response_event("batch-flaky.done")
+    };
+    for n in [0, 1, 4] {
+        bus.publish(request(n)).await.unwrap();
+        tokio::time::sleep(Duration::from_millis(150)).await;
+    }
+    bus.publish_batch(vec![request(2), request(3)])
+        .await
+        .unwrap();
+    let mut answers = std::collections::BTreeMap::new();
+    while answers.len() < 5 {
+        let reply = tokio::time::timeout(WAIT, replies.next())
+            .await
+            .unwrap_or_else(|_| panic!("no reply to all requests: {answers:?}"))
+            .unwrap();
+        let reply: soorma::ActionReply =
+            serde_json::from_value(reply.envelope.data.clone()).unwrap();
+        let answer = match reply.success {
+            true => reply.result.unwrap().to_string(),
+            false => reply.error.unwrap(),
+        };
+        answers.insert(reply.request_id, answer);
+    }
+    let answers: Vec<_> = answers.into_iter().collect();
+    assert_eq!(
+        answers[..2],
+        [("req-0".into(), "0".into()), ("req-1".into(), "1".into())]
+    );
+    assert_eq!(answers[2].0, "req-2");
+    assert!(answers[2].1.contains("busy"), "{answers:?}");
+    assert_eq!(answers[3], ("req-3".into(), "3".into()));
+    assert_eq!(answers[4], ("req-4".into(), "4".into()));
+    tokio::time::sleep(Duration::from_millis(1500)).await;
+    tool.shutdown().await.unwrap();
+    let mut handled = taken.0.lock().unwrap().clone();
+    handled.sort_unstable();
+    // 2 on both deliveries, 3 once: the batch was not handled again whole.
+    assert_eq!(handled, [0, 1, 2, 2, 3, 4]);
+    let js = soorma::nats::async_nats::jetstream::new(platform.nats_client().unwrap().clone());
+    assert_eq!(ack_pending(&js, "SOORMA_ACTION_REQUESTS").await, 0);
+}
+
+/// The messages delivered and not settled, over all consumers of `stream`.
+async fn ack_pending(js: &soorma::nats::async_nats::jetstream::Context, stream: &str) -> usize {
+    let stream = js.get_stream(stream).await.unwrap();
+    let infos: Vec<_> = futures_util::TryStreamExt::try_collect(stream.consumers())
+        .await
+        .unwrap();
+    infos.iter().map(|c| c.num_ack_pending).sum()
+}
+
+/// A batch message of `parts` envelopes on a subscription with `max_deliver` 2 and `ack_wait`
+/// 1 s. The first envelope asks for a retry after `delay` on delivery 1; the second is held past
+/// `ack_wait` with no progress: the server sends a copy, which the subscription takes and
+/// skips (its message is being handled), and which makes delivery 2 the last. The others are
+/// handled. Once the copy is counted, the second asks for a retry too (dead-lettered: its last
+/// delivery). Returns the first envelope as the subscription hands it out again (within 5 s),
+/// and how long that took after the second's settlement.
+async fn retried_before_and_after_a_copy(
+    sub: &mut Box<dyn soorma::bus::Subscription>,
+    platform: &Platform,
+    parts: usize,
+    delay: Duration,
+) -> (soorma::bus::Delivery, Duration) {
+    use soorma::EventEnvelope;
+    use soorma::bus::Settlement;
+
+    let envelopes = (0..parts)
         .map(|i| {
             EventEnvelope::new(
                 format!("job-{i}"),
@@ -814,16 +913,18 @@ async fn a_batch_out_of_deliveries_dead_letters_each_envelope_once() {
             )
         })
         .collect();
-    bus.publish_batch(envelopes).await.unwrap();
-    let (first, second) = (sub.next().await.unwrap(), sub.next().await.unwrap());
-    let retry = Settlement::Retry {
-        delay: Duration::from_millis(10),
-    };
-    // One asks for a retry at once, on delivery 1 of 2.
-    first.settle(retry.clone()).await.unwrap();
-    // The other is held past `ack_wait` (1 s) with no progress: the server sends a copy, which
-    // the subscription takes and skips (its message is being handled). It is settled as soon
-    // as the copy is counted, well before that copy's own `ack_wait` ends.
+    platform.bus().publish_batch(envelopes).await.unwrap();
+    let mut deliveries = Vec::new();
+    for _ in 0..parts {
+        deliveries.push(sub.next().await.unwrap());
+    }
+    let mut deliveries = deliveries.into_iter();
+    let (first, second) = (deliveries.next().unwrap(), deliveries.next().unwrap());
+    assert_eq!((first.envelope.id.as_str(), first.attempt), ("job-0", 1));
+    first.settle(Settlement::Retry { delay }).await.unwrap();
+    for handled in deliveries {
+        handled.settle(Settlement::Ack).await.unwrap();
+    }
     let copy_counted = async {
         while second.current_attempt() < 2 {
             tokio::time::sleep(Duration::from_millis(10)).await;
@@ -836,8 +937,33 @@ async fn a_batch_out_of_deliveries_dead_letters_each_envelope_once() {
         }
     }
     assert_eq!(second.current_attempt(), 2, "the copy counts as a delivery");
+    let asked = tokio::time::Instant::now();
+    let retry = Settlement::Retry {
+        delay: Duration::from_millis(10),
+    };
     second.settle(retry).await.unwrap();
-    // An advisory about the message would be handled while the subscription waits.
+    let again = tokio::time::timeout(Duration::from_secs(5), sub.next())
+        .await
+        .expect("handed out again")
+        .unwrap();
+    assert_eq!(
+        (again.envelope.id.as_str(), again.attempt),
+        ("job-0", 2),
+        "handed out again as the last delivery"
+    );
+    (again, asked.elapsed())
+}
+
+/// Nothing more is handed out by `sub` (an advisory about an unsettled message would be
+/// handled while it waits), the dead-letter stream holds `dead_letters`, and no message of
+/// `business-facts` is left unsettled.
+async fn settled_with(
+    sub: &mut Box<dyn soorma::bus::Subscription>,
+    platform: &Platform,
+    dead_letters: u64,
+) {
+    use soorma::nats::async_nats::jetstream;
+
     assert!(
         tokio::time::timeout(Duration::from_secs(3), sub.next())
             .await
@@ -845,11 +971,62 @@ async fn a_batch_out_of_deliveries_dead_letters_each_envelope_once() {
     );
     let js = jetstream::new(platform.nats_client().unwrap().clone());
     let mut dlq = js.get_stream("SOORMA_DLQ").await.unwrap();
+    assert_eq!(dlq.info().await.unwrap().state.messages, dead_letters);
     assert_eq!(
-        dlq.info().await.unwrap().state.messages,
-        2,
-        "one dead letter per envelope"
+        ack_pending(&js, "SOORMA_BUSINESS_FACTS").await,
+        0,
+        "the message is settled"
     );
+}
+
+async fn batch_retrier(platform: &Platform) -> Box<dyn soorma::bus::Subscription> {
+    use soorma::bus::{EventFilter, SubscriptionSpec};
+    let spec = SubscriptionSpec::new(
+        "batch-retrier",
+        Topic::BusinessFacts,
+        EventFilter::only(["job.posted"]),
+    )
+    .with_max_deliver(2)
+    .with_prefetch(1);
+    platform.bus().subscribe(spec).await.unwrap()
+}
+
+/// A batch message whose envelopes ask for a retry before and after a copy of it arrives (see
+/// [`retried_before_and_after_a_copy`]): the copy is its last delivery, so the batch is not
+/// retried whole. The envelope that asked on delivery 1 is handed out again as delivery 2,
+/// after the retry delay it asked for (longer than `ack_wait`: the message is kept alive
+/// meanwhile), so its handler decides as on any last delivery; asking for a retry again, it is
+/// dead-lettered, as the second is. Before, both were dead-lettered, the first never handled on
+/// its last delivery (a tool's caller got no error reply); and before that, the batch was
+/// negatively acknowledged past its last delivery and the server's `MAX_DELIVERIES` advisory
+/// dead-lettered both, one of them a second time.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_batch_out_of_deliveries_hands_out_again_what_asked_for_a_retry_before_it() {
+    let server = NatsServer::start();
+    let platform = with_ack_wait_of_1s(&server).await;
+    let mut sub = batch_retrier(&platform).await;
+    let delay = Duration::from_millis(1500);
+    let (again, after) = retried_before_and_after_a_copy(&mut sub, &platform, 2, delay).await;
+    assert!(after >= Duration::from_millis(1400), "{after:?}");
+    let retry = soorma::bus::Settlement::Retry {
+        delay: Duration::from_millis(10),
+    };
+    again.settle(retry).await.unwrap();
+    settled_with(&mut sub, &platform, 2).await;
+}
+
+/// As above, with a third envelope handled on delivery 1, and the one handed out again handled
+/// this time: the message is acknowledged with one dead letter (the second envelope's), and
+/// the third is not handled again.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_envelope_handed_out_again_and_handled_settles_its_batch() {
+    let server = NatsServer::start();
+    let platform = with_ack_wait_of_1s(&server).await;
+    let mut sub = batch_retrier(&platform).await;
+    let delay = Duration::from_millis(10);
+    let (again, _) = retried_before_and_after_a_copy(&mut sub, &platform, 3, delay).await;
+    again.settle(soorma::bus::Settlement::Ack).await.unwrap();
+    settled_with(&mut sub, &platform, 1).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -9,7 +9,7 @@ use futures_util::{Stream, StreamExt};
 use serde_json::json;
 use soorma_common::events::DEAD_LETTERED;
 use soorma_common::{DEFAULT_TENANT, EventEnvelope, Topic};
-use tokio::sync::{Mutex, Semaphore, watch};
+use tokio::sync::{Mutex, Semaphore, mpsc, watch};
 
 use super::batch;
 use super::catchup::{self, CatchUp, Link, Source};
@@ -43,6 +43,10 @@ const PULL_EXPIRES: Duration = Duration::from_secs(5);
 const BATCHES_IN_FLIGHT: usize = 16;
 /// How long a dead letter that could not be stored waits before its original is redelivered.
 const DEAD_LETTER_RETRY: Duration = Duration::from_secs(1);
+/// How many envelopes of batches out of deliveries may wait at once to be handed out again by
+/// their subscription (see [`BatchSettlement::deliver_again`]); beyond that (never, while a
+/// subscription holds fewer envelopes than this) one is dead-lettered as still failing.
+const AGAIN_CAPACITY: usize = 4 * batch::MAX_PARTS_ACCEPTED;
 
 struct Inner {
     client: async_nats::Client,
@@ -491,10 +495,13 @@ impl NatsBus {
                 None
             }
         };
+        let (again_tx, again) = mpsc::channel(AGAIN_CAPACITY);
         Ok(Box::new(DurableSubscription {
             bus: self.clone(),
             consumer: name,
             pending: VecDeque::new(),
+            again,
+            again_tx,
             max_deliver: spec.max_deliver.max(1),
             messages,
             advisories,
@@ -730,6 +737,10 @@ struct DurableSubscription {
     consumer: String,
     /// The envelopes of a received batch not handed out yet.
     pending: VecDeque<Delivery>,
+    /// Envelopes of batches out of deliveries, handed out again as their last delivery (see
+    /// [`BatchSettlement::deliver_again`]); `again_tx` is given to each batch.
+    again: mpsc::Receiver<Delivery>,
+    again_tx: mpsc::Sender<Delivery>,
     max_deliver: u32,
     messages: MessageStream,
     /// The consumer's `MAX_DELIVERIES` advisories (`None` when they cannot be subscribed to).
@@ -748,7 +759,10 @@ impl Subscription for DurableSubscription {
                 if let Some(delivery) = self.pending.pop_front() {
                     return Some(delivery);
                 }
+                // All branches are cancel-safe: nothing is lost when `next` is dropped.
                 let next = tokio::select! {
+                    // The subscription holds a sender: never closed.
+                    Some(delivery) = self.again.recv() => return Some(delivery),
                     m = self.messages.next() => Ok(m),
                     a = next_advisory(&mut self.advisories) => Err(a),
                 };
@@ -874,13 +888,20 @@ impl DurableSubscription {
                 return;
             }
         };
-        let together = batch::replies_together(msg.headers.as_ref());
-        let settlement = Arc::new(BatchSettlement::new(
+        let settlement = Arc::new(BatchSettlement {
             acker,
-            parts.len(),
-            together,
-            held.clone(),
-        ));
+            replies_together: batch::replies_together(msg.headers.as_ref()),
+            open: std::sync::Mutex::new(BatchProgress {
+                unsettled: parts.len(),
+                retry: None,
+                retried: Vec::new(),
+                replies: Vec::new(),
+                last_round: false,
+            }),
+            held: held.clone(),
+            again: self.again_tx.clone(),
+            keep_alive: self.keep_alive,
+        });
         let prefix = &self.bus.inner.config.subject_prefix;
         let mut rejected = Vec::new();
         for (i, part) in parts.into_iter().enumerate() {
@@ -1057,6 +1078,11 @@ enum Settles {
 /// counts as settled), redelivered whole when any asked to be retried. The replies handed to
 /// it are stored together, in the batch's order, before it is acked: the same batch handled
 /// again makes the same reply batches, which JetStream then keeps once.
+///
+/// When the message has no delivery left by then (a copy the server sent while the batch was
+/// handled counts as one), the envelopes that asked for a retry are handed out again, as that
+/// last delivery ([`deliver_again`](Self::deliver_again)), and the message is settled once they
+/// are.
 struct BatchSettlement {
     acker: jetstream::message::Acker,
     /// Whether its replies are stored together (a fan-out's batch; not coalesced requests of
@@ -1065,6 +1091,10 @@ struct BatchSettlement {
     open: std::sync::Mutex<BatchProgress>,
     /// The subscription's held messages and the batch's stream sequence (when known).
     held: Option<HeldMessage>,
+    /// The subscription's queue of envelopes handed out again.
+    again: mpsc::Sender<Delivery>,
+    /// How often the message is kept alive while envelopes wait for their retry delay.
+    keep_alive: Duration,
 }
 
 struct BatchProgress {
@@ -1072,38 +1102,22 @@ struct BatchProgress {
     unsettled: usize,
     /// The longest retry delay asked for, when any was.
     retry: Option<Duration>,
-    /// The envelopes that asked for a retry: dead-lettered instead when the message has no
-    /// delivery left by the time the batch is settled.
+    /// The envelopes that asked for a retry: handed out again, or dead-lettered, when the
+    /// message has no delivery left by the time the batch is settled.
     retried: Vec<Retried>,
     /// Replies waiting for the batch: the envelope's place, its reply.
     replies: Vec<(usize, EventEnvelope)>,
+    /// Whether the envelopes being handled were handed out again, on the message's last
+    /// delivery: those that ask for a retry now are dead-lettered.
+    last_round: bool,
 }
 
 impl BatchSettlement {
-    fn new(
-        acker: jetstream::message::Acker,
-        parts: usize,
-        replies_together: bool,
-        held: Option<HeldMessage>,
-    ) -> Self {
-        Self {
-            acker,
-            replies_together,
-            open: std::sync::Mutex::new(BatchProgress {
-                unsettled: parts,
-                retry: None,
-                retried: Vec::new(),
-                replies: Vec::new(),
-            }),
-            held,
-        }
-    }
-
     /// One envelope settled as `kind` (with its reply, to store with the batch's; with what
     /// it still needs when it asks for a retry); the last one stores the replies and settles
     /// the message.
     async fn settled(
-        &self,
+        self: &Arc<Self>,
         bus: &NatsBus,
         kind: AckKind,
         retried: Option<Retried>,
@@ -1120,43 +1134,126 @@ impl BatchSettlement {
             open.unsettled = open.unsettled.saturating_sub(1);
             (open.unsettled == 0).then(|| {
                 (
-                    open.retry,
-                    std::mem::take(&mut open.replies),
+                    open.retry.take(),
                     std::mem::take(&mut open.retried),
+                    open.last_round,
                 )
             })
         };
-        let Some((retry, mut replies, retried)) = last else {
+        let Some((retry, retried, last_round)) = last else {
             return Ok(());
-        };
-        let retry = match retry {
-            Some(_) if self.out_of_deliveries(bus, retried).await => None,
-            retry => retry,
         };
         // Retried whole: its replies are made again, then stored as the same batches.
         let kind = match retry {
-            Some(delay) => AckKind::Nak(Some(delay)),
-            None if replies.is_empty() => AckKind::Ack,
-            None => {
-                replies.sort_by_key(|(i, _)| *i);
-                let replies = replies.into_iter().map(|(_, r)| r).collect();
-                match bus.publish_all(replies).await {
-                    Ok(()) => AckKind::Ack,
-                    Err(e) => {
-                        tracing::warn!(error = %e, "could not store a batch's replies; redelivering the batch");
-                        AckKind::Nak(Some(DEAD_LETTER_RETRY))
-                    }
+            None => self.replies_stored(bus).await,
+            Some(delay) => match self.out_of_deliveries(bus, retried, last_round).await {
+                None => AckKind::Nak(Some(delay)),
+                Some(again) if !again.is_empty() => {
+                    return self.deliver_again(bus, again, delay).await;
                 }
-            }
+                Some(_) => self.replies_stored(bus).await,
+            },
         };
         settle_message(&self.acker, kind, self.held.as_ref()).await
+    }
+
+    /// Stores the replies handed to the batch, in its order; how to settle the message then.
+    async fn replies_stored(&self, bus: &NatsBus) -> AckKind {
+        let mut replies =
+            std::mem::take(&mut self.open.lock().expect("batch settlement lock").replies);
+        if replies.is_empty() {
+            return AckKind::Ack;
+        }
+        replies.sort_by_key(|(i, _)| *i);
+        let replies = replies.into_iter().map(|(_, r)| r).collect();
+        match bus.publish_all(replies).await {
+            Ok(()) => AckKind::Ack,
+            Err(e) => {
+                tracing::warn!(error = %e, "could not store a batch's replies; redelivering the batch");
+                AckKind::Nak(Some(DEAD_LETTER_RETRY))
+            }
+        }
+    }
+
+    /// Hands the envelopes that asked for a retry (their place, their message on its last
+    /// delivery) out again through the subscription, after the retry `delay` they asked for
+    /// (the message kept alive meanwhile): the copy the server sent while the batch was
+    /// handled was their last delivery, so their handlers decide as on a last delivery (a
+    /// tool's failure policy sends its caller the error reply) instead of their being
+    /// dead-lettered unhandled. One that cannot be queued is dead-lettered as still failing.
+    async fn deliver_again(
+        self: &Arc<Self>,
+        bus: &NatsBus,
+        again: Vec<(usize, Original)>,
+        delay: Duration,
+    ) -> Result<()> {
+        let deadline = tokio::time::Instant::now() + delay;
+        while tokio::time::Instant::now() < deadline {
+            tokio::time::sleep_until(deadline.min(tokio::time::Instant::now() + self.keep_alive))
+                .await;
+            if tokio::time::Instant::now() < deadline
+                && let Err(e) = self.acker.ack_with(AckKind::Progress).await
+            {
+                tracing::warn!(error = %e, "could not keep a batch alive while its envelopes wait to be handled again");
+            }
+        }
+        let prefix = &bus.inner.config.subject_prefix;
+        let mut deliveries = Vec::with_capacity(again.len());
+        for (index, original) in again {
+            // Decoded once already: this cannot fail, but is not unwrapped.
+            match decode(prefix, &original.subject, &original.payload) {
+                Ok(envelope) => deliveries.push(Delivery::new(
+                    Arc::new(envelope),
+                    original.attempt,
+                    Some(Box::new(NatsAcker {
+                        bus: bus.clone(),
+                        original,
+                        settles: Settles::Part(self.clone(), index),
+                        keep_alive: self.keep_alive,
+                        holding: self.held.as_ref().map(Holding::new),
+                    })),
+                )),
+                Err(reason) => {
+                    bus.reject(&original, &reason).await;
+                }
+            }
+        }
+        {
+            let mut open = self.open.lock().expect("batch settlement lock");
+            open.unsettled = deliveries.len();
+            open.last_round = true;
+        }
+        if deliveries.is_empty() {
+            let kind = self.replies_stored(bus).await;
+            return settle_message(&self.acker, kind, self.held.as_ref()).await;
+        }
+        tracing::info!(
+            envelopes = deliveries.len(),
+            "a batch asked for a retry on its message's last delivery; handing those envelopes out again as that delivery"
+        );
+        for delivery in deliveries {
+            if let Err(e) = self.again.try_send(delivery) {
+                tracing::warn!(
+                    "an envelope of a batch out of deliveries cannot be handed out again (the subscription is full or gone); dead-lettering it"
+                );
+                let delivery = match e {
+                    mpsc::error::TrySendError::Full(d) | mpsc::error::TrySendError::Closed(d) => d,
+                };
+                // On its last delivery: dead-lettered as still failing, and counted settled.
+                if let Err(e) = delivery.settle(Settlement::Retry { delay }).await {
+                    tracing::warn!(error = %e, "could not settle a batch's envelope");
+                }
+            }
+        }
+        Ok(())
     }
 }
 
 /// What an envelope of a batch that asked for the message to be delivered again still needs,
 /// when the message has no delivery left.
 enum Unfinished {
-    /// Its handling asked for a retry: dead-lettered as still failing (with a notice).
+    /// Its handling asked for a retry: handed out again as the last delivery (dead-lettered as
+    /// still failing, with a notice, when it already was).
     Retry,
     /// Its dead letter (for `reason`) could not be stored; `notice`: whether its
     /// `event.dead_lettered` notice is still to be published.
@@ -1187,17 +1284,21 @@ impl Retried {
 }
 
 impl BatchSettlement {
-    /// Whether the message has no delivery left for the envelopes that asked for a retry (a
-    /// copy the server sent while the batch was handled counts as a delivery): then each is
-    /// dead-lettered here, once, and the rest of the batch is settled as handled. Retried
-    /// whole, the server would not deliver it again, and its `MAX_DELIVERIES` advisory would
-    /// dead-letter every envelope a second time; these dead letters have the ids the
+    /// `None` while the message has deliveries left for the envelopes that asked for a retry
+    /// (a copy the server sent while the batch was handled counts as a delivery). Otherwise
+    /// the envelopes to hand out again (their place, their message on its last delivery:
+    /// none on the `last_round`), and the others are dead-lettered here, once: retried whole,
+    /// the server would not deliver the message again, and its `MAX_DELIVERIES` advisory
+    /// would dead-letter every envelope a second time. These dead letters have the ids the
     /// advisory's would (see [`DurableSubscription::abandoned`]), so a stream keeps one copy
     /// if the message's settlement is lost all the same.
-    async fn out_of_deliveries(&self, bus: &NatsBus, retried: Vec<Retried>) -> bool {
-        let Some(max_deliver) = retried.first().map(|r| r.original.max_deliver) else {
-            return false;
-        };
+    async fn out_of_deliveries(
+        &self,
+        bus: &NatsBus,
+        retried: Vec<Retried>,
+        last_round: bool,
+    ) -> Option<Vec<(usize, Original)>> {
+        let max_deliver = retried.first()?.original.max_deliver;
         let newest = self
             .held
             .as_ref()
@@ -1209,9 +1310,10 @@ impl BatchSettlement {
             .max()
             .unwrap_or(1);
         if attempt < max_deliver {
-            return false;
+            return None;
         }
         let sequence = self.held.as_ref().map(|(_, (sequence, _))| *sequence);
+        let mut again = Vec::new();
         for Retried {
             index,
             original,
@@ -1227,17 +1329,22 @@ impl BatchSettlement {
                 }),
                 ..original
             };
-            let (reason, notice) = match unfinished {
-                Unfinished::Retry => (still_failing(attempt, max_deliver), true),
-                Unfinished::DeadLetter { reason, notice } => (reason, notice),
-            };
-            if notice {
-                bus.reject(&last, &reason).await;
-            } else {
-                bus.store_or_retry(&last, &reason).await;
+            match unfinished {
+                Unfinished::Retry if !last_round => again.push((index, last)),
+                Unfinished::Retry => {
+                    bus.reject(&last, &still_failing(attempt, max_deliver))
+                        .await;
+                }
+                Unfinished::DeadLetter { reason, notice } => {
+                    if notice {
+                        bus.reject(&last, &reason).await;
+                    } else {
+                        bus.store_or_retry(&last, &reason).await;
+                    }
+                }
             }
         }
-        true
+        Some(again)
     }
 }
 
