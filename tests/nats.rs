@@ -782,11 +782,12 @@ async fn a_tools_last_failure_on_a_buffered_delivery_replies_with_the_error() {
     assert_eq!(handled, [0, 1, 2, 3, 4], "each request handled once");
 }
 
-/// 0 and 1 take 3.5 s; 2 fails retryably at once; 3 takes 1.5 s; the others answer at once.
+/// 0 takes 3.5 s, 1 4.5 s; 2 fails retryably at once; 3 takes 1.5 s; the others answer at once.
 async fn batch_flaky(req: Invocation<i64>, State(taken): State<Taken>) -> Result<i64, ToolError> {
     taken.0.lock().unwrap().push(req.data);
     match req.data {
-        0 | 1 => tokio::time::sleep(Duration::from_millis(3500)).await,
+        0 => tokio::time::sleep(Duration::from_millis(3500)).await,
+        1 => tokio::time::sleep(Duration::from_millis(4500)).await,
         2 => return Err(ToolError::new("busy").retryable()),
         3 => tokio::time::sleep(Duration::from_millis(1500)).await,
         _ => {}
@@ -795,20 +796,22 @@ async fn batch_flaky(req: Invocation<i64>, State(taken): State<Taken>) -> Result
 }
 
 /// Requests 2 and 3 are stored as one batch, which waits in the client's buffer past
-/// `ack_wait` (both handlers are busy with 0 and 1, and 4 waits for one): the server sends a copy,
-/// its last delivery (`max_deliver` 2). Request 2 fails on delivery 1 and asks for a retry;
+/// `ack_wait` (both handlers are busy with 0 and 1, and 4 waits for one): the server sends a
+/// copy, its last delivery (`max_deliver` 2). When 0 is done, 4, 2 and 3 take its handler in
+/// turn (1 holds the other for a second more): 2 fails on delivery 1 and asks for a retry;
 /// the copy is counted while 3 is handled, so when the batch is settled it has no delivery
 /// left. Request 2 is then handled again as that last delivery, and the tool's failure policy
 /// sends its caller the error reply. Before, it was dead-lettered unhandled and its caller got
 /// no reply.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_batched_request_that_failed_before_its_last_delivery_gets_its_error_reply() {
-    soorma_tests::init_tracing();
     use soorma::EventEnvelope;
     use soorma::bus::{EventFilter, SubscriptionSpec};
 
+    soorma_tests::init_tracing();
     let server = NatsServer::start();
     let platform = with_ack_wait_of_1s(&server).await;
+    let mut advisories = max_deliveries_advisories(&platform).await;
     let taken = Taken::default();
     let tool = Tool::new("batch-flaky-tool")
         .use_registered_handlers(false)
@@ -845,21 +848,23 @@ async fn a_batched_request_that_failed_before_its_last_delivery_gets_its_error_r
     bus.publish_batch(vec![request(2), request(3)])
         .await
         .unwrap();
-    let mut answers = std::collections::BTreeMap::new();
-    while answers.len() < 5 {
-        let reply = tokio::time::timeout(WAIT, replies.next())
-            .await
-            .unwrap_or_else(|_| panic!("no reply to all requests: {answers:?}"))
-            .unwrap();
+    // Every reply, until 1.5 s after the fifth request's: one each.
+    let mut answers = Vec::new();
+    let mut wait = WAIT;
+    while let Ok(reply) = tokio::time::timeout(wait, replies.next()).await {
         let reply: soorma::ActionReply =
-            serde_json::from_value(reply.envelope.data.clone()).unwrap();
+            serde_json::from_value(reply.unwrap().envelope.data.clone()).unwrap();
         let answer = match reply.success {
             true => reply.result.unwrap().to_string(),
             false => reply.error.unwrap(),
         };
-        answers.insert(reply.request_id, answer);
+        answers.push((reply.request_id, answer));
+        if answers.len() == 5 {
+            wait = Duration::from_millis(1500);
+        }
     }
-    let answers: Vec<_> = answers.into_iter().collect();
+    answers.sort();
+    assert_eq!(answers.len(), 5, "one reply per request: {answers:?}");
     assert_eq!(
         answers[..2],
         [("req-0".into(), "0".into()), ("req-1".into(), "1".into())]
@@ -868,23 +873,12 @@ async fn a_batched_request_that_failed_before_its_last_delivery_gets_its_error_r
     assert!(answers[2].1.contains("busy"), "{answers:?}");
     assert_eq!(answers[3], ("req-3".into(), "3".into()));
     assert_eq!(answers[4], ("req-4".into(), "4".into()));
-    tokio::time::sleep(Duration::from_millis(1500)).await;
     tool.shutdown().await.unwrap();
     let mut handled = taken.0.lock().unwrap().clone();
     handled.sort_unstable();
     // 2 on both deliveries, 3 once: the batch was not handled again whole.
     assert_eq!(handled, [0, 1, 2, 2, 3, 4]);
-    let js = soorma::nats::async_nats::jetstream::new(platform.nats_client().unwrap().clone());
-    assert_eq!(ack_pending(&js, "SOORMA_ACTION_REQUESTS").await, 0);
-}
-
-/// The messages delivered and not settled, over all consumers of `stream`.
-async fn ack_pending(js: &soorma::nats::async_nats::jetstream::Context, stream: &str) -> usize {
-    let stream = js.get_stream(stream).await.unwrap();
-    let infos: Vec<_> = futures_util::TryStreamExt::try_collect(stream.consumers())
-        .await
-        .unwrap();
-    infos.iter().map(|c| c.num_ack_pending).sum()
+    settled_with(None, &mut advisories, &platform, 0).await;
 }
 
 /// A batch message of `parts` envelopes on a subscription with `max_deliver` 2 and `ack_wait`
@@ -892,14 +886,13 @@ async fn ack_pending(js: &soorma::nats::async_nats::jetstream::Context, stream: 
 /// `ack_wait` with no progress: the server sends a copy, which the subscription takes and
 /// skips (its message is being handled), and which makes delivery 2 the last. The others are
 /// handled. Once the copy is counted, the second asks for a retry too (dead-lettered: its last
-/// delivery). Returns the first envelope as the subscription hands it out again (within 5 s),
-/// and how long that took after the second's settlement.
+/// delivery). Returns when that is settled.
 async fn retried_before_and_after_a_copy(
     sub: &mut Box<dyn soorma::bus::Subscription>,
     platform: &Platform,
     parts: usize,
     delay: Duration,
-) -> (soorma::bus::Delivery, Duration) {
+) -> tokio::time::Instant {
     use soorma::EventEnvelope;
     use soorma::bus::Settlement;
 
@@ -937,11 +930,16 @@ async fn retried_before_and_after_a_copy(
         }
     }
     assert_eq!(second.current_attempt(), 2, "the copy counts as a delivery");
-    let asked = tokio::time::Instant::now();
     let retry = Settlement::Retry {
         delay: Duration::from_millis(10),
     };
     second.settle(retry).await.unwrap();
+    tokio::time::Instant::now()
+}
+
+/// The first envelope of [`retried_before_and_after_a_copy`], handed out again by `sub` as its
+/// message's last delivery.
+async fn handed_out_again(sub: &mut Box<dyn soorma::bus::Subscription>) -> soorma::bus::Delivery {
     let again = tokio::time::timeout(Duration::from_secs(5), sub.next())
         .await
         .expect("handed out again")
@@ -951,32 +949,50 @@ async fn retried_before_and_after_a_copy(
         ("job-0", 2),
         "handed out again as the last delivery"
     );
-    (again, asked.elapsed())
+    again
 }
 
-/// Nothing more is handed out by `sub` (an advisory about an unsettled message would be
-/// handled while it waits), the dead-letter stream holds `dead_letters`, and no message of
-/// `business-facts` is left unsettled.
+/// The server's `MAX_DELIVERIES` advisories: one means a message on its last delivery was
+/// left unsettled past `ack_wait`.
+async fn max_deliveries_advisories(platform: &Platform) -> soorma::nats::async_nats::Subscriber {
+    let client = platform.nats_client().unwrap();
+    let advisories = client
+        .subscribe("$JS.EVENT.ADVISORY.CONSUMER.MAX_DELIVERIES.>")
+        .await
+        .unwrap();
+    client.flush().await.unwrap();
+    advisories
+}
+
+/// After 3 s, nothing more is handed out by `sub`, no message was left unsettled on its last
+/// delivery (`advisories`), and the dead-letter stream holds `dead_letters`.
 async fn settled_with(
-    sub: &mut Box<dyn soorma::bus::Subscription>,
+    sub: Option<&mut Box<dyn soorma::bus::Subscription>>,
+    advisories: &mut soorma::nats::async_nats::Subscriber,
     platform: &Platform,
     dead_letters: u64,
 ) {
     use soorma::nats::async_nats::jetstream;
 
-    assert!(
-        tokio::time::timeout(Duration::from_secs(3), sub.next())
-            .await
-            .is_err()
-    );
+    match sub {
+        Some(sub) => assert!(
+            tokio::time::timeout(Duration::from_secs(3), sub.next())
+                .await
+                .is_err()
+        ),
+        None => tokio::time::sleep(Duration::from_secs(3)).await,
+    }
+    if let Ok(advisory) = tokio::time::timeout(Duration::ZERO, advisories.next()).await {
+        panic!("a message was left unsettled on its last delivery: {advisory:?}");
+    }
     let js = jetstream::new(platform.nats_client().unwrap().clone());
-    let mut dlq = js.get_stream("SOORMA_DLQ").await.unwrap();
-    assert_eq!(dlq.info().await.unwrap().state.messages, dead_letters);
-    assert_eq!(
-        ack_pending(&js, "SOORMA_BUSINESS_FACTS").await,
-        0,
-        "the message is settled"
-    );
+    let stored = match js.get_stream("SOORMA_DLQ").await {
+        Ok(mut dlq) => dlq.info().await.unwrap().state.messages,
+        // Created with the first dead letter.
+        Err(e) if e.to_string().contains("stream not found") => 0,
+        Err(e) => panic!("{e}"),
+    };
+    assert_eq!(stored, dead_letters);
 }
 
 async fn batch_retrier(platform: &Platform) -> Box<dyn soorma::bus::Subscription> {
@@ -1004,29 +1020,57 @@ async fn batch_retrier(platform: &Platform) -> Box<dyn soorma::bus::Subscription
 async fn a_batch_out_of_deliveries_hands_out_again_what_asked_for_a_retry_before_it() {
     let server = NatsServer::start();
     let platform = with_ack_wait_of_1s(&server).await;
+    let mut advisories = max_deliveries_advisories(&platform).await;
     let mut sub = batch_retrier(&platform).await;
     let delay = Duration::from_millis(1500);
-    let (again, after) = retried_before_and_after_a_copy(&mut sub, &platform, 2, delay).await;
-    assert!(after >= Duration::from_millis(1400), "{after:?}");
+    let asked = retried_before_and_after_a_copy(&mut sub, &platform, 2, delay).await;
+    let again = handed_out_again(&mut sub).await;
+    assert!(
+        asked.elapsed() >= Duration::from_millis(1400),
+        "{:?}",
+        asked.elapsed()
+    );
     let retry = soorma::bus::Settlement::Retry {
         delay: Duration::from_millis(10),
     };
     again.settle(retry).await.unwrap();
-    settled_with(&mut sub, &platform, 2).await;
+    settled_with(Some(&mut sub), &mut advisories, &platform, 2).await;
 }
 
 /// As above, with a third envelope handled on delivery 1, and the one handed out again handled
-/// this time: the message is acknowledged with one dead letter (the second envelope's), and
-/// the third is not handled again.
+/// this time, after waiting 1.5 s for a handler (kept alive meanwhile): the message is
+/// acknowledged with one dead letter (the second envelope's), and the third is not handled
+/// again.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_envelope_handed_out_again_and_handled_settles_its_batch() {
     let server = NatsServer::start();
     let platform = with_ack_wait_of_1s(&server).await;
+    let mut advisories = max_deliveries_advisories(&platform).await;
     let mut sub = batch_retrier(&platform).await;
     let delay = Duration::from_millis(10);
-    let (again, _) = retried_before_and_after_a_copy(&mut sub, &platform, 3, delay).await;
+    retried_before_and_after_a_copy(&mut sub, &platform, 3, delay).await;
+    tokio::time::sleep(Duration::from_millis(1500)).await;
+    let again = handed_out_again(&mut sub).await;
     again.settle(soorma::bus::Settlement::Ack).await.unwrap();
-    settled_with(&mut sub, &platform, 1).await;
+    settled_with(Some(&mut sub), &mut advisories, &platform, 1).await;
+}
+
+/// An envelope queued to be handed out again when its subscription is dropped (the agent
+/// stopping), and one still waiting for its retry delay then, are dead-lettered as still
+/// failing; their batches are settled, not left to the server's advisory (which would
+/// dead-letter their handled envelopes too).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn envelopes_to_hand_out_again_are_dead_lettered_when_the_subscription_goes() {
+    for delay in [Duration::from_millis(10), Duration::from_millis(1500)] {
+        let server = NatsServer::start();
+        let platform = with_ack_wait_of_1s(&server).await;
+        let mut advisories = max_deliveries_advisories(&platform).await;
+        let mut sub = batch_retrier(&platform).await;
+        retried_before_and_after_a_copy(&mut sub, &platform, 3, delay).await;
+        tokio::time::sleep(Duration::from_millis(200)).await;
+        drop(sub);
+        settled_with(None, &mut advisories, &platform, 2).await;
+    }
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

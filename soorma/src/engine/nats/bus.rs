@@ -9,7 +9,7 @@ use futures_util::{Stream, StreamExt};
 use serde_json::json;
 use soorma_common::events::DEAD_LETTERED;
 use soorma_common::{DEFAULT_TENANT, EventEnvelope, Topic};
-use tokio::sync::{Mutex, Semaphore, mpsc, watch};
+use tokio::sync::{Mutex, Semaphore, watch};
 
 use super::batch;
 use super::catchup::{self, CatchUp, Link, Source};
@@ -44,8 +44,9 @@ const BATCHES_IN_FLIGHT: usize = 16;
 /// How long a dead letter that could not be stored waits before its original is redelivered.
 const DEAD_LETTER_RETRY: Duration = Duration::from_secs(1);
 /// How many envelopes of batches out of deliveries may wait at once to be handed out again by
-/// their subscription (see [`BatchSettlement::deliver_again`]); beyond that (never, while a
-/// subscription holds fewer envelopes than this) one is dead-lettered as still failing.
+/// their subscription (see [`BatchSettlement::deliver_again`]). It takes a subscription holding
+/// four batches of the most envelopes accepted, each out of deliveries at once, to fill it;
+/// beyond it, an envelope is dead-lettered as still failing, without being handled again.
 const AGAIN_CAPACITY: usize = 4 * batch::MAX_PARTS_ACCEPTED;
 
 struct Inner {
@@ -495,13 +496,11 @@ impl NatsBus {
                 None
             }
         };
-        let (again_tx, again) = mpsc::channel(AGAIN_CAPACITY);
         Ok(Box::new(DurableSubscription {
             bus: self.clone(),
             consumer: name,
             pending: VecDeque::new(),
-            again,
-            again_tx,
+            again: Arc::new(Again::new()),
             max_deliver: spec.max_deliver.max(1),
             messages,
             advisories,
@@ -738,9 +737,8 @@ struct DurableSubscription {
     /// The envelopes of a received batch not handed out yet.
     pending: VecDeque<Delivery>,
     /// Envelopes of batches out of deliveries, handed out again as their last delivery (see
-    /// [`BatchSettlement::deliver_again`]); `again_tx` is given to each batch.
-    again: mpsc::Receiver<Delivery>,
-    again_tx: mpsc::Sender<Delivery>,
+    /// [`BatchSettlement::deliver_again`]); shared with each batch.
+    again: Arc<Again>,
     max_deliver: u32,
     messages: MessageStream,
     /// The consumer's `MAX_DELIVERIES` advisories (`None` when they cannot be subscribed to).
@@ -752,17 +750,42 @@ struct DurableSubscription {
     held: Arc<Held>,
 }
 
+impl Drop for DurableSubscription {
+    /// Envelopes queued to be handed out again are on their message's last delivery: left
+    /// unsettled, the server's `MAX_DELIVERIES` advisory would dead-letter their whole batch,
+    /// envelopes handled included. They are dead-lettered as still failing instead.
+    fn drop(&mut self) {
+        let left = self.again.close();
+        if left.is_empty() {
+            return;
+        }
+        match tokio::runtime::Handle::try_current() {
+            Ok(runtime) => {
+                runtime.spawn(async move {
+                    for delivery in left {
+                        settle_unqueued(delivery).await;
+                    }
+                });
+            }
+            Err(_) => {
+                tracing::warn!(consumer = %self.consumer, envelopes = left.len(), "a subscription dropped outside a runtime leaves envelopes on their last delivery unsettled; the server's advisory dead-letters their batches");
+            }
+        }
+    }
+}
+
 impl Subscription for DurableSubscription {
     fn next(&mut self) -> BoxFuture<'_, Option<Delivery>> {
         Box::pin(async move {
             loop {
-                if let Some(delivery) = self.pending.pop_front() {
+                // Envelopes handed out again first: their message is on its last delivery.
+                if let Some(delivery) = self.again.pop().or_else(|| self.pending.pop_front()) {
                     return Some(delivery);
                 }
-                // All branches are cancel-safe: nothing is lost when `next` is dropped.
+                // All branches are cancel-safe: nothing is lost when `next` is dropped (and
+                // the queue is looked at again on the next call).
                 let next = tokio::select! {
-                    // The subscription holds a sender: never closed.
-                    Some(delivery) = self.again.recv() => return Some(delivery),
+                    () = self.again.queued.notified() => continue,
                     m = self.messages.next() => Ok(m),
                     a = next_advisory(&mut self.advisories) => Err(a),
                 };
@@ -899,7 +922,7 @@ impl DurableSubscription {
                 last_round: false,
             }),
             held: held.clone(),
-            again: self.again_tx.clone(),
+            again: self.again.clone(),
             keep_alive: self.keep_alive,
         });
         let prefix = &self.bus.inner.config.subject_prefix;
@@ -1092,8 +1115,8 @@ struct BatchSettlement {
     /// The subscription's held messages and the batch's stream sequence (when known).
     held: Option<HeldMessage>,
     /// The subscription's queue of envelopes handed out again.
-    again: mpsc::Sender<Delivery>,
-    /// How often the message is kept alive while envelopes wait for their retry delay.
+    again: Arc<Again>,
+    /// How often the message is kept alive while envelopes wait to be handed out again.
     keep_alive: Duration,
 }
 
@@ -1176,27 +1199,19 @@ impl BatchSettlement {
     }
 
     /// Hands the envelopes that asked for a retry (their place, their message on its last
-    /// delivery) out again through the subscription, after the retry `delay` they asked for
-    /// (the message kept alive meanwhile): the copy the server sent while the batch was
-    /// handled was their last delivery, so their handlers decide as on a last delivery (a
+    /// delivery) out again through the subscription: the copy the server sent while the batch
+    /// was handled was their last delivery, so their handlers decide as on a last delivery (a
     /// tool's failure policy sends its caller the error reply) instead of their being
-    /// dead-lettered unhandled. One that cannot be queued is dead-lettered as still failing.
+    /// dead-lettered unhandled. They are queued by a task of their own once the retry `delay`
+    /// they asked for has passed (no handler waits for it), and the message is kept alive from
+    /// now until it is settled: the server would not deliver it again, and its
+    /// `MAX_DELIVERIES` advisory would dead-letter the whole batch.
     async fn deliver_again(
         self: &Arc<Self>,
         bus: &NatsBus,
         again: Vec<(usize, Original)>,
         delay: Duration,
     ) -> Result<()> {
-        let deadline = tokio::time::Instant::now() + delay;
-        while tokio::time::Instant::now() < deadline {
-            tokio::time::sleep_until(deadline.min(tokio::time::Instant::now() + self.keep_alive))
-                .await;
-            if tokio::time::Instant::now() < deadline
-                && let Err(e) = self.acker.ack_with(AckKind::Progress).await
-            {
-                tracing::warn!(error = %e, "could not keep a batch alive while its envelopes wait to be handled again");
-            }
-        }
         let prefix = &bus.inner.config.subject_prefix;
         let mut deliveries = Vec::with_capacity(again.len());
         for (index, original) in again {
@@ -1210,6 +1225,7 @@ impl BatchSettlement {
                         original,
                         settles: Settles::Part(self.clone(), index),
                         keep_alive: self.keep_alive,
+                        // Taken while the settling envelope still holds the message.
                         holding: self.held.as_ref().map(Holding::new),
                     })),
                 )),
@@ -1231,21 +1247,107 @@ impl BatchSettlement {
             envelopes = deliveries.len(),
             "a batch asked for a retry on its message's last delivery; handing those envelopes out again as that delivery"
         );
-        for delivery in deliveries {
-            if let Err(e) = self.again.try_send(delivery) {
-                tracing::warn!(
-                    "an envelope of a batch out of deliveries cannot be handed out again (the subscription is full or gone); dead-lettering it"
-                );
-                let delivery = match e {
-                    mpsc::error::TrySendError::Full(d) | mpsc::error::TrySendError::Closed(d) => d,
-                };
-                // On its last delivery: dead-lettered as still failing, and counted settled.
-                if let Err(e) = delivery.settle(Settlement::Retry { delay }).await {
-                    tracing::warn!(error = %e, "could not settle a batch's envelope");
+        tokio::spawn(queued_again(
+            Arc::downgrade(self),
+            self.keep_alive,
+            tokio::time::Instant::now() + delay,
+            deliveries,
+            self.again.clone(),
+        ));
+        Ok(())
+    }
+}
+
+/// Keeps a batch's message alive (a progress acknowledgement now and every `keep_alive`) while
+/// its envelopes wait until `ready`, then in the subscription's queue, until the batch is
+/// settled (or dropped).
+async fn queued_again(
+    batch: std::sync::Weak<BatchSettlement>,
+    keep_alive: Duration,
+    ready: tokio::time::Instant,
+    deliveries: Vec<Delivery>,
+    again: Arc<Again>,
+) {
+    let mut waiting = Some((deliveries, again));
+    // Once settled (or dropped), no envelope of it is left.
+    while let Some(settlement) = batch.upgrade() {
+        if let Err(e) = settlement.acker.ack_with(AckKind::Progress).await {
+            tracing::warn!(error = %e, "could not keep alive a batch whose envelopes wait to be handled again");
+        }
+        drop(settlement);
+        let now = tokio::time::Instant::now();
+        if now >= ready
+            && let Some((deliveries, again)) = waiting.take()
+        {
+            for delivery in deliveries {
+                if let Err(delivery) = again.push(delivery) {
+                    settle_unqueued(delivery).await;
                 }
             }
         }
+        let wake = match waiting {
+            Some(_) => ready.min(now + keep_alive),
+            None => now + keep_alive,
+        };
+        tokio::time::sleep_until(wake).await;
+    }
+}
+
+/// Settles an envelope to be handed out again that no handler will take (the subscription's
+/// queue full, or the subscription gone) as a retry: on its last delivery, it is dead-lettered
+/// as still failing (with its notice), and counted settled in its batch.
+async fn settle_unqueued(delivery: Delivery) {
+    tracing::warn!(event_id = %delivery.envelope.id, "an envelope of a batch out of deliveries cannot be handed out again (the subscription's queue is full, or it is gone); dead-lettering it");
+    let retry = Settlement::Retry {
+        delay: Duration::ZERO,
+    };
+    if let Err(e) = delivery.settle(retry).await {
+        tracing::warn!(error = %e, "could not settle a batch's envelope");
+    }
+}
+
+/// A subscription's envelopes to be handed out again (see [`BatchSettlement::deliver_again`]),
+/// at most [`AGAIN_CAPACITY`]. Closed when the subscription is dropped: what it holds then is
+/// taken out, so a batch and the queue holding its envelopes do not keep each other alive.
+struct Again {
+    /// `None` once closed.
+    queue: std::sync::Mutex<Option<VecDeque<Delivery>>>,
+    queued: tokio::sync::Notify,
+}
+
+impl Again {
+    fn new() -> Self {
+        Self {
+            queue: std::sync::Mutex::new(Some(VecDeque::new())),
+            queued: tokio::sync::Notify::new(),
+        }
+    }
+
+    /// Queues `delivery`, or gives it back when the queue is full or closed.
+    fn push(&self, delivery: Delivery) -> std::result::Result<(), Delivery> {
+        match &mut *self.queue.lock().expect("again queue lock") {
+            Some(queue) if queue.len() < AGAIN_CAPACITY => queue.push_back(delivery),
+            _ => return Err(delivery),
+        }
+        self.queued.notify_one();
         Ok(())
+    }
+
+    fn pop(&self) -> Option<Delivery> {
+        self.queue
+            .lock()
+            .expect("again queue lock")
+            .as_mut()
+            .and_then(VecDeque::pop_front)
+    }
+
+    /// Closes the queue; returns what it held.
+    fn close(&self) -> VecDeque<Delivery> {
+        self.queue
+            .lock()
+            .expect("again queue lock")
+            .take()
+            .unwrap_or_default()
     }
 }
 
