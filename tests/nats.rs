@@ -1055,19 +1055,33 @@ async fn an_envelope_handed_out_again_and_handled_settles_its_batch() {
     settled_with(Some(&mut sub), &mut advisories, &platform, 1).await;
 }
 
-/// An envelope queued to be handed out again when its subscription is dropped (the agent
-/// stopping), and one still waiting for its retry delay then, are dead-lettered as still
-/// failing; their batches are settled, not left to the server's advisory (which would
-/// dead-letter their handled envelopes too).
+/// An envelope ready to be handed out again when its subscription is closed (the agent
+/// stopping), and one still waiting for its retry delay when its subscription is dropped, are
+/// dead-lettered as still failing; their batches are settled, not left to the server's
+/// advisory (which would dead-letter their handled envelopes too).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn envelopes_to_hand_out_again_are_dead_lettered_when_the_subscription_goes() {
-    for delay in [Duration::from_millis(10), Duration::from_millis(1500)] {
+    for (delay, close) in [
+        (Duration::from_millis(10), true),
+        (Duration::from_millis(1500), false),
+    ] {
         let server = NatsServer::start();
         let platform = with_ack_wait_of_1s(&server).await;
         let mut advisories = max_deliveries_advisories(&platform).await;
         let mut sub = batch_retrier(&platform).await;
         retried_before_and_after_a_copy(&mut sub, &platform, 3, delay).await;
         tokio::time::sleep(Duration::from_millis(200)).await;
+        if close {
+            sub.close().await;
+            let js =
+                soorma::nats::async_nats::jetstream::new(platform.nats_client().unwrap().clone());
+            let mut dlq = js.get_stream("SOORMA_DLQ").await.unwrap();
+            assert_eq!(
+                dlq.info().await.unwrap().state.messages,
+                2,
+                "settled once closed"
+            );
+        }
         drop(sub);
         settled_with(None, &mut advisories, &platform, 2).await;
     }

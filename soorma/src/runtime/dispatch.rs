@@ -124,7 +124,9 @@ pub(crate) async fn dispatch_loop(
             }
         }
     }
-    // Dropping the subscription stops delivery to this instance; other instances keep serving.
+    // Closing the subscription stops delivery to this instance (other instances keep serving)
+    // and settles what it holds for this one.
+    sub.close().await;
     drop(sub);
 }
 

@@ -573,6 +573,28 @@ pub trait Subscription: Send {
     /// # Ok(()) }
     /// ```
     fn next(&mut self) -> BoxFuture<'_, Option<Delivery>>;
+
+    /// Stops taking deliveries, and settles what the subscription holds that would otherwise
+    /// be lost or given up on (on NATS: a batch's envelopes to be handed out again on their
+    /// message's last delivery are dead-lettered). Call it before dropping a subscription that
+    /// is no longer wanted; dropping one without it does the same in a task of its own. Does
+    /// nothing by default.
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")] async fn main() -> soorma::Result<()> {
+    /// use soorma::bus::{EventFilter, SubscriptionSpec};
+    /// use soorma::Topic;
+    ///
+    /// let platform = soorma::Platform::embedded();
+    /// let spec = SubscriptionSpec::new("alerts", Topic::SystemEvents, EventFilter::All);
+    /// let mut sub = platform.bus().subscribe(spec).await?;
+    /// sub.close().await;
+    /// drop(sub);
+    /// # Ok(()) }
+    /// ```
+    fn close(&mut self) -> BoxFuture<'_, ()> {
+        Box::pin(std::future::ready(()))
+    }
 }
 
 /// A platform's event transport.

@@ -43,11 +43,6 @@ const PULL_EXPIRES: Duration = Duration::from_secs(5);
 const BATCHES_IN_FLIGHT: usize = 16;
 /// How long a dead letter that could not be stored waits before its original is redelivered.
 const DEAD_LETTER_RETRY: Duration = Duration::from_secs(1);
-/// How many envelopes of batches out of deliveries may wait at once to be handed out again by
-/// their subscription (see [`BatchSettlement::deliver_again`]). It takes a subscription holding
-/// four batches of the most envelopes accepted, each out of deliveries at once, to fill it;
-/// beyond it, an envelope is dead-lettered as still failing, without being handled again.
-const AGAIN_CAPACITY: usize = 4 * batch::MAX_PARTS_ACCEPTED;
 
 struct Inner {
     client: async_nats::Client,
@@ -500,7 +495,11 @@ impl NatsBus {
             bus: self.clone(),
             consumer: name,
             pending: VecDeque::new(),
-            again: Arc::new(Again::new()),
+            // As many envelopes as the messages it may hold at once carry at most (those
+            // being handled, one waiting for a handler, those fetched ahead): never full.
+            again: Arc::new(Again::new(
+                (2 * batch + 1).saturating_mul(batch::MAX_PARTS_ACCEPTED),
+            )),
             max_deliver: spec.max_deliver.max(1),
             messages,
             advisories,
@@ -751,9 +750,7 @@ struct DurableSubscription {
 }
 
 impl Drop for DurableSubscription {
-    /// Envelopes queued to be handed out again are on their message's last delivery: left
-    /// unsettled, the server's `MAX_DELIVERIES` advisory would dead-letter their whole batch,
-    /// envelopes handled included. They are dead-lettered as still failing instead.
+    /// What [`Subscription::close`] settles, when it was not called.
     fn drop(&mut self) {
         let left = self.again.close();
         if left.is_empty() {
@@ -775,6 +772,17 @@ impl Drop for DurableSubscription {
 }
 
 impl Subscription for DurableSubscription {
+    /// Envelopes to be handed out again are on their message's last delivery: left unsettled,
+    /// the server's `MAX_DELIVERIES` advisory would dead-letter their whole batch, envelopes
+    /// handled included. They are dead-lettered as still failing instead.
+    fn close(&mut self) -> BoxFuture<'_, ()> {
+        Box::pin(async move {
+            for delivery in self.again.close() {
+                settle_unqueued(delivery).await;
+            }
+        })
+    }
+
     fn next(&mut self) -> BoxFuture<'_, Option<Delivery>> {
         Box::pin(async move {
             loop {
@@ -1247,28 +1255,37 @@ impl BatchSettlement {
             envelopes = deliveries.len(),
             "a batch asked for a retry on its message's last delivery; handing those envelopes out again as that delivery"
         );
-        tokio::spawn(queued_again(
-            Arc::downgrade(self),
-            self.keep_alive,
-            tokio::time::Instant::now() + delay,
-            deliveries,
-            self.again.clone(),
-        ));
+        match self.again.wait(deliveries) {
+            Ok(ticket) => {
+                tokio::spawn(queued_again(
+                    Arc::downgrade(self),
+                    self.keep_alive,
+                    tokio::time::Instant::now() + delay,
+                    ticket,
+                    self.again.clone(),
+                ));
+            }
+            Err(deliveries) => {
+                for delivery in deliveries {
+                    settle_unqueued(delivery).await;
+                }
+            }
+        }
         Ok(())
     }
 }
 
 /// Keeps a batch's message alive (a progress acknowledgement now and every `keep_alive`) while
-/// its envelopes wait until `ready`, then in the subscription's queue, until the batch is
-/// settled (or dropped).
+/// its envelopes wait in the subscription's [`Again`] (`ticket`) until `ready`, then to be
+/// handed out, until the batch is settled (or dropped).
 async fn queued_again(
     batch: std::sync::Weak<BatchSettlement>,
     keep_alive: Duration,
     ready: tokio::time::Instant,
-    deliveries: Vec<Delivery>,
+    ticket: u64,
     again: Arc<Again>,
 ) {
-    let mut waiting = Some((deliveries, again));
+    let mut waiting = Some(ticket);
     // Once settled (or dropped), no envelope of it is left.
     while let Some(settlement) = batch.upgrade() {
         if let Err(e) = settlement.acker.ack_with(AckKind::Progress).await {
@@ -1277,13 +1294,9 @@ async fn queued_again(
         drop(settlement);
         let now = tokio::time::Instant::now();
         if now >= ready
-            && let Some((deliveries, again)) = waiting.take()
+            && let Some(ticket) = waiting.take()
         {
-            for delivery in deliveries {
-                if let Err(delivery) = again.push(delivery) {
-                    settle_unqueued(delivery).await;
-                }
-            }
+            again.ready(ticket);
         }
         let wake = match waiting {
             Some(_) => ready.min(now + keep_alive),
@@ -1293,11 +1306,11 @@ async fn queued_again(
     }
 }
 
-/// Settles an envelope to be handed out again that no handler will take (the subscription's
-/// queue full, or the subscription gone) as a retry: on its last delivery, it is dead-lettered
-/// as still failing (with its notice), and counted settled in its batch.
+/// Settles an envelope to be handed out again that no handler will take (the subscription
+/// closed, or its queue full) as a retry: on its last delivery, it is dead-lettered as still
+/// failing (with its notice), and counted settled in its batch.
 async fn settle_unqueued(delivery: Delivery) {
-    tracing::warn!(event_id = %delivery.envelope.id, "an envelope of a batch out of deliveries cannot be handed out again (the subscription's queue is full, or it is gone); dead-lettering it");
+    tracing::warn!(event_id = %delivery.envelope.id, "an envelope of a batch out of deliveries cannot be handed out again (its subscription is closed, or full); dead-lettering it");
     let retry = Settlement::Retry {
         delay: Duration::ZERO,
     };
@@ -1306,48 +1319,84 @@ async fn settle_unqueued(delivery: Delivery) {
     }
 }
 
-/// A subscription's envelopes to be handed out again (see [`BatchSettlement::deliver_again`]),
-/// at most [`AGAIN_CAPACITY`]. Closed when the subscription is dropped: what it holds then is
-/// taken out, so a batch and the queue holding its envelopes do not keep each other alive.
+/// A subscription's envelopes to be handed out again (see [`BatchSettlement::deliver_again`]):
+/// those waiting for their retry delay, and those ready, at most `capacity` in all. Closed with
+/// the subscription: what it holds then is taken out and settled, so a batch is not left to
+/// the server's advisory, and a batch and the queue holding its envelopes do not keep each
+/// other alive.
 struct Again {
     /// `None` once closed.
-    queue: std::sync::Mutex<Option<VecDeque<Delivery>>>,
+    state: std::sync::Mutex<Option<AgainState>>,
+    capacity: usize,
     queued: tokio::sync::Notify,
 }
 
+#[derive(Default)]
+struct AgainState {
+    /// Ready to be handed out, in order.
+    ready: VecDeque<Delivery>,
+    /// Waiting for their retry delay, by ticket.
+    waiting: HashMap<u64, Vec<Delivery>>,
+    held: usize,
+    next_ticket: u64,
+}
+
 impl Again {
-    fn new() -> Self {
+    fn new(capacity: usize) -> Self {
         Self {
-            queue: std::sync::Mutex::new(Some(VecDeque::new())),
+            state: std::sync::Mutex::new(Some(AgainState::default())),
+            capacity,
             queued: tokio::sync::Notify::new(),
         }
     }
 
-    /// Queues `delivery`, or gives it back when the queue is full or closed.
-    fn push(&self, delivery: Delivery) -> std::result::Result<(), Delivery> {
-        match &mut *self.queue.lock().expect("again queue lock") {
-            Some(queue) if queue.len() < AGAIN_CAPACITY => queue.push_back(delivery),
-            _ => return Err(delivery),
+    fn state(&self) -> std::sync::MutexGuard<'_, Option<AgainState>> {
+        self.state.lock().expect("again queue lock")
+    }
+
+    /// Holds `deliveries` until [`ready`](Self::ready) with the ticket returned; gives them
+    /// back when closed or full.
+    fn wait(&self, deliveries: Vec<Delivery>) -> std::result::Result<u64, Vec<Delivery>> {
+        let mut state = self.state();
+        let Some(state) = state
+            .as_mut()
+            .filter(|s| s.held + deliveries.len() <= self.capacity)
+        else {
+            return Err(deliveries);
+        };
+        let ticket = state.next_ticket;
+        state.next_ticket += 1;
+        state.held += deliveries.len();
+        state.waiting.insert(ticket, deliveries);
+        Ok(ticket)
+    }
+
+    /// Makes the deliveries of `ticket` (unless taken by closing) ready to be handed out.
+    fn ready(&self, ticket: u64) {
+        if let Some(state) = self.state().as_mut()
+            && let Some(deliveries) = state.waiting.remove(&ticket)
+        {
+            state.ready.extend(deliveries);
+            self.queued.notify_one();
         }
-        self.queued.notify_one();
-        Ok(())
     }
 
     fn pop(&self) -> Option<Delivery> {
-        self.queue
-            .lock()
-            .expect("again queue lock")
-            .as_mut()
-            .and_then(VecDeque::pop_front)
+        let mut state = self.state();
+        let state = state.as_mut()?;
+        let delivery = state.ready.pop_front()?;
+        state.held -= 1;
+        Some(delivery)
     }
 
-    /// Closes the queue; returns what it held.
-    fn close(&self) -> VecDeque<Delivery> {
-        self.queue
-            .lock()
-            .expect("again queue lock")
-            .take()
-            .unwrap_or_default()
+    /// Closes it; returns what it held.
+    fn close(&self) -> Vec<Delivery> {
+        let Some(state) = self.state().take() else {
+            return Vec::new();
+        };
+        let mut left: Vec<Delivery> = state.ready.into();
+        left.extend(state.waiting.into_values().flatten());
+        left
     }
 }
 
