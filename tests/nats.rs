@@ -1055,14 +1055,15 @@ async fn an_envelope_handed_out_again_and_handled_settles_its_batch() {
     settled_with(Some(&mut sub), &mut advisories, &platform, 1).await;
 }
 
-/// An envelope ready to be handed out again when its subscription is closed (the agent
-/// stopping), and one still waiting for its retry delay when its subscription is dropped, are
-/// dead-lettered as still failing; their batches are settled, not left to the server's
-/// advisory (which would dead-letter their handled envelopes too).
+/// An envelope ready to be handed out again, or still waiting for its retry delay, when its
+/// subscription is closed (the agent stopping) or dropped, is dead-lettered as still failing;
+/// its batch is settled, not left to the server's advisory (which would dead-letter its
+/// handled envelopes too).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn envelopes_to_hand_out_again_are_dead_lettered_when_the_subscription_goes() {
     for (delay, close) in [
         (Duration::from_millis(10), true),
+        (Duration::from_millis(1500), true),
         (Duration::from_millis(1500), false),
     ] {
         let server = NatsServer::start();
@@ -1073,6 +1074,10 @@ async fn envelopes_to_hand_out_again_are_dead_lettered_when_the_subscription_goe
         tokio::time::sleep(Duration::from_millis(200)).await;
         if close {
             sub.close().await;
+            assert!(
+                sub.next().await.is_none(),
+                "a closed subscription hands out nothing"
+            );
             let js =
                 soorma::nats::async_nats::jetstream::new(platform.nats_client().unwrap().clone());
             let mut dlq = js.get_stream("SOORMA_DLQ").await.unwrap();
@@ -1085,6 +1090,57 @@ async fn envelopes_to_hand_out_again_are_dead_lettered_when_the_subscription_goe
         drop(sub);
         settled_with(None, &mut advisories, &platform, 2).await;
     }
+}
+
+/// A batch received but not all handed out when its subscription is closed (an agent
+/// stopping): the envelopes not handed out are settled as retries, so the batch comes back at
+/// once (here to the next subscription of the consumer) instead of after `ack_wait` (30 s).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_closed_subscription_hands_back_a_batch_it_did_not_hand_out() {
+    use soorma::EventEnvelope;
+    use soorma::bus::{EventFilter, Settlement, SubscriptionSpec};
+
+    let server = NatsServer::start();
+    let platform = connect(&server).await;
+    let spec = || {
+        SubscriptionSpec::new(
+            "batch-closer",
+            Topic::BusinessFacts,
+            EventFilter::only(["job.posted"]),
+        )
+        .with_prefetch(1)
+    };
+    let mut sub = platform.bus().subscribe(spec()).await.unwrap();
+    let envelopes = (0..3)
+        .map(|i| {
+            EventEnvelope::new(
+                format!("job-{i}"),
+                "test",
+                Topic::BusinessFacts,
+                "job.posted",
+            )
+        })
+        .collect();
+    platform.bus().publish_batch(envelopes).await.unwrap();
+    let first = sub.next().await.unwrap();
+    first.settle(Settlement::Ack).await.unwrap();
+    let closed = tokio::time::Instant::now();
+    sub.close().await;
+    drop(sub);
+    let mut next = platform.bus().subscribe(spec()).await.unwrap();
+    let mut again = Vec::new();
+    for _ in 0..3 {
+        let delivery = tokio::time::timeout(Duration::from_secs(10), next.next())
+            .await
+            .expect("the batch comes back before ack_wait")
+            .unwrap();
+        again.push((delivery.envelope.id.clone(), delivery.attempt));
+        delivery.settle(Settlement::Ack).await.unwrap();
+    }
+    assert!(closed.elapsed() < Duration::from_secs(10));
+    // Whole, as any batch retried: at least once.
+    let expected: Vec<_> = (0..3).map(|i| (format!("job-{i}"), 2)).collect();
+    assert_eq!(again, expected);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -574,11 +574,12 @@ pub trait Subscription: Send {
     /// ```
     fn next(&mut self) -> BoxFuture<'_, Option<Delivery>>;
 
-    /// Stops taking deliveries, and settles what the subscription holds that would otherwise
-    /// be lost or given up on (on NATS: a batch's envelopes to be handed out again on their
-    /// message's last delivery are dead-lettered). Call it before dropping a subscription that
-    /// is no longer wanted; dropping one without it does the same in a task of its own. Does
-    /// nothing by default.
+    /// Settles what the subscription holds that no handler will take now, before it is
+    /// dropped: call it last, once no more deliveries are wanted (it may hand out nothing
+    /// after). On NATS, a received batch's envelopes not handed out yet are settled as retries:
+    /// their message is redelivered (to another instance) at once, or, on its last delivery,
+    /// they are dead-lettered instead of the whole batch. Dropping a subscription without it
+    /// does the same in a task of its own. Does nothing by default.
     ///
     /// ```
     /// # #[tokio::main(flavor = "current_thread")] async fn main() -> soorma::Result<()> {

@@ -495,11 +495,8 @@ impl NatsBus {
             bus: self.clone(),
             consumer: name,
             pending: VecDeque::new(),
-            // As many envelopes as the messages it may hold at once carry at most (those
-            // being handled, one waiting for a handler, those fetched ahead): never full.
-            again: Arc::new(Again::new(
-                (2 * batch + 1).saturating_mul(batch::MAX_PARTS_ACCEPTED),
-            )),
+            again: Arc::new(Again::new(again_capacity(cfg.max_ack_pending))),
+            closed: false,
             max_deliver: spec.max_deliver.max(1),
             messages,
             advisories,
@@ -738,6 +735,8 @@ struct DurableSubscription {
     /// Envelopes of batches out of deliveries, handed out again as their last delivery (see
     /// [`BatchSettlement::deliver_again`]); shared with each batch.
     again: Arc<Again>,
+    /// Whether [`Subscription::close`] was called: it hands out nothing more.
+    closed: bool,
     max_deliver: u32,
     messages: MessageStream,
     /// The consumer's `MAX_DELIVERIES` advisories (`None` when they cannot be subscribed to).
@@ -749,10 +748,34 @@ struct DurableSubscription {
     held: Arc<Held>,
 }
 
+/// How many envelopes a subscription's [`Again`] holds at most: as many as the messages its
+/// consumer may have delivered and not settled (`max_ack_pending`; 4,096 when unlimited) carry
+/// at most. Those envelopes are in memory already; it is never full while the server enforces
+/// that limit.
+fn again_capacity(max_ack_pending: i64) -> usize {
+    usize::try_from(max_ack_pending)
+        .ok()
+        .filter(|n| *n > 0)
+        .unwrap_or(4096)
+        .saturating_mul(batch::MAX_PARTS_ACCEPTED)
+}
+
+impl DurableSubscription {
+    /// Closes the subscription; returns what it holds that no handler will take now, each to
+    /// be settled with [`settle_unhandled`]: the envelopes to hand out again, and those of a
+    /// received batch not handed out yet.
+    fn unhandled(&mut self) -> Vec<Delivery> {
+        self.closed = true;
+        let mut left = self.again.close();
+        left.extend(self.pending.drain(..));
+        left
+    }
+}
+
 impl Drop for DurableSubscription {
     /// What [`Subscription::close`] settles, when it was not called.
     fn drop(&mut self) {
-        let left = self.again.close();
+        let left = self.unhandled();
         if left.is_empty() {
             return;
         }
@@ -760,7 +783,7 @@ impl Drop for DurableSubscription {
             Ok(runtime) => {
                 runtime.spawn(async move {
                     for delivery in left {
-                        settle_unqueued(delivery).await;
+                        settle_unhandled(delivery).await;
                     }
                 });
             }
@@ -772,19 +795,21 @@ impl Drop for DurableSubscription {
 }
 
 impl Subscription for DurableSubscription {
-    /// Envelopes to be handed out again are on their message's last delivery: left unsettled,
-    /// the server's `MAX_DELIVERIES` advisory would dead-letter their whole batch, envelopes
-    /// handled included. They are dead-lettered as still failing instead.
+    /// Hands out nothing more, and settles what it holds that no handler will take now (see
+    /// [`settle_unhandled`]).
     fn close(&mut self) -> BoxFuture<'_, ()> {
         Box::pin(async move {
-            for delivery in self.again.close() {
-                settle_unqueued(delivery).await;
+            for delivery in self.unhandled() {
+                settle_unhandled(delivery).await;
             }
         })
     }
 
     fn next(&mut self) -> BoxFuture<'_, Option<Delivery>> {
         Box::pin(async move {
+            if self.closed {
+                return None;
+            }
             loop {
                 // Envelopes handed out again first: their message is on its last delivery.
                 if let Some(delivery) = self.again.pop().or_else(|| self.pending.pop_front()) {
@@ -1267,7 +1292,7 @@ impl BatchSettlement {
             }
             Err(deliveries) => {
                 for delivery in deliveries {
-                    settle_unqueued(delivery).await;
+                    settle_unhandled(delivery).await;
                 }
             }
         }
@@ -1306,11 +1331,13 @@ async fn queued_again(
     }
 }
 
-/// Settles an envelope to be handed out again that no handler will take (the subscription
-/// closed, or its queue full) as a retry: on its last delivery, it is dead-lettered as still
-/// failing (with its notice), and counted settled in its batch.
-async fn settle_unqueued(delivery: Delivery) {
-    tracing::warn!(event_id = %delivery.envelope.id, "an envelope of a batch out of deliveries cannot be handed out again (its subscription is closed, or full); dead-lettering it");
+/// Settles an envelope of a batch that no handler will take (its subscription closed, or its
+/// queue of envelopes to hand out again full) as a retry, at once: its batch is redelivered
+/// (to another instance) when its message has deliveries left; on its last delivery it is
+/// dead-lettered as still failing (with its notice), not left with its whole batch to the
+/// server's `MAX_DELIVERIES` advisory (which would dead-letter its handled envelopes too).
+async fn settle_unhandled(delivery: Delivery) {
+    tracing::info!(event_id = %delivery.envelope.id, attempt = delivery.current_attempt(), "an envelope of a batch will not be handled by this subscription (closed, or full); settled as a retry");
     let retry = Settlement::Retry {
         delay: Duration::ZERO,
     };
