@@ -738,6 +738,25 @@ async fn slow_flaky_echo(
     Ok(req.data)
 }
 
+/// A tool `name` serving `handler` with 2 handlers at once and `max_deliver` 2, its state
+/// `taken`.
+async fn two_handlers_two_deliveries(
+    platform: &Platform,
+    name: &str,
+    handler: Handler,
+    taken: &Taken,
+) -> soorma::AgentHandle {
+    Tool::new(name)
+        .use_registered_handlers(false)
+        .concurrency(2)
+        .max_deliver(2)
+        .with_state(taken.clone())
+        .handler(handler)
+        .start(platform)
+        .await
+        .unwrap()
+}
+
 /// A tool's failure on the last delivery of a request (a copy the server sent while it was
 /// handled counts as one) goes through the tool's failure policy: its caller gets the error
 /// reply at once. Before, the handler was told attempt 1 of 2, asked for a retry, and the bus
@@ -747,15 +766,8 @@ async fn a_tools_last_failure_on_a_buffered_delivery_replies_with_the_error() {
     let server = NatsServer::start();
     let platform = with_ack_wait_of_1s(&server).await;
     let taken = Taken::default();
-    let tool = Tool::new("buffered-flaky-tool")
-        .use_registered_handlers(false)
-        .concurrency(2)
-        .max_deliver(2)
-        .with_state(taken.clone())
-        .handler(Handler::on_invoke("flaky-echo.requested", slow_flaky_echo))
-        .start(&platform)
-        .await
-        .unwrap();
+    let handler = Handler::on_invoke("flaky-echo.requested", slow_flaky_echo);
+    let tool = two_handlers_two_deliveries(&platform, "buffered-flaky-tool", handler, &taken).await;
     let client = platform.client("test").with_timeout(WAIT);
     let started = tokio::time::Instant::now();
     let spacing = Some(Duration::from_millis(150));
@@ -813,15 +825,8 @@ async fn a_batched_request_that_failed_before_its_last_delivery_gets_its_error_r
     let platform = with_ack_wait_of_1s(&server).await;
     let mut advisories = max_deliveries_advisories(&platform).await;
     let taken = Taken::default();
-    let tool = Tool::new("batch-flaky-tool")
-        .use_registered_handlers(false)
-        .concurrency(2)
-        .max_deliver(2)
-        .with_state(taken.clone())
-        .handler(Handler::on_invoke("batch-flaky.requested", batch_flaky))
-        .start(&platform)
-        .await
-        .unwrap();
+    let handler = Handler::on_invoke("batch-flaky.requested", batch_flaky);
+    let tool = two_handlers_two_deliveries(&platform, "batch-flaky-tool", handler, &taken).await;
     let bus = platform.bus();
     let spec = SubscriptionSpec::new(
         "batch-flaky-replies",
@@ -881,6 +886,21 @@ async fn a_batched_request_that_failed_before_its_last_delivery_gets_its_error_r
     settled_with(None, &mut advisories, &platform, 0).await;
 }
 
+/// Publishes `job.posted` envelopes `job-0` to `job-<parts - 1>` together (one batch).
+async fn publish_jobs(platform: &Platform, parts: usize) {
+    let envelopes = (0..parts)
+        .map(|i| {
+            soorma::EventEnvelope::new(
+                format!("job-{i}"),
+                "test",
+                Topic::BusinessFacts,
+                "job.posted",
+            )
+        })
+        .collect();
+    platform.bus().publish_batch(envelopes).await.unwrap();
+}
+
 /// A batch message of `parts` envelopes on a subscription with `max_deliver` 2 and `ack_wait`
 /// 1 s. The first envelope asks for a retry after `delay` on delivery 1; the second is held past
 /// `ack_wait` with no progress: the server sends a copy, which the subscription takes and
@@ -893,20 +913,9 @@ async fn retried_before_and_after_a_copy(
     parts: usize,
     delay: Duration,
 ) -> tokio::time::Instant {
-    use soorma::EventEnvelope;
     use soorma::bus::Settlement;
 
-    let envelopes = (0..parts)
-        .map(|i| {
-            EventEnvelope::new(
-                format!("job-{i}"),
-                "test",
-                Topic::BusinessFacts,
-                "job.posted",
-            )
-        })
-        .collect();
-    platform.bus().publish_batch(envelopes).await.unwrap();
+    publish_jobs(platform, parts).await;
     let mut deliveries = Vec::new();
     for _ in 0..parts {
         deliveries.push(sub.next().await.unwrap());
@@ -1097,7 +1106,6 @@ async fn envelopes_to_hand_out_again_are_dead_lettered_when_the_subscription_goe
 /// once (here to the next subscription of the consumer) instead of after `ack_wait` (30 s).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_closed_subscription_hands_back_a_batch_it_did_not_hand_out() {
-    use soorma::EventEnvelope;
     use soorma::bus::{EventFilter, Settlement, SubscriptionSpec};
 
     let server = NatsServer::start();
@@ -1111,17 +1119,7 @@ async fn a_closed_subscription_hands_back_a_batch_it_did_not_hand_out() {
         .with_prefetch(1)
     };
     let mut sub = platform.bus().subscribe(spec()).await.unwrap();
-    let envelopes = (0..3)
-        .map(|i| {
-            EventEnvelope::new(
-                format!("job-{i}"),
-                "test",
-                Topic::BusinessFacts,
-                "job.posted",
-            )
-        })
-        .collect();
-    platform.bus().publish_batch(envelopes).await.unwrap();
+    publish_jobs(&platform, 3).await;
     let first = sub.next().await.unwrap();
     first.settle(Settlement::Ack).await.unwrap();
     let closed = tokio::time::Instant::now();
