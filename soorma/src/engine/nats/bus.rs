@@ -781,11 +781,7 @@ impl Drop for DurableSubscription {
         }
         match tokio::runtime::Handle::try_current() {
             Ok(runtime) => {
-                runtime.spawn(async move {
-                    for delivery in left {
-                        settle_unhandled(delivery).await;
-                    }
-                });
+                runtime.spawn(settle_unhandled(left));
             }
             Err(_) => {
                 tracing::warn!(consumer = %self.consumer, envelopes = left.len(), "a subscription dropped outside a runtime leaves envelopes on their last delivery unsettled; the server's advisory dead-letters their batches");
@@ -798,11 +794,7 @@ impl Subscription for DurableSubscription {
     /// Hands out nothing more, and settles what it holds that no handler will take now (see
     /// [`settle_unhandled`]).
     fn close(&mut self) -> BoxFuture<'_, ()> {
-        Box::pin(async move {
-            for delivery in self.unhandled() {
-                settle_unhandled(delivery).await;
-            }
-        })
+        Box::pin(async move { settle_unhandled(self.unhandled()).await })
     }
 
     fn next(&mut self) -> BoxFuture<'_, Option<Delivery>> {
@@ -966,17 +958,10 @@ impl DurableSubscription {
                 ..whole.clone()
             };
             match decode(prefix, &whole.subject, part.get().as_bytes()) {
-                Ok(envelope) => self.pending.push_back(Delivery::new(
-                    Arc::new(envelope),
-                    attempt,
-                    Some(Box::new(NatsAcker {
-                        bus: self.bus.clone(),
-                        original,
-                        settles: Settles::Part(settlement.clone(), i),
-                        keep_alive: self.keep_alive,
-                        holding: held.as_ref().map(Holding::new),
-                    })),
-                )),
+                Ok(envelope) => {
+                    let delivery = settlement.delivery(&self.bus, envelope, i, original);
+                    self.pending.push_back(delivery);
+                }
                 Err(reason) => rejected.push((i, original, reason)),
             }
         }
@@ -1169,6 +1154,26 @@ struct BatchProgress {
 }
 
 impl BatchSettlement {
+    /// The delivery of `envelope`, at `index` in the batch (`original`: its message on the
+    /// delivery it is handed out on), settled with the batch.
+    fn delivery(
+        self: &Arc<Self>,
+        bus: &NatsBus,
+        envelope: EventEnvelope,
+        index: usize,
+        original: Original,
+    ) -> Delivery {
+        let attempt = original.attempt;
+        let acker = NatsAcker {
+            bus: bus.clone(),
+            original,
+            settles: Settles::Part(self.clone(), index),
+            keep_alive: self.keep_alive,
+            holding: self.held.as_ref().map(Holding::new),
+        };
+        Delivery::new(Arc::new(envelope), attempt, Some(Box::new(acker)))
+    }
+
     /// One envelope settled as `kind` (with its reply, to store with the batch's; with what
     /// it still needs when it asks for a retry); the last one stores the replies and settles
     /// the message.
@@ -1250,18 +1255,8 @@ impl BatchSettlement {
         for (index, original) in again {
             // Decoded once already: this cannot fail, but is not unwrapped.
             match decode(prefix, &original.subject, &original.payload) {
-                Ok(envelope) => deliveries.push(Delivery::new(
-                    Arc::new(envelope),
-                    original.attempt,
-                    Some(Box::new(NatsAcker {
-                        bus: bus.clone(),
-                        original,
-                        settles: Settles::Part(self.clone(), index),
-                        keep_alive: self.keep_alive,
-                        // Taken while the settling envelope still holds the message.
-                        holding: self.held.as_ref().map(Holding::new),
-                    })),
-                )),
+                // Its holding is taken while the settling envelope still holds the message.
+                Ok(envelope) => deliveries.push(self.delivery(bus, envelope, index, original)),
                 Err(reason) => {
                     bus.reject(&original, &reason).await;
                 }
@@ -1290,11 +1285,7 @@ impl BatchSettlement {
                     self.again.clone(),
                 ));
             }
-            Err(deliveries) => {
-                for delivery in deliveries {
-                    settle_unhandled(delivery).await;
-                }
-            }
+            Err(deliveries) => settle_unhandled(deliveries).await,
         }
         Ok(())
     }
@@ -1331,18 +1322,21 @@ async fn queued_again(
     }
 }
 
-/// Settles an envelope of a batch that no handler will take (its subscription closed, or its
-/// queue of envelopes to hand out again full) as a retry, at once: its batch is redelivered
-/// (to another instance) when its message has deliveries left; on its last delivery it is
-/// dead-lettered as still failing (with its notice), not left with its whole batch to the
-/// server's `MAX_DELIVERIES` advisory (which would dead-letter its handled envelopes too).
-async fn settle_unhandled(delivery: Delivery) {
-    tracing::info!(event_id = %delivery.envelope.id, attempt = delivery.current_attempt(), "an envelope of a batch will not be handled by this subscription (closed, or full); settled as a retry");
-    let retry = Settlement::Retry {
-        delay: Duration::ZERO,
-    };
-    if let Err(e) = delivery.settle(retry).await {
-        tracing::warn!(error = %e, "could not settle a batch's envelope");
+/// Settles envelopes of batches that no handler will take (their subscription closed, or its
+/// queue of envelopes to hand out again full) as retries, at once: a batch is redelivered (to
+/// another instance) when its message has deliveries left; on its last delivery such an
+/// envelope is dead-lettered as still failing (with its notice), not left with its whole batch
+/// to the server's `MAX_DELIVERIES` advisory (which would dead-letter its handled envelopes
+/// too).
+async fn settle_unhandled(deliveries: Vec<Delivery>) {
+    for delivery in deliveries {
+        tracing::info!(event_id = %delivery.envelope.id, attempt = delivery.current_attempt(), "an envelope of a batch will not be handled by this subscription (closed, or full); settled as a retry");
+        let retry = Settlement::Retry {
+            delay: Duration::ZERO,
+        };
+        if let Err(e) = delivery.settle(retry).await {
+            tracing::warn!(error = %e, "could not settle a batch's envelope");
+        }
     }
 }
 
