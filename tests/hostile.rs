@@ -320,6 +320,123 @@ async fn an_envelope_tenant_other_than_the_subjects_is_dead_lettered() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_envelope_of_another_topic_or_type_than_its_subject_is_dead_lettered() {
+    // The calculator serves `calculate.requested`; an envelope naming another event on that
+    // subject must not reach another event's handlers (NATS permissions are per subject).
+    let mut env = EventEnvelope::new("h1", "attacker", Topic::ActionRequests, "admin.requested")
+        .with_data(json!({"expression": "1+1"}))
+        .with_response_event("calc.done");
+    env.tenant_id = None;
+    garbage_is_dead_lettered(
+        SUBJECT,
+        serde_json::to_vec(&env).unwrap(),
+        "default",
+        "not its subject's",
+    )
+    .await;
+}
+
+async fn audit(_event: Event) {}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_subject_too_long_to_dead_letter_under_is_dead_lettered_once_and_the_connection_kept() {
+    let (_server, mut t, js) = calculator_on_nats().await;
+    // An agent taking every event of a topic takes messages on any subject under it.
+    t.start(
+        Agent::new("auditor")
+            .use_registered_handlers(false)
+            .handler(Handler::on_event(Topic::BusinessFacts, "*", audit)),
+    )
+    .await
+    .unwrap();
+    // About 4,000 bytes: within the server's control-line limit (4 KiB) for this publish, but
+    // not for a dead letter under `soorma-dlq.` and the same tail (the server would close the
+    // agent's connection, again on every retry and redelivery).
+    let tokens = vec!["x"; 1_985].join(".");
+    let subject = format!("soorma.default.business-facts.{tokens}");
+    let started = std::time::Instant::now();
+    publish_raw(&js, &subject, b"junk".to_vec()).await;
+    let notice = t.expect_event("event.dead_lettered", WAIT).await.unwrap();
+    assert!(
+        notice.data["reason"]
+            .as_str()
+            .unwrap_or_default()
+            .contains("undecodable"),
+        "{}",
+        notice.data
+    );
+    assert_nothing_pending(&js).await;
+    let stored = stored(&js, "SOORMA_DLQ", "soorma-dlq.default.subject-too-long").await;
+    assert_eq!(stored.len(), 1, "one dead letter");
+    let original = stored[0]
+        .1
+        .get("Soorma-Original-Subject")
+        .unwrap()
+        .to_string();
+    assert!(original.len() <= 1024, "{}", original.len());
+    assert!(
+        started.elapsed() < Duration::from_secs(10),
+        "{:?}",
+        started.elapsed()
+    );
+    let client = t.platform().nats_client().unwrap();
+    assert_eq!(
+        client
+            .statistics()
+            .connects
+            .load(std::sync::atomic::Ordering::Relaxed),
+        1,
+        "the agents' connection was lost"
+    );
+    still_serves(&t).await;
+}
+
+/// A reply to `nobody.requested` correlated to `order-7`, of `tenant`, saying `says`.
+fn reply_to_order_7(tenant: &str, says: &str) -> Vec<u8> {
+    let reply = soorma::ActionReply::success("order-7", json!(says));
+    let env = EventEnvelope::new(
+        unique_id(),
+        "nobody",
+        Topic::ActionResults,
+        "nobody.completed",
+    )
+    .with_correlation_id("order-7")
+    .with_data(serde_json::to_value(reply).unwrap())
+    .with_tenant_id(tenant);
+    serde_json::to_vec(&env).unwrap()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_client_without_a_tenant_takes_no_reply_of_another_tenant() {
+    let (_server, t, _js) = calculator_on_nats().await;
+    // No tenant: it acts for the default one, with a correlation id anyone may guess.
+    let client = t.client();
+    let call = tokio::spawn(async move {
+        client
+            .request("nobody.requested", (), "nobody.completed")
+            .skip_consumer_check()
+            .correlation_id("order-7")
+            .timeout(Duration::from_secs(10))
+            .await
+    });
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    let core = t.platform().nats_client().unwrap().clone();
+    for (tenant, says) in [("acme", "forged"), ("default", "genuine")] {
+        core.publish(
+            format!("soorma.{tenant}.action-results.nobody.completed"),
+            reply_to_order_7(tenant, says).into(),
+        )
+        .await
+        .unwrap();
+        core.flush().await.unwrap();
+        tokio::time::sleep(Duration::from_millis(300)).await;
+    }
+    let reply = call.await.unwrap().unwrap();
+    assert_eq!(reply.envelope.tenant(), "default");
+    assert_eq!(reply.into_result::<String>().unwrap(), "genuine");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_envelope_with_an_oversized_id_is_dead_lettered() {
     let mut env: Value =
         serde_json::from_slice(&request(Some("acme"), json!({"expression": "1+1"}))).unwrap();
@@ -501,6 +618,52 @@ async fn the_bad_envelopes_of_a_batch_are_dead_lettered_alone_and_the_good_ones_
     assert_eq!(t.events_of_type("calc.done").len(), 2, "each good one once");
     still_serves(&t).await;
     drop(server);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_batch_of_many_bad_envelopes_is_one_dead_letter_and_its_good_ones_served() {
+    let (_server, t, js) = calculator_on_nats().await;
+    let good = EventEnvelope::new(
+        unique_id(),
+        "client",
+        Topic::ActionRequests,
+        "calculate.requested",
+    )
+    .with_data(json!({"expression": "1+2"}))
+    .with_response_event("calc.done");
+    // 2 KiB that would otherwise be 1,000 dead letters and 1,000 notices.
+    let mut parts = vec!["1"; 1000];
+    let good = serde_json::to_string(&good).unwrap();
+    parts.push(&good);
+    let payload = format!("[{}]", parts.join(","));
+    js.publish_with_headers(
+        SUBJECT.to_owned(),
+        batch_headers(parts.len()),
+        payload.clone().into(),
+    )
+    .await
+    .unwrap()
+    .await
+    .unwrap();
+    let notice = t.expect_event("event.dead_lettered", WAIT).await.unwrap();
+    let reason = notice.data["reason"].as_str().unwrap_or_default();
+    assert!(
+        reason.contains("1000 of the batch's 1001 envelopes cannot be handled"),
+        "{reason}"
+    );
+    t.expect_event("calc.done", WAIT).await.unwrap();
+    assert_nothing_pending(&js).await;
+    let stored = dead_letters(&js, SUBJECT).await;
+    assert_eq!(stored.len(), 1, "one dead letter");
+    assert_eq!(stored[0].0, payload.len(), "the whole batch");
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    assert_eq!(
+        t.events_of_type("event.dead_lettered").len(),
+        1,
+        "one notice"
+    );
+    assert_eq!(t.events_of_type("calc.done").len(), 1, "the good one, once");
+    still_serves(&t).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -9,7 +9,7 @@ use std::time::Duration;
 
 use serde::Serialize;
 use serde::de::DeserializeOwned;
-use soorma_common::{ActionReply, EventEnvelope, Topic};
+use soorma_common::{ActionReply, DEFAULT_TENANT, EventEnvelope, Topic};
 use tokio::sync::{oneshot, watch};
 
 use crate::error::{Error, Result};
@@ -497,12 +497,13 @@ impl Client {
         // Ephemeral: a reply matters only while someone waits for it, and nothing is left on
         // the platform for the client (on NATS a core subscription, registered before the
         // request is published, removed when the client is dropped).
-        let mut spec =
+        // Only this client's tenant's replies (a client without one acts for the default
+        // tenant): another tenant could otherwise answer its requests by correlation id.
+        let tenant = self.inner.tenant.as_deref().unwrap_or(DEFAULT_TENANT);
+        let spec =
             SubscriptionSpec::new(self.inner.group.clone(), topic, EventFilter::only([event]))
-                .ephemeral();
-        if let Some(t) = &self.inner.tenant {
-            spec = spec.with_tenant(t.clone());
-        }
+                .ephemeral()
+                .with_tenant(tenant);
         let mut sub = self.inner.platform.bus().subscribe(spec).await?;
         let pending = self.inner.pending.clone();
         let mut stop = self.inner.stop.subscribe();

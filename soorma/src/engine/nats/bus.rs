@@ -21,7 +21,7 @@ use crate::spi::bus::{
     Acker, Delivery, EventBus, EventFilter, Settlement, Subscription, SubscriptionSpec,
     still_failing,
 };
-use crate::spi::envelope::check_envelope;
+use crate::spi::envelope::{MAX_ID_LEN, check_envelope};
 use crate::spi::tenant::{MAX_TENANT_LEN, validate_tenant};
 use crate::util::{BoxFuture, MAX_REASON_BYTES, bounded, new_id, now_rfc3339};
 
@@ -71,7 +71,7 @@ pub struct NatsBus {
 impl std::fmt::Debug for NatsBus {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("NatsBus")
-            .field("url", &self.inner.config.url)
+            .field("url", &super::redacted(&self.inner.config.url))
             .finish_non_exhaustive()
     }
 }
@@ -175,7 +175,10 @@ impl NatsBus {
             header_value(&bounded(reason, MAX_REASON_BYTES)).as_str(),
         );
         headers.insert("Soorma-Consumer", header_value(consumer).as_str());
-        headers.insert("Soorma-Original-Subject", header_value(subject).as_str());
+        headers.insert(
+            "Soorma-Original-Subject",
+            header_value(&bounded(subject, MAX_REASON_BYTES)).as_str(),
+        );
         let room = self
             .inner
             .client
@@ -191,13 +194,7 @@ impl NatsBus {
         } else {
             payload.clone()
         };
-        let dlq_subject = format!(
-            "{}-dlq.{}",
-            cfg.subject_prefix,
-            subject
-                .strip_prefix(&format!("{}.", cfg.subject_prefix))
-                .unwrap_or(subject)
-        );
+        let dlq_subject = dead_letter_subject(&cfg.subject_prefix, subject);
         failover::retried(cfg.failover_retry, "dead-letter publish", || async {
             self.inner
                 .js
@@ -637,6 +634,46 @@ fn subject_tenant<'a>(prefix: &str, subject: &'a str) -> Option<&'a str> {
         .next()
 }
 
+/// Past this many envelopes of one batch that cannot be handled, they are dead-lettered
+/// together: one dead letter (the whole message) and one notice.
+const MAX_REJECTED_ALONE: usize = 8;
+
+/// The longest subject tail (after `<prefix>.`) an envelope is published on: a tenant, a topic
+/// and an event type of [`MAX_ID_LEN`] bytes.
+const MAX_SUBJECT_TAIL: usize = MAX_TENANT_LEN + 1 + 32 + 1 + MAX_ID_LEN;
+
+/// The DLQ subject of a message on `subject`: `<prefix>-dlq.` and the subject after the
+/// prefix; a subject longer than any an envelope is published on (anyone may publish one, up
+/// to the server's control-line limit, which the DLQ publish would then exceed and lose the
+/// connection) is stored as `<prefix>-dlq.<tenant>.subject-too-long`.
+fn dead_letter_subject(prefix: &str, subject: &str) -> String {
+    let tail = subject
+        .strip_prefix(prefix)
+        .and_then(|s| s.strip_prefix('.'))
+        .unwrap_or(subject);
+    if tail.len() <= MAX_SUBJECT_TAIL {
+        format!("{prefix}-dlq.{tail}")
+    } else {
+        format!(
+            "{prefix}-dlq.{}.subject-too-long",
+            notice_tenant(prefix, subject)
+        )
+    }
+}
+
+/// Whether `subject` is the one an envelope of `tenant`, `topic` and `event_type` is published
+/// on (`<prefix>.<tenant>.<topic>.<event_type>`).
+fn is_subject_of(prefix: &str, subject: &str, tenant: &str, topic: Topic, event: &str) -> bool {
+    let tail = subject
+        .strip_prefix(prefix)
+        .and_then(|s| s.strip_prefix('.'))
+        .and_then(|s| s.strip_prefix(tenant))
+        .and_then(|s| s.strip_prefix('.'))
+        .and_then(|s| s.strip_prefix(topic.as_str()))
+        .and_then(|s| s.strip_prefix('.'));
+    tail == Some(event)
+}
+
 /// The tenant a notice about a message on `subject` goes out under: the subject's tenant when
 /// valid, else the default tenant.
 fn notice_tenant<'a>(prefix: &str, subject: &'a str) -> &'a str {
@@ -671,6 +708,21 @@ fn decode(
         ));
     }
     check_envelope(&envelope).map_err(|e| bounded(&e.to_string(), MAX_REASON_BYTES))?;
+    if !is_subject_of(
+        prefix,
+        subject,
+        tenant,
+        envelope.topic,
+        &envelope.event_type,
+    ) {
+        return Err(bounded(
+            &format!(
+                "the envelope's topic `{}` and type {:?} are not its subject's (the subject is authoritative)",
+                envelope.topic, envelope.event_type
+            ),
+            MAX_REASON_BYTES,
+        ));
+    }
     Ok(envelope)
 }
 
@@ -936,6 +988,7 @@ impl DurableSubscription {
                 return;
             }
         };
+        let total = parts.len();
         let settlement = Arc::new(BatchSettlement {
             acker,
             replies_together: batch::replies_together(msg.headers.as_ref()),
@@ -965,8 +1018,25 @@ impl DurableSubscription {
                 Err(reason) => rejected.push((i, original, reason)),
             }
         }
+        // Many bad envelopes (from a hostile publisher: the SDK publishes none) are one dead
+        // letter, the whole message, not a store and a notice each inside `next`.
+        let together = (rejected.len() > MAX_REJECTED_ALONE).then(|| {
+            let (first, _, reason) = &rejected[0];
+            format!(
+                "{} of the batch's {} envelopes cannot be handled (the others are); envelope {first}: {reason}",
+                rejected.len(),
+                total
+            )
+        });
+        let together = match together {
+            Some(reason) => Some(self.bus.reject(&whole, &reason).await),
+            None => None,
+        };
         for (i, original, reason) in rejected {
-            let kind = self.bus.reject(&original, &reason).await;
+            let kind = match &together {
+                Some(kind) => *kind,
+                None => self.bus.reject(&original, &reason).await,
+            };
             // A dead letter not stored is tried again with the batch; its notice is to come.
             let unfinished = Retried::of(&kind, i, &original, || Unfinished::DeadLetter {
                 reason,
@@ -1693,6 +1763,58 @@ mod tests {
         )
         .unwrap_err();
         assert!(reason.len() < 400, "{}", reason.len());
+    }
+
+    #[test]
+    fn the_subjects_topic_and_type_are_authoritative() {
+        let env = EventEnvelope::new("e1", "s", Topic::ActionRequests, "x.requested");
+        let json = serde_json::to_vec(&env).unwrap();
+        assert!(
+            decode(
+                "soorma",
+                "soorma.default.action-requests.x.requested",
+                &json
+            )
+            .is_ok()
+        );
+        for subject in [
+            "soorma.default.business-facts.x.requested",
+            "soorma.default.action-requests.y.requested",
+            "soorma.default.action-requests.x.requested.z",
+            "soorma.default.action-requests.x",
+        ] {
+            let reason = decode("soorma", subject, &json).unwrap_err();
+            assert!(reason.contains("not its subject's"), "{subject}: {reason}");
+        }
+    }
+
+    #[test]
+    fn dead_letter_subjects_are_bounded() {
+        let ordinary = "soorma.acme.action-requests.x.requested";
+        assert_eq!(
+            dead_letter_subject("soorma", ordinary),
+            "soorma-dlq.acme.action-requests.x.requested"
+        );
+        let longest = format!(
+            "soorma.{}.action-requests.{}",
+            "t".repeat(64),
+            "e".repeat(MAX_ID_LEN)
+        );
+        assert_eq!(
+            dead_letter_subject("soorma", &longest),
+            longest.replacen("soorma.", "soorma-dlq.", 1)
+        );
+        let tokens = ["x"; 2_000].join(".");
+        let long = format!("soorma.acme.action-requests.{tokens}");
+        assert_eq!(
+            dead_letter_subject("soorma", &long),
+            "soorma-dlq.acme.subject-too-long"
+        );
+        let bad_tenant = format!("soorma.ac@me.action-requests.{tokens}");
+        assert_eq!(
+            dead_letter_subject("soorma", &bad_tenant),
+            format!("soorma-dlq.{DEFAULT_TENANT}.subject-too-long")
+        );
     }
 
     #[test]

@@ -38,8 +38,13 @@ pub use state::NatsStore;
 use super::{EngineParts, Native};
 use crate::error::{BoxError, EngineError, EngineErrorKind, Error, Result};
 
-/// How to authenticate to the NATS server.
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
+/// How to authenticate to the NATS server (its `Debug` form hides the secrets).
+///
+/// ```
+/// let auth = soorma::nats::NatsAuth::Token("s3cret".into());
+/// assert!(!format!("{auth:?}").contains("s3cret"));
+/// ```
+#[derive(Clone, Default, PartialEq, Eq)]
 #[non_exhaustive]
 pub enum NatsAuth {
     /// No credentials.
@@ -58,7 +63,37 @@ pub enum NatsAuth {
     CredsFile(PathBuf),
 }
 
-/// NATS platform settings.
+impl std::fmt::Debug for NatsAuth {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Self::None => f.write_str("None"),
+            Self::Token(_) => f.write_str("Token(***)"),
+            Self::UserPassword { user, .. } => f
+                .debug_struct("UserPassword")
+                .field("user", user)
+                .field("password", &"***")
+                .finish(),
+            Self::CredsFile(path) => f.debug_tuple("CredsFile").field(path).finish(),
+        }
+    }
+}
+
+/// `url` (a comma-separated list of servers) with the credentials in each entry
+/// (`user:password@`, `token@`) shown as `***@`, for messages and logs.
+pub(crate) fn redacted(url: &str) -> String {
+    url.split(',')
+        .map(|entry| {
+            let start = entry.find("://").map_or(0, |i| i + 3);
+            match entry[start..].rfind('@') {
+                Some(at) => format!("{}***{}", &entry[..start], &entry[start + at..]),
+                None => entry.to_owned(),
+            }
+        })
+        .collect::<Vec<_>>()
+        .join(",")
+}
+
+/// NATS platform settings (its `Debug` form hides the credentials).
 ///
 /// ```
 /// use std::time::Duration;
@@ -67,7 +102,7 @@ pub enum NatsAuth {
 ///     .with_replicas(3);
 /// assert_eq!(config.replicas, 3);
 /// ```
-#[derive(Debug, Clone)]
+#[derive(Clone)]
 #[non_exhaustive]
 pub struct NatsConfig {
     /// Server URL(s), comma-separated (`nats://a:4222,nats://b:4222`); every entry is one
@@ -108,6 +143,28 @@ pub struct NatsConfig {
     /// (default 15 s; zero: not retried; at most 100 s, inside the streams' 120 s
     /// de-duplication window).
     pub failover_retry: Duration,
+}
+
+impl std::fmt::Debug for NatsConfig {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("NatsConfig")
+            .field("url", &redacted(&self.url))
+            .field("auth", &self.auth)
+            .field("subject_prefix", &self.subject_prefix)
+            .field("stream_prefix", &self.stream_prefix)
+            .field("bucket_prefix", &self.bucket_prefix)
+            .field("event_max_age", &self.event_max_age)
+            .field("ack_wait", &self.ack_wait)
+            .field("dead_letter_max_age", &self.dead_letter_max_age)
+            .field("dead_letter_max_bytes", &self.dead_letter_max_bytes)
+            .field("replicas", &self.replicas)
+            .field("storage", &self.storage)
+            .field("max_ack_pending", &self.max_ack_pending)
+            .field("registry_ttl", &self.registry_ttl)
+            .field("heartbeat", &self.heartbeat)
+            .field("failover_retry", &self.failover_retry)
+            .finish()
+    }
 }
 
 impl NatsConfig {
@@ -246,8 +303,9 @@ impl NatsConfig {
             .map(|entry| {
                 entry.parse::<async_nats::ServerAddr>().map_err(|e| {
                     Error::Config(format!(
-                        "NATS server URL `{entry}` (in `{}`) is invalid: {e}",
-                        self.url
+                        "NATS server URL `{}` (in `{}`) is invalid: {e}",
+                        redacted(entry),
+                        redacted(&self.url)
                     ))
                 })
             })
@@ -255,7 +313,7 @@ impl NatsConfig {
         if servers.is_empty() {
             return Err(Error::Config(format!(
                 "no NATS server URL in `{}`",
-                self.url
+                redacted(&self.url)
             )));
         }
         Ok(servers)
@@ -377,8 +435,11 @@ impl NatsConfig {
                 self.registry_ttl, self.heartbeat
             )));
         }
-        if self.ack_wait.is_zero() {
-            return Err(Error::Config("the NATS ack wait must not be 0".into()));
+        if self.ack_wait < MIN_ACK_WAIT {
+            return Err(Error::Config(format!(
+                "the NATS ack wait ({:?}) must be at least {MIN_ACK_WAIT:?} (deliveries are kept alive every third of it)",
+                self.ack_wait
+            )));
         }
         if self.failover_retry >= MAX_FAILOVER_RETRY {
             return Err(Error::Config(format!(
@@ -421,6 +482,9 @@ fn parse_duration(v: &str) -> std::result::Result<Duration, String> {
         other => Err(format!("unknown unit `{other}`: use ms, s, m, h or d")),
     }
 }
+
+/// The shortest `ack_wait`: deliveries are kept alive every third of it.
+const MIN_ACK_WAIT: Duration = Duration::from_millis(100);
 
 /// `SOORMA_NATS_REPLICAS`: replicas of the streams and buckets the SDK creates.
 const REPLICAS_ENV: &str = "SOORMA_NATS_REPLICAS";
@@ -469,12 +533,12 @@ pub(crate) async fn connect(config: NatsConfig) -> Result<EngineParts> {
     let client = options
         .connect(servers)
         .await
-        .map_err(|e| connect_error(&config.url, e))?;
+        .map_err(|e| connect_error(&redacted(&config.url), e))?;
     let js = async_nats::jetstream::new(client.clone());
     // Fail early and clearly when JetStream is off.
     js.query_account()
         .await
-        .map_err(|e| jetstream_unavailable(&config.url, e))?;
+        .map_err(|e| jetstream_unavailable(&redacted(&config.url), e))?;
     let config = Arc::new(config);
     let bus = NatsBus::new(client.clone(), js.clone(), config.clone(), link_rx);
     let state = NatsStore::new(js.clone(), config.clone());
@@ -749,10 +813,39 @@ mod tests {
             .clone()
             .with_registry_ttl(Duration::from_secs(5), Duration::from_secs(5));
         assert!(matches!(ttl.validate(), Err(Error::Config(m)) if m.contains("registry TTL")));
-        let ack = ok.clone().with_ack_wait(Duration::ZERO);
-        assert!(matches!(ack.validate(), Err(Error::Config(m)) if m.contains("ack wait")));
+        for short in [Duration::ZERO, Duration::from_millis(99)] {
+            let ack = ok.clone().with_ack_wait(short);
+            assert!(matches!(ack.validate(), Err(Error::Config(m)) if m.contains("ack wait")));
+        }
+        assert!(ok.clone().with_ack_wait(MIN_ACK_WAIT).validate().is_ok());
         let retry = ok.with_failover_retry(Duration::from_secs(120));
         assert!(matches!(retry.validate(), Err(Error::Config(m)) if m.contains("failover retry")));
+    }
+
+    #[test]
+    fn credentials_are_not_shown() {
+        assert_eq!(
+            redacted("nats://alice:s3cret@a:4222, tls://t0ken@b:4222,c:4222"),
+            "nats://***@a:4222, tls://***@b:4222,c:4222"
+        );
+        let config =
+            NatsConfig::new("nats://alice:s3cret@a:4222").with_auth(NatsAuth::UserPassword {
+                user: "bob".into(),
+                password: "hunter2".into(),
+            });
+        let shown = format!("{config:?}");
+        assert!(
+            !shown.contains("s3cret") && !shown.contains("hunter2"),
+            "{shown}"
+        );
+        assert!(
+            shown.contains("bob") && shown.contains("nats://***@a:4222"),
+            "{shown}"
+        );
+        let bad = NatsConfig::new("nats://alice:s3cret@a:42x22")
+            .servers()
+            .unwrap_err();
+        assert!(!bad.to_string().contains("s3cret"), "{bad}");
     }
 
     #[tokio::test(start_paused = true)]
