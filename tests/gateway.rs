@@ -83,6 +83,29 @@ impl Setup {
         }
     }
 
+    /// A gateway with `limits` for the `multi` tool serving only `slow.requested`.
+    async fn slow_only(limits: soorma::gateway::TaskLimits) -> Self {
+        let platform = Platform::embedded();
+        let agent = Tool::new("multi")
+            .use_registered_handlers(false)
+            .handler(Handler::on_invoke("slow.requested", slow))
+            .start(&platform)
+            .await
+            .unwrap();
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let gateway = Gateway::new(&platform)
+            .agent("multi")
+            .limits(limits)
+            .spawn(listener)
+            .await
+            .unwrap();
+        Self {
+            agents: vec![agent],
+            gateway,
+            http: http_client(),
+        }
+    }
+
     fn url(&self, path: &str) -> String {
         format!("{}{path}", self.gateway.url())
     }
@@ -623,6 +646,17 @@ async fn bare_gateway(http: HttpConfig) -> GatewayHandle {
 
 const WAIT: Duration = Duration::from_secs(5);
 
+/// A new client of `addr` is served within `within` (once a connection's slot is free).
+async fn served_within(addr: std::net::SocketAddr, within: Duration) {
+    let started = std::time::Instant::now();
+    let mut client = raw_http::connect(addr).await;
+    let r = raw_http::exchange(&mut client, &card_request("127.0.0.1"), within + WAIT)
+        .await
+        .expect("the new client is served once a connection is closed");
+    assert!(r.status > 0, "{r:?}");
+    assert!(started.elapsed() < within, "{:?}", started.elapsed());
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn foreign_hosts_and_non_json_posts_are_refused() {
     let s = Setup::start(&Platform::embedded(), None).await;
@@ -765,20 +799,85 @@ async fn idle_connections_are_closed_and_make_room_for_new_clients() {
         .unwrap();
     assert!(!r.headers.contains("connection: close"), "{r:?}");
     // A third client waits in the backlog until an idle one is closed, then is served.
-    let started = std::time::Instant::now();
-    let mut third = raw_http::connect(addr).await;
-    let r = raw_http::exchange(&mut third, &card_request("127.0.0.1"), WAIT)
-        .await
-        .expect("the third client is served once idle connections are closed");
-    assert!(r.status > 0, "{r:?}");
-    assert!(
-        started.elapsed() < Duration::from_secs(3),
-        "{:?}",
-        started.elapsed()
-    );
+    served_within(addr, Duration::from_secs(3)).await;
     assert!(raw_http::closed_within(&mut silent, WAIT).await);
     assert!(raw_http::closed_within(&mut kept, WAIT).await);
     gateway.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_client_that_stops_reading_is_closed_after_the_write_timeout() {
+    let gateway = bare_gateway(
+        HttpConfig::default()
+            .write_timeout(Duration::from_millis(500))
+            .max_connections(1),
+    )
+    .await;
+    let addr = gateway.local_addr();
+    // Pipelined requests whose responses it never reads (a small receive buffer): the
+    // server's writes stall, and the connection holds the only slot.
+    let socket = tokio::net::TcpSocket::new_v4().unwrap();
+    socket.set_recv_buffer_size(4096).unwrap();
+    let hog = socket.connect(addr).await.unwrap();
+    let (mut unread, mut requests) = hog.into_split();
+    let writer = tokio::spawn(async move {
+        use tokio::io::AsyncWriteExt;
+        let _ = requests
+            .write_all(&card_request("127.0.0.1").repeat(40_000))
+            .await;
+        requests
+    });
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    served_within(addr, Duration::from_secs(5)).await;
+    // The stalled connection was closed: reading it ends (after what was buffered).
+    let drained = tokio::time::timeout(WAIT, async {
+        use tokio::io::AsyncReadExt;
+        let mut buf = vec![0; 64 * 1024];
+        while matches!(unread.read(&mut buf).await, Ok(n) if n > 0) {}
+    })
+    .await;
+    assert!(drained.is_ok(), "the stalled connection is still open");
+    writer.abort();
+    gateway.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn shutdown_ends_open_streams_at_once() {
+    let s = Setup::start(&Platform::embedded(), None).await;
+    let response = s
+        .http
+        .post(s.url("/agents/multi"))
+        .json(
+            &json!({"jsonrpc": "2.0", "id": "s-1", "method": "SendStreamingMessage", "params": {
+            "message": {"messageId": "m-3", "role": "ROLE_USER",
+                        "parts": [{"data": {"nap_ms": 3000}}],
+                        "metadata": {"skillId": "slow.requested"}}}}),
+        )
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(response.status().as_u16(), 200);
+    let events = tokio::spawn(read_sse(response));
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let started = std::time::Instant::now();
+    let Setup {
+        agents, gateway, ..
+    } = s;
+    gateway.shutdown().await;
+    // Not the stop timeout (10 s): the stream ends when the gateway stops.
+    assert!(
+        started.elapsed() < Duration::from_secs(2),
+        "{:?}",
+        started.elapsed()
+    );
+    let events = events.await.unwrap();
+    assert_eq!(
+        events[0]["result"]["task"]["status"]["state"], "TASK_STATE_WORKING",
+        "{events:?}"
+    );
+    for a in agents {
+        a.shutdown().await.unwrap();
+    }
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -1214,27 +1313,63 @@ async fn load_10000_tasks_memory_levels_off() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn open_streams_are_capped_per_tenant() {
+    use soorma::gateway::TaskLimits;
+    let s = Setup::slow_only(TaskLimits::default().max_streams_per_tenant(2)).await;
+    let task = s.start_slow(&[], Some("acme"), 4_000).await;
+    let subscribe = |tenant: &str| {
+        s.http
+            .post(s.url("/agents/multi"))
+            .json(
+                &json!({"jsonrpc": "2.0", "id": 1, "method": "SubscribeToTask",
+                          "params": {"id": task, "tenant": tenant}}),
+            )
+            .send()
+    };
+    let is_stream = |r: &reqwest::Response| {
+        r.headers().get("content-type").is_some_and(|c| {
+            c.to_str()
+                .unwrap_or_default()
+                .starts_with("text/event-stream")
+        })
+    };
+    let first = subscribe("acme").await.unwrap();
+    let second = subscribe("acme").await.unwrap();
+    assert!(is_stream(&first) && is_stream(&second));
+    let third: Value = subscribe("acme").await.unwrap().json().await.unwrap();
+    assert_eq!(error_code(&third), -32000, "{third}");
+    assert!(
+        third["error"]["message"]
+            .as_str()
+            .unwrap()
+            .contains("streams open"),
+        "{third}"
+    );
+    // Another tenant is not held back (the task is acme's: not found, but not refused).
+    let globex: Value = subscribe("globex").await.unwrap().json().await.unwrap();
+    assert_eq!(error_code(&globex), -32001, "{globex}");
+    // A stream that ends gives its place back.
+    drop(first);
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(5);
+    loop {
+        let again = subscribe("acme").await.unwrap();
+        if is_stream(&again) {
+            break;
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "the place was not given back"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    drop(second);
+    s.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn tasks_in_flight_are_capped_and_cancel_frees_a_slot() {
     use soorma::gateway::TaskLimits;
-    let platform = Platform::embedded();
-    let agent = Tool::new("multi")
-        .use_registered_handlers(false)
-        .handler(Handler::on_invoke("slow.requested", slow))
-        .start(&platform)
-        .await
-        .unwrap();
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let gateway = Gateway::new(&platform)
-        .agent("multi")
-        .limits(TaskLimits::default().max_in_flight(1))
-        .spawn(listener)
-        .await
-        .unwrap();
-    let s = Setup {
-        agents: vec![agent],
-        gateway,
-        http: http_client(),
-    };
+    let s = Setup::slow_only(TaskLimits::default().max_in_flight(1)).await;
     let first = s.start_slow(&[], None, 5_000).await;
     let refused = s
         .rpc_as(

@@ -18,7 +18,7 @@ use tracing::Instrument;
 use super::auth::{Caller, Owner};
 use super::rpc::{self, RpcError, RpcRequest};
 use super::skills;
-use super::stream::stream;
+use super::stream::{StreamSlot, stream};
 use super::tasks::{ListQuery, Outcome};
 use super::v0_3;
 use super::{GatewayState, json_response};
@@ -57,8 +57,14 @@ fn owner(caller: Option<&Caller>, params: &Value) -> std::result::Result<Owner, 
 /// A method's answer: a JSON-RPC result or error, or a stream of them.
 enum Answer {
     Json(std::result::Result<Value, RpcError>),
-    /// The task, its updates, and whether to render them for v0.3.
-    Stream(Box<Task>, broadcast::Receiver<StreamResponse>, bool),
+    /// The task, its updates, whether to render them for v0.3, and the tenant's place for
+    /// one more stream.
+    Stream(
+        Box<Task>,
+        broadcast::Receiver<StreamResponse>,
+        bool,
+        StreamSlot,
+    ),
 }
 
 pub(super) async fn rpc(
@@ -111,7 +117,9 @@ pub(super) async fn rpc(
         let id = request.id.clone();
         return match call(&state, &agent, &who, request).await {
             Answer::Json(result) => rpc_reply(&id, result),
-            Answer::Stream(task, rx, v0_3) => stream(id, *task, rx, v0_3),
+            Answer::Stream(task, rx, v0_3, slot) => {
+                stream(id, *task, rx, v0_3, state.stopping.subscribe(), slot)
+            }
         };
     };
     batch_reply(&state, &agent, &who, batch).await
@@ -216,14 +224,22 @@ async fn call(
         let json = match method {
             "SendMessage" => send_message(state, agent, &owner, params).await,
             "SendStreamingMessage" => {
+                let slot = match state.streams.open(&owner.tenant) {
+                    Ok(slot) => slot,
+                    Err(e) => return Answer::Json(Err(e)),
+                };
                 return match start(state, agent, &owner, params).await {
-                    Ok((task, rx)) => Answer::Stream(Box::new(task), rx, v0_3),
+                    Ok((task, rx)) => Answer::Stream(Box::new(task), rx, v0_3, slot),
                     Err(e) => Answer::Json(Err(e)),
                 };
             }
             "SubscribeToTask" => {
+                let slot = match state.streams.open(&owner.tenant) {
+                    Ok(slot) => slot,
+                    Err(e) => return Answer::Json(Err(e)),
+                };
                 return match subscribe(state, agent, &owner, params) {
-                    Ok((task, rx)) => Answer::Stream(Box::new(task), rx, v0_3),
+                    Ok((task, rx)) => Answer::Stream(Box::new(task), rx, v0_3, slot),
                     Err(e) => Answer::Json(Err(e)),
                 };
             }
@@ -353,7 +369,13 @@ async fn send_message(
                 }
             }
         };
-        let _ = tokio::time::timeout(state.gateway.wait, finished).await;
+        // The gateway stopping answers at once, with the task as it is.
+        let mut stopping = state.stopping.subscribe();
+        let stopped = stopping.wait_for(|stopping| *stopping);
+        tokio::select! {
+            _ = tokio::time::timeout(state.gateway.wait, finished) => {}
+            _ = stopped => {}
+        }
     }
     let task = state
         .tasks

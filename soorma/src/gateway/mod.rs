@@ -55,6 +55,7 @@ use axum::routing::{get, post};
 use serde_json::json;
 use soorma_common::AgentDefinition;
 use soorma_common::a2a::{AgentCard, CardBuilder};
+use tokio::sync::watch;
 
 use crate::error::{Error, Result};
 use crate::http::{ErrorStyle, HttpConfig, HttpServer};
@@ -244,13 +245,16 @@ impl Gateway {
             .unwrap_or_else(|| format!("http://{addr}"));
         let http_config = self.http.clone();
         let (state, background) = GatewayState::start(self, url.clone()).await?;
+        let stopping = state.stopping.clone();
         let http = HttpServer::spawn(
             listener,
             router(state),
             &http_config,
             ErrorStyle::Plain,
             "A2A gateway",
-            || {},
+            move || {
+                stopping.send_replace(true);
+            },
         )
         .map_err(|e| Error::Config(format!("gateway listener: {e}")))?;
         tracing::info!(%url, "A2A gateway listening");
@@ -323,7 +327,8 @@ impl GatewayHandle {
         &self.url
     }
 
-    /// Stops taking connections and waits for open requests to finish.
+    /// Stops taking connections, ends open streams (and calls waiting for their task) and
+    /// waits for open requests to finish (see [`HttpConfig::stop_timeout`]).
     ///
     /// ```
     /// # #[tokio::main(flavor = "current_thread")] async fn main() -> soorma::Result<()> {
@@ -333,10 +338,10 @@ impl GatewayHandle {
     /// # Ok(()) }
     /// ```
     pub async fn shutdown(self) {
+        self.http.stop().await;
         for task in &self.background {
             task.abort();
         }
-        self.http.stop().await;
     }
 }
 
@@ -346,6 +351,10 @@ struct GatewayState {
     reply_event: String,
     tasks: TaskTable,
     url: String,
+    /// Set when the gateway stops: open streams end and waiting calls answer at once.
+    stopping: watch::Sender<bool>,
+    /// The task streams open per tenant.
+    streams: Arc<stream::StreamSlots>,
 }
 
 impl GatewayState {
@@ -366,8 +375,10 @@ impl GatewayState {
             bus: gateway.platform.bus_client("a2a-gateway"),
             reply_event,
             tasks: TaskTable::new(gateway.limits, gateway.task_timeout),
+            streams: stream::StreamSlots::new(gateway.limits.max_streams_per_tenant_value()),
             url,
             gateway,
+            stopping: watch::Sender::new(false),
         });
         let background = vec![
             tokio::spawn(stream::route_replies(state.clone(), replies)),

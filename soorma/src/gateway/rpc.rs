@@ -88,6 +88,16 @@ impl RpcError {
         )
     }
 
+    /// Too many streams open for one tenant (the same server-error range as [`busy`](Self::busy)).
+    pub fn too_many_streams(open: usize, tenant: &str) -> Self {
+        Self::new(
+            -32000,
+            format!(
+                "Server busy: tenant `{tenant}` has {open} task streams open, this gateway's limit; retry when one has ended"
+            ),
+        )
+    }
+
     pub fn with_data(mut self, data: Value) -> Self {
         self.data = Some(data);
         self

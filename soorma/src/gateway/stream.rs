@@ -7,20 +7,70 @@ use axum::response::{IntoResponse, Response};
 use serde_json::Value;
 use soorma_common::a2a::{StreamResponse, Task};
 use soorma_common::{ActionReply, Topic};
-use tokio::sync::broadcast;
+use tokio::sync::{broadcast, watch};
 
 use super::GatewayState;
 use super::rpc;
 use super::tasks::Outcome;
 use crate::spi::bus::{Settlement, Subscription};
 
-/// Server-sent events: the task, then its updates until it finishes.
-/// `v0_3`: the events in the A2A v0.3 shape.
+/// The task streams open per tenant, each limited to `max` (see
+/// [`TaskLimits::max_streams_per_tenant`](super::TaskLimits::max_streams_per_tenant)).
+pub(super) struct StreamSlots {
+    open: std::sync::Mutex<std::collections::HashMap<String, usize>>,
+    max: usize,
+}
+
+/// One open stream of a tenant, until dropped.
+pub(super) struct StreamSlot {
+    slots: Arc<StreamSlots>,
+    tenant: String,
+}
+
+impl StreamSlots {
+    pub(super) fn new(max: usize) -> Arc<Self> {
+        Arc::new(Self {
+            open: std::sync::Mutex::default(),
+            max,
+        })
+    }
+
+    /// A slot for one more stream of `tenant`, or the error refusing it.
+    pub(super) fn open(self: &Arc<Self>, tenant: &str) -> Result<StreamSlot, rpc::RpcError> {
+        let mut open = self.open.lock().unwrap_or_else(|e| e.into_inner());
+        let n = open.entry(tenant.to_owned()).or_default();
+        if *n >= self.max {
+            return Err(rpc::RpcError::too_many_streams(*n, tenant));
+        }
+        *n += 1;
+        Ok(StreamSlot {
+            slots: self.clone(),
+            tenant: tenant.to_owned(),
+        })
+    }
+}
+
+impl Drop for StreamSlot {
+    fn drop(&mut self) {
+        let mut open = self.slots.open.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some(n) = open.get_mut(&self.tenant) {
+            *n -= 1;
+            if *n == 0 {
+                open.remove(&self.tenant);
+            }
+        }
+    }
+}
+
+/// Server-sent events: the task, then its updates until it finishes or the gateway stops
+/// (`stopping` set). `v0_3`: the events in the A2A v0.3 shape.
 pub(super) fn stream(
     id: Value,
     task: Task,
     rx: broadcast::Receiver<StreamResponse>,
     v0_3: bool,
+    stopping: watch::Receiver<bool>,
+    slot: StreamSlot,
 ) -> Response {
     let shape = move |response: StreamResponse| {
         let value = serde_json::to_value(response).unwrap_or(Value::Null);
@@ -32,20 +82,24 @@ pub(super) fn stream(
     };
     let first = rpc::success(&id, shape(StreamResponse::Task(task)));
     let events = futures_util::stream::unfold(
-        (Some(first), rx, id, false),
-        move |(first, mut rx, id, done)| async move {
+        (Some(first), rx, id, false, (stopping, slot)),
+        move |(first, mut rx, id, done, (mut stopping, slot))| async move {
             if let Some(first) = first {
-                return Some((sse(&first), (None, rx, id, false)));
+                return Some((sse(&first), (None, rx, id, false, (stopping, slot))));
             }
             if done {
                 return None;
             }
             loop {
-                match rx.recv().await {
+                let update = tokio::select! {
+                    update = rx.recv() => update,
+                    _ = stopping.wait_for(|stopping| *stopping) => return None,
+                };
+                match update {
                     Ok(update) => {
                         let finished = matches!(&update, StreamResponse::StatusUpdate(u) if u.status.state.is_terminal());
                         let body = rpc::success(&id, shape(update));
-                        return Some((sse(&body), (None, rx, id, finished)));
+                        return Some((sse(&body), (None, rx, id, finished, (stopping, slot))));
                     }
                     Err(broadcast::error::RecvError::Lagged(n)) => {
                         tracing::warn!(skipped = n, "a slow A2A stream missed updates");

@@ -1,7 +1,7 @@
 //! The gateway's A2A tasks: one per message sent, owned by the caller that sent it, updated
 //! from the agent's reply and progress; bounded in count, bytes and time.
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
@@ -21,7 +21,8 @@ use crate::util::{bounded, new_id, now_rfc3339};
 /// A task's history and artifacts count against [`per_task_bytes`](Self::per_task_bytes): a
 /// message over it is kept as a short note in the history (the agent still gets all of it), a
 /// result over it fails the task with an error saying so. When the table is full (count or
-/// bytes) the tasks that finished longest ago are dropped first. At most
+/// bytes) the tasks that finished longest ago are dropped first: first those of the tenant
+/// whose task made it full, so that one tenant's flood does not drop another's results. At most
 /// [`max_in_flight`](Self::max_in_flight) tasks work at once, and at most
 /// [`max_in_flight_per_tenant`](Self::max_in_flight_per_tenant) of one tenant (so that one
 /// tenant cannot take every slot); more are refused with JSON-RPC error -32000 until some
@@ -42,11 +43,12 @@ pub struct TaskLimits {
     per_task_bytes: usize,
     total_bytes: usize,
     page_bytes: usize,
+    max_streams_per_tenant: usize,
 }
 
 impl Default for TaskLimits {
     /// 10,000 tasks, 256 in flight (64 of one tenant), 256 KiB per task, 128 MiB in all,
-    /// 1 MiB per list page.
+    /// 1 MiB per list page, 32 open streams per tenant.
     fn default() -> Self {
         Self {
             max_tasks: 10_000,
@@ -55,6 +57,7 @@ impl Default for TaskLimits {
             per_task_bytes: 256 * 1024,
             total_bytes: 128 * 1024 * 1024,
             page_bytes: 1024 * 1024,
+            max_streams_per_tenant: 32,
         }
     }
 }
@@ -94,6 +97,26 @@ impl TaskLimits {
     pub fn max_in_flight_per_tenant(mut self, n: usize) -> Self {
         self.max_in_flight_per_tenant = n.max(1);
         self
+    }
+
+    /// How many task streams (`SendStreamingMessage`, `SubscribeToTask`) one tenant may have
+    /// open at once (at least 1; default 32): each holds a connection, and the connections of
+    /// a gateway are limited ([`HttpConfig::max_connections`](crate::http::HttpConfig::max_connections)),
+    /// so one tenant cannot take them all. One more is refused with JSON-RPC error -32000.
+    ///
+    /// ```
+    /// let l = soorma::gateway::TaskLimits::default().max_streams_per_tenant(8);
+    /// # let _ = l;
+    /// ```
+    #[must_use]
+    pub fn max_streams_per_tenant(mut self, n: usize) -> Self {
+        self.max_streams_per_tenant = n.max(1);
+        self
+    }
+
+    /// The most task streams one tenant may have open at once.
+    pub(crate) fn max_streams_per_tenant_value(&self) -> usize {
+        self.max_streams_per_tenant
     }
 
     /// How many bytes (as JSON) one task's history and artifacts may hold.
@@ -175,6 +198,8 @@ struct Tables {
     working: BTreeMap<u64, String>,
     /// Finished tasks by finishing order: the first is evicted first.
     finished: BTreeMap<u64, String>,
+    /// The keys in `finished` of each tenant's tasks.
+    finished_by_tenant: HashMap<String, BTreeSet<u64>>,
     /// Working tasks per tenant.
     working_by_tenant: HashMap<String, usize>,
     bytes: usize,
@@ -340,7 +365,7 @@ impl TaskTable {
                 updates,
             },
         );
-        tables.enforce(&self.limits);
+        tables.enforce(&self.limits, &owner.tenant);
         Ok(rx)
     }
 
@@ -513,6 +538,7 @@ impl Tables {
         let Some(entry) = self.tasks.get_mut(id) else {
             return false;
         };
+        let tenant = entry.owner.tenant.clone();
         if entry.task.status.state.is_terminal() {
             return false;
         }
@@ -565,7 +591,7 @@ impl Tables {
                         )));
             }
         }
-        self.enforce(limits);
+        self.enforce(limits, &tenant);
         true
     }
 
@@ -597,6 +623,10 @@ impl Tables {
             self.next_seq += 1;
             self.working.remove(&seq);
             self.finished.insert(key, id.to_owned());
+            self.finished_by_tenant
+                .entry(tenant.clone())
+                .or_default()
+                .insert(key);
             self.not_working(&tenant);
         }
     }
@@ -634,11 +664,17 @@ impl Tables {
         expired
     }
 
-    /// Drops the tasks that finished longest ago while over the count or byte limits; the
-    /// oldest working tasks (failed first) when no finished task is left.
-    fn enforce(&mut self, limits: &TaskLimits) {
+    /// Drops the tasks that finished longest ago while over the count or byte limits, those of
+    /// `tenant` (whose task went over) first; the oldest working tasks (failed first) when no
+    /// finished task is left.
+    fn enforce(&mut self, limits: &TaskLimits, tenant: &str) {
         while self.tasks.len() > limits.max_tasks || self.bytes > limits.total_bytes {
-            if let Some((_, id)) = self.finished.pop_first() {
+            let own = self
+                .finished_by_tenant
+                .get(tenant)
+                .and_then(|keys| keys.first().copied());
+            let oldest = own.or_else(|| self.finished.first_key_value().map(|(k, _)| *k));
+            if let Some(id) = oldest.and_then(|key| self.finished.get(&key).cloned()) {
                 self.remove(&id);
             } else if let Some((_, id)) = self.working.first_key_value() {
                 let id = id.clone();
@@ -662,6 +698,12 @@ impl Tables {
         match entry.finished {
             Some(key) => {
                 self.finished.remove(&key);
+                if let Some(keys) = self.finished_by_tenant.get_mut(&entry.owner.tenant) {
+                    keys.remove(&key);
+                    if keys.is_empty() {
+                        self.finished_by_tenant.remove(&entry.owner.tenant);
+                    }
+                }
             }
             None => {
                 self.working.remove(&entry.seq);
@@ -719,6 +761,32 @@ mod tests {
         assert!(!t.apply_from(&id, "globex", Some("calc"), Outcome::Completed(Value::Null)));
         assert!(!t.apply_from(&id, "acme", Some("evil"), Outcome::Completed(Value::Null)));
         assert!(t.apply_from(&id, "acme", Some("calc"), Outcome::Completed(Value::Null)));
+    }
+
+    #[test]
+    fn a_tenant_filling_the_table_drops_its_own_results_not_anothers() {
+        let limits = TaskLimits::default().max_tasks(10).max_in_flight(10);
+        let t = table(limits);
+        let (acme, globex) = (owner("acme"), owner("globex"));
+        // globex's results, not fetched yet.
+        let mut kept = Vec::new();
+        for i in 0..3 {
+            let task = task("mine");
+            kept.push(task.id.clone());
+            t.insert("a", &globex, task, format!("g{i}")).unwrap();
+            t.apply(&kept[i], Outcome::Completed(Value::String("ok".into())));
+        }
+        // acme floods the table with quick tasks.
+        for i in 0..100 {
+            let task = task("flood");
+            let id = task.id.clone();
+            t.insert("a", &acme, task, format!("a{i}")).unwrap();
+            t.apply(&id, Outcome::Completed(Value::String("ok".into())));
+            assert!(t.usage().0 <= 10);
+        }
+        for id in &kept {
+            assert!(t.get("a", &globex, id, None).is_some(), "globex lost {id}");
+        }
     }
 
     #[test]

@@ -1,5 +1,6 @@
 //! The HTTP layer the A2A gateway and the MCP server share (features `gateway`, `mcp`): the
-//! connection loop (header-read and keep-alive timeouts, a connection limit, graceful stop) and
+//! connection loop (header-read, keep-alive and write timeouts, a connection limit, graceful
+//! stop within a deadline) and
 //! the checks every request passes first ([`HttpConfig`]: allowed `Host`s, `application/json`
 //! bodies, body size and read time).
 //!
@@ -45,7 +46,11 @@ use guard::{Guard, HostPolicy};
 /// - **Body**: at most [`max_body_bytes`](Self::max_body_bytes) (4 MiB; HTTP 413, then the
 ///   connection is closed), read within [`body_timeout`](Self::body_timeout) (30 s; HTTP 408).
 /// - **Connections**: at most [`max_connections`](Self::max_connections) (512) open at once;
-///   further clients wait in the listen backlog until one closes.
+///   further clients wait in the listen backlog until one closes. A connection whose client
+///   stops reading (a response, or a stream, waits to be written) is closed after
+///   [`write_timeout`](Self::write_timeout) (30 s) without progress, so it cannot hold its slot.
+/// - **Stop**: open requests and streams get [`stop_timeout`](Self::stop_timeout) (10 s) to
+///   finish; connections still open then are closed.
 ///
 /// ```
 /// use soorma::http::HttpConfig;
@@ -60,6 +65,8 @@ pub struct HttpConfig {
     body_timeout: Duration,
     max_body_bytes: usize,
     max_connections: usize,
+    write_timeout: Duration,
+    stop_timeout: Duration,
 }
 
 impl Default for HttpConfig {
@@ -70,6 +77,8 @@ impl Default for HttpConfig {
             body_timeout: Duration::from_secs(30),
             max_body_bytes: 4 * 1024 * 1024,
             max_connections: 512,
+            write_timeout: Duration::from_secs(30),
+            stop_timeout: Duration::from_secs(10),
         }
     }
 }
@@ -148,6 +157,31 @@ impl HttpConfig {
         self
     }
 
+    /// How long a response (or a stream) may wait to be written because its client does not
+    /// read, before the connection is closed (default 30 s; counted again after each write
+    /// that makes progress).
+    ///
+    /// ```
+    /// let http = soorma::http::HttpConfig::default().write_timeout(std::time::Duration::from_secs(10));
+    /// # let _ = http;
+    /// ```
+    pub fn write_timeout(mut self, timeout: Duration) -> Self {
+        self.write_timeout = timeout.max(Duration::from_millis(1));
+        self
+    }
+
+    /// How long stopping the server waits for open requests and streams to finish before it
+    /// closes their connections (default 10 s).
+    ///
+    /// ```
+    /// let http = soorma::http::HttpConfig::default().stop_timeout(std::time::Duration::from_secs(2));
+    /// # let _ = http;
+    /// ```
+    pub fn stop_timeout(mut self, timeout: Duration) -> Self {
+        self.stop_timeout = timeout;
+        self
+    }
+
     /// The `Host` policy of a server bound to `addr`.
     fn host_policy(&self, addr: SocketAddr) -> HostPolicy {
         if !self.allowed_hosts.is_empty() {
@@ -195,10 +229,14 @@ impl HttpServer {
             .timer(TokioTimer::new())
             .header_read_timeout(config.header_timeout)
             .keep_alive(true);
-        let slots = Arc::new(Semaphore::new(config.max_connections));
+        let limits = ConnectionLimits {
+            slots: Arc::new(Semaphore::new(config.max_connections)),
+            write_timeout: config.write_timeout,
+            stop_timeout: config.stop_timeout,
+        };
         let (stop, stopped) = watch::channel(false);
         let task = tokio::spawn(accept_loop(
-            listener, app, http1, slots, stopped, what, on_stop,
+            listener, app, http1, limits, stopped, what, on_stop,
         ));
         Ok(Self { stop, task })
     }
@@ -214,20 +252,32 @@ async fn until_stopped(stopped: &mut watch::Receiver<bool>) {
     let _ = stopped.wait_for(|s| *s).await;
 }
 
-/// Takes connections (one slot each) until stopped, then waits for the open ones to finish.
+/// What bounds a server's connections: their number, the wait for a client to read, the wait
+/// for them to finish at a stop.
+struct ConnectionLimits {
+    slots: Arc<Semaphore>,
+    write_timeout: Duration,
+    stop_timeout: Duration,
+}
+
+/// Takes connections (one slot each) until stopped, then waits for the open ones to finish
+/// (closing those still open after the stop timeout).
 async fn accept_loop(
     listener: tokio::net::TcpListener,
     app: axum::Router,
     http1: hyper::server::conn::http1::Builder,
-    slots: Arc<Semaphore>,
+    limits: ConnectionLimits,
     mut stopped: watch::Receiver<bool>,
     what: &'static str,
     on_stop: impl FnOnce() + Send + 'static,
 ) {
     let graceful = GracefulShutdown::new();
+    // At most one task per slot runs; finished ones are reaped before each accept.
+    let mut connections = tokio::task::JoinSet::new();
     loop {
+        while connections.try_join_next().is_some() {}
         let slot = tokio::select! {
-            slot = slots.clone().acquire_owned() => match slot {
+            slot = limits.slots.clone().acquire_owned() => match slot {
                 Ok(slot) => slot,
                 Err(_) => break, // never closed
             },
@@ -247,10 +297,16 @@ async fn accept_loop(
             }
         };
         let _ = stream.set_nodelay(true);
-        let connection =
-            http1.serve_connection(TokioIo::new(stream), TowerToHyperService::new(app.clone()));
+        // A write that makes no progress for the write timeout fails the connection: a client
+        // that stops reading does not keep its slot.
+        let mut io = tokio_io_timeout::TimeoutStream::new(stream);
+        io.set_write_timeout(Some(limits.write_timeout));
+        let connection = http1.serve_connection(
+            TokioIo::new(Box::pin(io)),
+            TowerToHyperService::new(app.clone()),
+        );
         let connection = graceful.watch(connection);
-        tokio::spawn(async move {
+        connections.spawn(async move {
             if let Err(e) = connection.await {
                 tracing::debug!(error = %e, %peer, "HTTP connection closed with an error");
             }
@@ -259,5 +315,15 @@ async fn accept_loop(
     }
     on_stop();
     drop(listener);
-    graceful.shutdown().await;
+    if tokio::time::timeout(limits.stop_timeout, graceful.shutdown())
+        .await
+        .is_err()
+    {
+        tracing::warn!(
+            open = connections.len(),
+            "the {what} stopped with connections still open after {:?}; closing them",
+            limits.stop_timeout
+        );
+    }
+    connections.shutdown().await;
 }
