@@ -120,10 +120,15 @@ async fn the_reference_server_is_listed_and_called_over_stdio() {
         paths.contains(&"/a") && paths.contains(&""),
         "{violations:?}"
     );
-    assert!(matches!(
-        mcp.call("everything:no-such-tool", json!({})).await,
-        Err(McpError::UnknownTool { .. })
-    ));
+    // Names a caller invents (a model told to, say) are refused and leave nothing behind.
+    for i in 0..50 {
+        assert!(matches!(
+            mcp.call(&format!("everything:no-such-tool-{i}"), json!({}))
+                .await,
+            Err(McpError::UnknownTool { .. })
+        ));
+    }
+    assert!(mcp.stats("everything:no-such-tool-7").is_none());
     assert!(matches!(
         mcp.call("nowhere:echo", json!({})).await,
         Err(McpError::UnknownServer { .. })
@@ -416,6 +421,23 @@ async fn the_servers_tool_descriptions_prompt_and_media_results_are_used() {
                 blob: None
             }
         ]
+    );
+    mcp.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_server_paging_for_ever_is_a_protocol_error() {
+    let mcp = coordinator(McpConfig::new().server(fault_server("endless").arg("--endless-pages")));
+    let started = std::time::Instant::now();
+    let err = mcp.list_tools().await.unwrap_err();
+    assert!(
+        matches!(&err, McpError::Protocol { server, message } if server == "endless" && message.contains("more than 100 pages")),
+        "{err:?}"
+    );
+    assert!(
+        started.elapsed() < Duration::from_secs(20),
+        "{:?}",
+        started.elapsed()
     );
     mcp.shutdown().await;
 }

@@ -246,11 +246,8 @@ async fn nats_tools_and_calls_over_http() {
     tools_and_calls(platform).await;
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn scope_and_timeouts() {
-    soorma_tests::init_tracing();
-    let platform = Platform::embedded();
-    // A tool in the registry that nobody runs: calls to it time out.
+/// Registers a tool `ghost` (`haunt.requested`) that nobody runs: calls to it time out.
+async fn register_ghost(platform: &Platform) {
     let ghost = AgentCapability::new(
         "haunt",
         EventDefinition::new("haunt.requested", soorma::Topic::ActionRequests),
@@ -260,6 +257,14 @@ async fn scope_and_timeouts() {
         .register(AgentDefinition::new("ghost-1", "ghost", AgentKind::Tool).with_capability(ghost))
         .await
         .unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn scope_and_timeouts() {
+    soorma_tests::init_tracing();
+    let platform = Platform::embedded();
+    // A tool in the registry that nobody runs: calls to it time out.
+    register_ghost(&platform).await;
     let server = McpServer::new(&platform)
         .agent("ghost")
         .agent("calculator")
@@ -290,6 +295,45 @@ async fn scope_and_timeouts() {
         matches!(out_of_scope, ServiceError::McpError(e) if e.code == ErrorCode::INVALID_PARAMS)
     );
 
+    client.cancel().await.unwrap();
+    s.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn calls_beyond_the_limit_are_refused_as_busy() {
+    let platform = Platform::embedded();
+    register_ghost(&platform).await;
+    let server = McpServer::new(&platform)
+        .max_calls(1)
+        .call_timeout(Duration::from_millis(1500));
+    let s = Setup::start(&platform, server).await;
+    let client = s.client().await;
+    // A call nobody answers holds the only place until it times out.
+    let peer = client.peer().clone();
+    let waiting = tokio::spawn(async move {
+        peer.call_tool(CallToolRequestParams::new("haunt.requested"))
+            .await
+            .unwrap()
+    });
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let busy = client
+        .call_tool(args(json!({"expression": "6*7"})))
+        .await
+        .unwrap();
+    assert_eq!(busy.is_error, Some(true));
+    assert!(text(&busy).contains("busy"), "{}", text(&busy));
+    let late = waiting.await.unwrap();
+    assert!(
+        text(&late).contains("did not answer within"),
+        "{}",
+        text(&late)
+    );
+    // Its place is free again.
+    let answered = client
+        .call_tool(args(json!({"expression": "6*7"})))
+        .await
+        .unwrap();
+    assert_eq!(answered.is_error, Some(false), "{}", text(&answered));
     client.cancel().await.unwrap();
     s.shutdown().await;
 }

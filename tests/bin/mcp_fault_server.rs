@@ -4,7 +4,8 @@
 //! when `fail`), `crash {}` (the process exits without answering), `pid {}`, `counters {}`
 //! (calls and cancellations seen), `media {}` (an image and an embedded resource), `huge {mb}`
 //! (a text result of `mb` MiB). Prompt:
-//! `tool-descriptions`. Writes a line to stderr on start.
+//! `tool-descriptions`. Writes a line to stderr on start. With the argument `--endless-pages`,
+//! every `tools/list` page names a next page, for ever.
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
@@ -74,9 +75,18 @@ impl ServerHandler for FaultServer {
 
     async fn list_tools(
         &self,
-        _: Option<PaginatedRequestParams>,
+        params: Option<PaginatedRequestParams>,
         _: RequestContext<RoleServer>,
     ) -> Result<ListToolsResult, ErrorData> {
+        if std::env::args().any(|a| a == "--endless-pages") {
+            let page: u64 = params
+                .and_then(|p| p.cursor)
+                .and_then(|c| c.parse().ok())
+                .unwrap_or(0);
+            return Ok(from_json(
+                json!({"tools": tools(), "nextCursor": (page + 1).to_string()}),
+            ));
+        }
         Ok(from_json(json!({"tools": tools()})))
     }
 

@@ -6,7 +6,7 @@ use std::sync::{Arc, Mutex, OnceLock};
 use std::time::{Duration, Instant};
 
 use rmcp::ServiceError;
-use rmcp::model::{CallToolRequestParams, GetPromptRequestParams};
+use rmcp::model::{CallToolRequestParams, GetPromptRequestParams, PaginatedRequestParams};
 use serde_json::Value;
 use tracing::Instrument;
 
@@ -18,6 +18,57 @@ use crate::error::SchemaViolation;
 
 /// The name of the prompt a server may offer to describe its tools to a model.
 pub const TOOL_DESCRIPTIONS_PROMPT: &str = "tool-descriptions";
+
+/// The most tools whose circuit and statistics a coordinator keeps.
+const MAX_TOOL_STATES: usize = 4096;
+
+/// The most pages, items and bytes (as JSON) one listing of a server's tools or prompts takes:
+/// a server paging for ever, or with huge pages, is a protocol error, not memory used up.
+const MAX_LIST_PAGES: usize = 100;
+const MAX_LISTED: usize = 10_000;
+const MAX_LISTED_BYTES: usize = 16 * 1024 * 1024;
+
+/// Every item of a paged listing of `what`, page by page (`page(cursor)`: the items and the
+/// next cursor); `Ok(Err(_))` says which bound a server went past, or that it sent a cursor
+/// again.
+async fn list_bounded<T, F, Fut>(
+    what: &str,
+    mut page: F,
+) -> Result<Result<Vec<T>, String>, ServiceError>
+where
+    T: serde::Serialize,
+    F: FnMut(Option<String>) -> Fut,
+    Fut: std::future::Future<Output = Result<(Vec<T>, Option<String>), ServiceError>>,
+{
+    let mut items = Vec::new();
+    let (mut bytes, mut seen) = (0usize, std::collections::HashSet::new());
+    let mut cursor = None;
+    for _ in 0..MAX_LIST_PAGES {
+        let (found, next) = page(cursor).await?;
+        for item in found {
+            bytes += serde_json::to_vec(&item).map_or(0, |json| json.len());
+            items.push(item);
+            if items.len() > MAX_LISTED || bytes > MAX_LISTED_BYTES {
+                return Ok(Err(format!(
+                    "its {what} list is larger than {MAX_LISTED} items or {MAX_LISTED_BYTES} bytes"
+                )));
+            }
+        }
+        match next {
+            None => return Ok(Ok(items)),
+            Some(next) if !seen.insert(next.clone()) => {
+                return Ok(Err(format!(
+                    "its {what} list repeats the cursor {:?}",
+                    crate::util::bounded(&next, 64)
+                )));
+            }
+            Some(next) => cursor = Some(next),
+        }
+    }
+    Ok(Err(format!(
+        "its {what} list has more than {MAX_LIST_PAGES} pages"
+    )))
+}
 
 /// Calls the tools of the configured MCP servers.
 ///
@@ -359,12 +410,16 @@ impl McpCoordinator {
         let (server, catalog, i) = match self.resolve(name).await {
             Ok(found) => found,
             Err(e) => {
-                if let Some((state, admitted)) = early
-                    && matches!(e, McpError::Connect { .. } | McpError::Disconnected { .. })
-                {
-                    // A server that cannot be reached fails its tools too.
-                    admitted.finish(false);
-                    state.stats.record(false, started.elapsed());
+                if let Some((state, admitted)) = early {
+                    if matches!(e, McpError::Connect { .. } | McpError::Disconnected { .. }) {
+                        // A server that cannot be reached fails its tools too.
+                        admitted.finish(false);
+                        state.stats.record(false, started.elapsed());
+                    } else if matches!(e, McpError::UnknownTool { .. }) {
+                        // Names a caller invents do not stay.
+                        drop(admitted);
+                        self.forget_unknown(name, &state);
+                    }
                 }
                 return Err(e);
             }
@@ -526,10 +581,18 @@ impl McpCoordinator {
             message,
         };
         let late = |what: &str| protocol(format!("{what} did not answer within {limit:?}"));
-        let prompts = tokio::time::timeout(limit, connection.peer.list_all_prompts())
+        let listing = list_bounded("prompts", |cursor| async {
+            let page = connection
+                .peer
+                .list_prompts(Some(PaginatedRequestParams::default().with_cursor(cursor)))
+                .await?;
+            Ok((page.prompts, page.next_cursor))
+        });
+        let prompts = tokio::time::timeout(limit, listing)
             .await
             .map_err(|_| late("prompts/list"))?
-            .map_err(|e| protocol(plain(&e)))?;
+            .map_err(|e| protocol(plain(&e)))?
+            .map_err(protocol)?;
         if !prompts.iter().any(|p| p.name == TOOL_DESCRIPTIONS_PROMPT) {
             return Ok(None);
         }
@@ -623,17 +686,35 @@ impl McpCoordinator {
             })
     }
 
+    /// The circuit and statistics of the tool `qualified`; past [`MAX_TOOL_STATES`] tools
+    /// (names a caller invents, on a server that cannot be reached to tell), a new name's are
+    /// not kept.
     fn tool_state(&self, qualified: &str) -> Arc<ToolState> {
         let mut tools = self.inner.tools.lock().unwrap_or_else(|e| e.into_inner());
-        tools
-            .entry(qualified.to_owned())
-            .or_insert_with(|| {
-                Arc::new(ToolState {
-                    breaker: Arc::new(CircuitBreaker::new(self.inner.breaker)),
-                    stats: StatsCell::default(),
-                })
-            })
-            .clone()
+        if let Some(state) = tools.get(qualified) {
+            return state.clone();
+        }
+        let state = Arc::new(ToolState {
+            breaker: Arc::new(CircuitBreaker::new(self.inner.breaker)),
+            stats: StatsCell::default(),
+        });
+        if tools.len() < MAX_TOOL_STATES {
+            tools.insert(qualified.to_owned(), state.clone());
+        }
+        state
+    }
+
+    /// Drops the state of `qualified`, a tool its server does not have, unless another call
+    /// holds it too.
+    fn forget_unknown(&self, qualified: &str, state: &Arc<ToolState>) {
+        let mut tools = self.inner.tools.lock().unwrap_or_else(|e| e.into_inner());
+        // Ours (the map's and this call's references) and nobody else's.
+        if tools
+            .get(qualified)
+            .is_some_and(|s| Arc::ptr_eq(s, state) && Arc::strong_count(s) == 2)
+        {
+            tools.remove(qualified);
+        }
     }
 
     /// The server's live connection, (re)connecting when there is none.
@@ -665,25 +746,35 @@ impl McpCoordinator {
         if let Some(c) = slot.as_ref().filter(|_| !changed) {
             return Ok(c.clone());
         }
-        let listed = tokio::time::timeout(
-            server.config.timeouts.connect,
-            connection.peer.list_all_tools(),
-        )
-        .await
-        .map_err(|_| {
-            if changed {
-                connection.tools_changed.store(true, Ordering::Release);
-            }
-            McpError::Protocol {
-                server: server.config.id.clone(),
-                message: format!(
-                    "tools/list did not answer within {:?}",
-                    server.config.timeouts.connect
-                ),
-            }
-        })?;
+        let listing = list_bounded("tools", |cursor| async {
+            let page = connection
+                .peer
+                .list_tools(Some(PaginatedRequestParams::default().with_cursor(cursor)))
+                .await?;
+            Ok((page.tools, page.next_cursor))
+        });
+        let listed = tokio::time::timeout(server.config.timeouts.connect, listing)
+            .await
+            .map_err(|_| {
+                if changed {
+                    connection.tools_changed.store(true, Ordering::Release);
+                }
+                McpError::Protocol {
+                    server: server.config.id.clone(),
+                    message: format!(
+                        "tools/list did not answer within {:?}",
+                        server.config.timeouts.connect
+                    ),
+                }
+            })?;
         let tools = match listed {
-            Ok(tools) => tools,
+            Ok(Ok(tools)) => tools,
+            Ok(Err(message)) => {
+                return Err(McpError::Protocol {
+                    server: server.config.id.clone(),
+                    message,
+                });
+            }
             Err(e) => {
                 if changed {
                     connection.tools_changed.store(true, Ordering::Release);

@@ -101,6 +101,7 @@ pub struct McpServer {
     verifier: Option<Verifier>,
     max_sessions: usize,
     session_idle: Duration,
+    max_calls: usize,
 }
 
 /// The bearer-token verifier of a server (not printed).
@@ -134,6 +135,7 @@ impl McpServer {
             verifier: None,
             max_sessions: 256,
             session_idle: Duration::from_secs(300),
+            max_calls: 256,
         }
     }
 
@@ -288,6 +290,21 @@ impl McpServer {
     /// ```
     pub fn max_sessions(mut self, sessions: usize) -> Self {
         self.max_sessions = sessions.max(1);
+        self
+    }
+
+    /// How many tool calls the server runs at once, over all sessions (default 256, at least
+    /// 1); a call beyond them is answered at once with a tool error saying the server is busy.
+    /// A call holds its place until its agent replies, the call times out
+    /// ([`call_timeout`](Self::call_timeout)) or its client cancels it, even when the client
+    /// has gone.
+    ///
+    /// ```
+    /// let s = soorma::mcp::McpServer::new(&soorma::Platform::embedded()).max_calls(32);
+    /// # let _ = s;
+    /// ```
+    pub fn max_calls(mut self, calls: usize) -> Self {
+        self.max_calls = calls.clamp(1, tokio::sync::Semaphore::MAX_PERMITS);
         self
     }
 
@@ -523,6 +540,8 @@ struct Shared {
     reply_event: String,
     catalog: Mutex<Option<(Instant, Arc<Catalog>)>>,
     progress: ProgressRouter,
+    /// One permit per tool call running ([`McpServer::max_calls`]).
+    calls: Arc<tokio::sync::Semaphore>,
 }
 
 impl McpService {
@@ -540,6 +559,7 @@ impl McpService {
                 reply_event: format!("mcp-server.replied.{}", new_id()),
                 catalog: Mutex::default(),
                 progress: ProgressRouter::default(),
+                calls: Arc::new(tokio::sync::Semaphore::new(config.max_calls)),
                 config,
             }),
         }
@@ -686,6 +706,14 @@ impl McpService {
         let shared = &self.shared;
         let name = request.name.to_string();
         let route = shared.route(&name).await?;
+        // Held until the call is answered.
+        let Ok(_running) = shared.calls.clone().try_acquire_owned() else {
+            tracing::warn!(tool = %name, max = shared.config.max_calls, "MCP tool call refused: the server is busy");
+            return Ok(failure(format!(
+                "the server is busy: {} tool calls are running; try again later",
+                shared.config.max_calls
+            )));
+        };
         let arguments = request.arguments.unwrap_or_default();
         let payload = if route.wrapped {
             match arguments.get(INPUT) {
