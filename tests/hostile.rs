@@ -349,13 +349,16 @@ async fn a_subject_too_long_to_dead_letter_under_is_dead_lettered_once_and_the_c
     )
     .await
     .unwrap();
-    // About 4,000 bytes: within the server's control-line limit (4 KiB) for this publish, but
-    // not for a dead letter under `soorma-dlq.` and the same tail (the server would close the
-    // agent's connection, again on every retry and redelivery).
-    let tokens = vec!["x"; 1_985].join(".");
+    // 4,069 bytes: within the server's control-line limit (4 KiB) for a plain publish, but not
+    // for a dead letter's (`soorma-dlq.` and the same tail, a reply inbox and header sizes):
+    // the server would close the agent's connection, again on every retry and redelivery.
+    let tokens = vec!["x"; 2_020].join(".");
     let subject = format!("soorma.default.business-facts.{tokens}");
+    assert_eq!(subject.len(), 4_069);
     let started = std::time::Instant::now();
-    publish_raw(&js, &subject, b"junk".to_vec()).await;
+    let core = t.platform().nats_client().unwrap().clone();
+    core.publish(subject, "junk".into()).await.unwrap();
+    core.flush().await.unwrap();
     let notice = t.expect_event("event.dead_lettered", WAIT).await.unwrap();
     assert!(
         notice.data["reason"]
@@ -373,7 +376,8 @@ async fn a_subject_too_long_to_dead_letter_under_is_dead_lettered_once_and_the_c
         .get("Soorma-Original-Subject")
         .unwrap()
         .to_string();
-    assert!(original.len() <= 1024, "{}", original.len());
+    // Cut to the longest subject soorma publishes on (about 1.1 KiB).
+    assert!(original.len() <= 1_200, "{}", original.len());
     assert!(
         started.elapsed() < Duration::from_secs(10),
         "{:?}",
@@ -408,7 +412,7 @@ fn reply_to_order_7(tenant: &str, says: &str) -> Vec<u8> {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_client_without_a_tenant_takes_no_reply_of_another_tenant() {
-    let (_server, t, _js) = calculator_on_nats().await;
+    let (_server, t, js) = calculator_on_nats().await;
     // No tenant: it acts for the default one, with a correlation id anyone may guess.
     let client = t.client();
     let call = tokio::spawn(async move {
@@ -419,7 +423,21 @@ async fn a_client_without_a_tenant_takes_no_reply_of_another_tenant() {
             .timeout(Duration::from_secs(10))
             .await
     });
-    tokio::time::sleep(Duration::from_millis(500)).await;
+    // Its request stored means its reply subscription is in place (subscribed first, on the
+    // same connection as the replies below).
+    let requests = js.get_stream("SOORMA_ACTION_REQUESTS").await.unwrap();
+    let deadline = tokio::time::Instant::now() + WAIT;
+    while requests
+        .get_last_raw_message_by_subject("soorma.default.action-requests.nobody.requested")
+        .await
+        .is_err()
+    {
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "the request was not stored"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
     let core = t.platform().nats_client().unwrap().clone();
     for (tenant, says) in [("acme", "forged"), ("default", "genuine")] {
         core.publish(

@@ -21,8 +21,8 @@ use crate::util::{bounded, new_id, now_rfc3339};
 /// A task's history and artifacts count against [`per_task_bytes`](Self::per_task_bytes): a
 /// message over it is kept as a short note in the history (the agent still gets all of it), a
 /// result over it fails the task with an error saying so. When the table is full (count or
-/// bytes) the tasks that finished longest ago are dropped first: first those of the tenant
-/// whose task made it full, so that one tenant's flood does not drop another's results. At most
+/// bytes) finished tasks are dropped, the oldest of the tenant holding the most first, so that
+/// one tenant's flood does not drop another's results. At most
 /// [`max_in_flight`](Self::max_in_flight) tasks work at once, and at most
 /// [`max_in_flight_per_tenant`](Self::max_in_flight_per_tenant) of one tenant (so that one
 /// tenant cannot take every slot); more are refused with JSON-RPC error -32000 until some
@@ -365,7 +365,7 @@ impl TaskTable {
                 updates,
             },
         );
-        tables.enforce(&self.limits, &owner.tenant);
+        tables.enforce(&self.limits);
         Ok(rx)
     }
 
@@ -538,7 +538,6 @@ impl Tables {
         let Some(entry) = self.tasks.get_mut(id) else {
             return false;
         };
-        let tenant = entry.owner.tenant.clone();
         if entry.task.status.state.is_terminal() {
             return false;
         }
@@ -591,7 +590,7 @@ impl Tables {
                         )));
             }
         }
-        self.enforce(limits, &tenant);
+        self.enforce(limits);
         true
     }
 
@@ -664,17 +663,16 @@ impl Tables {
         expired
     }
 
-    /// Drops the tasks that finished longest ago while over the count or byte limits, those of
-    /// `tenant` (whose task went over) first; the oldest working tasks (failed first) when no
-    /// finished task is left.
-    fn enforce(&mut self, limits: &TaskLimits, tenant: &str) {
+    /// Drops finished tasks while over the count or byte limits: the oldest of the tenant
+    /// holding the most; the oldest working tasks (failed first) when no finished task is left.
+    fn enforce(&mut self, limits: &TaskLimits) {
         while self.tasks.len() > limits.max_tasks || self.bytes > limits.total_bytes {
-            let own = self
+            let largest = self
                 .finished_by_tenant
-                .get(tenant)
+                .values()
+                .max_by_key(|keys| keys.len())
                 .and_then(|keys| keys.first().copied());
-            let oldest = own.or_else(|| self.finished.first_key_value().map(|(k, _)| *k));
-            if let Some(id) = oldest.and_then(|key| self.finished.get(&key).cloned()) {
+            if let Some(id) = largest.and_then(|key| self.finished.get(&key).cloned()) {
                 self.remove(&id);
             } else if let Some((_, id)) = self.working.first_key_value() {
                 let id = id.clone();
@@ -766,27 +764,30 @@ mod tests {
     #[test]
     fn a_tenant_filling_the_table_drops_its_own_results_not_anothers() {
         let limits = TaskLimits::default().max_tasks(10).max_in_flight(10);
-        let t = table(limits);
         let (acme, globex) = (owner("acme"), owner("globex"));
-        // globex's results, not fetched yet.
-        let mut kept = Vec::new();
-        for i in 0..3 {
-            let task = task("mine");
-            kept.push(task.id.clone());
-            t.insert("a", &globex, task, format!("g{i}")).unwrap();
-            t.apply(&kept[i], Outcome::Completed(Value::String("ok".into())));
-        }
-        // acme floods the table with quick tasks.
-        for i in 0..100 {
-            let task = task("flood");
+        let finished = |t: &TaskTable, o: &Owner, i: usize| {
+            let task = task("result");
             let id = task.id.clone();
-            t.insert("a", &acme, task, format!("a{i}")).unwrap();
+            t.insert("a", o, task, format!("{}{i}", o.tenant)).unwrap();
             t.apply(&id, Outcome::Completed(Value::String("ok".into())));
+            id
+        };
+        // globex's results before acme's flood, and after it.
+        let t = table(limits);
+        let mut kept: Vec<String> = (0..3).map(|i| finished(&t, &globex, i)).collect();
+        for i in 0..100 {
+            finished(&t, &acme, i);
             assert!(t.usage().0 <= 10);
         }
+        kept.extend((3..6).map(|i| finished(&t, &globex, i)));
         for id in &kept {
             assert!(t.get("a", &globex, id, None).is_some(), "globex lost {id}");
         }
+        // Alone, a tenant keeps its newest.
+        let t = table(limits);
+        let ids: Vec<String> = (0..20).map(|i| finished(&t, &acme, i)).collect();
+        assert!(t.get("a", &acme, &ids[19], None).is_some());
+        assert!(t.get("a", &acme, &ids[0], None).is_none());
     }
 
     #[test]

@@ -415,8 +415,9 @@ impl McpCoordinator {
                         // A server that cannot be reached fails its tools too.
                         admitted.finish(false);
                         state.stats.record(false, started.elapsed());
-                    } else if matches!(e, McpError::UnknownTool { .. }) {
-                        // Names a caller invents do not stay.
+                    } else {
+                        // Not the tool's failure (a name a caller invents, a listing that
+                        // failed): nothing is kept for it.
                         drop(admitted);
                         self.forget_unknown(name, &state);
                     }
@@ -704,7 +705,7 @@ impl McpCoordinator {
         state
     }
 
-    /// Drops the state of `qualified`, a tool its server does not have, unless another call
+    /// Drops the state of `qualified` (a tool its server may not have) unless another call
     /// holds it too.
     fn forget_unknown(&self, qualified: &str, state: &Arc<ToolState>) {
         let mut tools = self.inner.tools.lock().unwrap_or_else(|e| e.into_inner());
@@ -770,6 +771,9 @@ impl McpCoordinator {
         let tools = match listed {
             Ok(Ok(tools)) => tools,
             Ok(Err(message)) => {
+                if changed {
+                    connection.tools_changed.store(true, Ordering::Release);
+                }
                 return Err(McpError::Protocol {
                     server: server.config.id.clone(),
                     message,
@@ -792,8 +796,23 @@ impl McpCoordinator {
                 })
                 .collect(),
         });
+        self.forget_missing(&server.config.id, &catalog);
         *slot = Some(catalog.clone());
         Ok(catalog)
+    }
+
+    /// Drops the states of `server`'s tools that its `catalog` does not have (names kept while
+    /// it could not be reached to tell), unless a call holds them.
+    fn forget_missing(&self, server: &str, catalog: &Catalog) {
+        let mut tools = self.inner.tools.lock().unwrap_or_else(|e| e.into_inner());
+        tools.retain(|qualified, state| {
+            let Some((owner, tool)) = qualified.split_once(':') else {
+                return true;
+            };
+            owner != server
+                || catalog.tools.iter().any(|t| t.tool.name == tool)
+                || Arc::strong_count(state) > 1
+        });
     }
 
     /// Finds a tool by `server:tool` or by an unambiguous name.

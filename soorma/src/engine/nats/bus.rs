@@ -177,7 +177,11 @@ impl NatsBus {
         headers.insert("Soorma-Consumer", header_value(consumer).as_str());
         headers.insert(
             "Soorma-Original-Subject",
-            header_value(&bounded(subject, MAX_REASON_BYTES)).as_str(),
+            header_value(&bounded(
+                subject,
+                cfg.subject_prefix.len() + 1 + MAX_SUBJECT_TAIL,
+            ))
+            .as_str(),
         );
         let room = self
             .inner
@@ -1028,20 +1032,34 @@ impl DurableSubscription {
                 total
             )
         });
-        let together = match together {
-            Some(reason) => Some(self.bus.reject(&whole, &reason).await),
+        let mut together = match together {
+            Some(reason) => {
+                let kind = self.bus.reject(&whole, &reason).await;
+                // Not stored: the whole message is still to be dead-lettered, once, by the
+                // first of them (see `out_of_deliveries`).
+                let first = rejected.first().map(|(i, ..)| *i).unwrap_or_default();
+                let retried = Retried::of(&kind, first, &whole, || Unfinished::DeadLetter {
+                    reason,
+                    notice: true,
+                });
+                Some((kind, retried))
+            }
             None => None,
         };
         for (i, original, reason) in rejected {
-            let kind = match &together {
-                Some(kind) => *kind,
-                None => self.bus.reject(&original, &reason).await,
+            let (kind, unfinished) = match together.as_mut() {
+                Some((kind, retried)) => (*kind, retried.take()),
+                None => {
+                    let kind = self.bus.reject(&original, &reason).await;
+                    // A dead letter not stored is tried again with the batch; its notice is to
+                    // come.
+                    let unfinished = Retried::of(&kind, i, &original, || Unfinished::DeadLetter {
+                        reason,
+                        notice: true,
+                    });
+                    (kind, unfinished)
+                }
             };
-            // A dead letter not stored is tried again with the batch; its notice is to come.
-            let unfinished = Retried::of(&kind, i, &original, || Unfinished::DeadLetter {
-                reason,
-                notice: true,
-            });
             if let Err(e) = settlement.settled(&self.bus, kind, unfinished, None).await {
                 tracing::warn!(consumer = %self.consumer, error = %e, "could not settle a batch");
             }
