@@ -62,6 +62,19 @@ async fn planner_runs_its_state_machine_with_conditions_and_templates(
         .map(|e| e.data["to"].as_str().unwrap().to_owned())
         .collect();
     assert_eq!(changes, ["start", "analyzing", "done"]);
+    // Published before its reply, but seen by another subscription: waited for.
+    t.expect_matching(
+        |e| {
+            e.event_type == "plan.failed"
+                && e.data["error"]
+                    .as_str()
+                    .is_some_and(|error| error.contains("the search index is down"))
+        },
+        wait,
+        "the broken plan's plan.failed",
+    )
+    .await
+    .unwrap();
     assert_eq!(t.events_of_type("plan.failed").len(), 2);
     let key = soorma::state::StateKey::new(soorma::planner::PLANS_BUCKET, "default", &plan_id);
     let stored = t.platform().state().get(&key).await.unwrap().unwrap();
