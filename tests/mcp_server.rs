@@ -308,6 +308,11 @@ async fn calls_beyond_the_limit_are_refused_as_busy() {
         .call_timeout(Duration::from_millis(1500));
     let s = Setup::start(&platform, server).await;
     let client = s.client().await;
+    let mut requests = platform
+        .bus()
+        .observe(Some(soorma::Topic::ActionRequests))
+        .await
+        .unwrap();
     // A call nobody answers holds the only place until it times out.
     let peer = client.peer().clone();
     let waiting = tokio::spawn(async move {
@@ -315,18 +320,21 @@ async fn calls_beyond_the_limit_are_refused_as_busy() {
             .await
             .unwrap()
     });
-    // Once that call holds its place, another is refused.
-    let deadline = tokio::time::Instant::now() + Duration::from_secs(1);
-    let busy = loop {
-        let r = client
-            .call_tool(args(json!({"expression": "6*7"})))
+    // Its request is sent once the call holds its place; then another call is refused.
+    loop {
+        let request = tokio::time::timeout(Duration::from_secs(10), requests.next())
             .await
-            .unwrap();
-        if r.is_error == Some(true) || tokio::time::Instant::now() > deadline {
-            break r;
+            .expect("the call's request")
+            .expect("the observer");
+        if request.envelope.event_type == "haunt.requested" {
+            break;
         }
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    };
+    }
+    let busy = client
+        .call_tool(args(json!({"expression": "6*7"})))
+        .await
+        .unwrap();
+    assert_eq!(busy.is_error, Some(true), "{}", text(&busy));
     assert!(text(&busy).contains("busy"), "{}", text(&busy));
     let late = waiting.await.unwrap();
     assert!(
