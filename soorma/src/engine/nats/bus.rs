@@ -665,19 +665,6 @@ fn dead_letter_subject(prefix: &str, subject: &str) -> String {
     }
 }
 
-/// Whether `subject` is the one an envelope of `tenant`, `topic` and `event_type` is published
-/// on (`<prefix>.<tenant>.<topic>.<event_type>`).
-fn is_subject_of(prefix: &str, subject: &str, tenant: &str, topic: Topic, event: &str) -> bool {
-    let tail = subject
-        .strip_prefix(prefix)
-        .and_then(|s| s.strip_prefix('.'))
-        .and_then(|s| s.strip_prefix(tenant))
-        .and_then(|s| s.strip_prefix('.'))
-        .and_then(|s| s.strip_prefix(topic.as_str()))
-        .and_then(|s| s.strip_prefix('.'));
-    tail == Some(event)
-}
-
 /// The tenant a notice about a message on `subject` goes out under: the subject's tenant when
 /// valid, else the default tenant.
 fn notice_tenant<'a>(prefix: &str, subject: &'a str) -> &'a str {
@@ -712,7 +699,7 @@ fn decode(
         ));
     }
     check_envelope(&envelope).map_err(|e| bounded(&e.to_string(), MAX_REASON_BYTES))?;
-    if !is_subject_of(
+    if !names::is_subject(
         prefix,
         subject,
         tenant,

@@ -30,6 +30,25 @@ pub(crate) fn subject(
     ))
 }
 
+/// Whether `subject` is [`subject`]`(prefix, tenant, topic, event_type)` (without building it:
+/// checked on every delivery).
+pub(crate) fn is_subject(
+    prefix: &str,
+    subject: &str,
+    tenant: &str,
+    topic: Topic,
+    event_type: &str,
+) -> bool {
+    let tail = subject
+        .strip_prefix(prefix)
+        .and_then(|s| s.strip_prefix('.'))
+        .and_then(|s| s.strip_prefix(tenant))
+        .and_then(|s| s.strip_prefix('.'))
+        .and_then(|s| s.strip_prefix(topic.as_str()))
+        .and_then(|s| s.strip_prefix('.'));
+    tail == Some(event_type)
+}
+
 /// A subscription filter; `None` tenant = every tenant, `None` event = every event.
 pub(crate) fn filter(
     prefix: &str,
