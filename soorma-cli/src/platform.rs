@@ -9,7 +9,8 @@ use crate::CliError;
 pub struct Connected {
     /// The platform.
     pub platform: Platform,
-    /// `SOORMA_NATS_URL`.
+    /// `SOORMA_NATS_URL`, with any credentials shown as `***`
+    /// ([`redacted_url`](soorma::nats::redacted_url)): it is printed.
     pub url: String,
 }
 
@@ -23,6 +24,7 @@ pub async fn connect(command: &'static str) -> Result<Connected, CliError> {
     let url = std::env::var(NATS_URL_ENV)
         .ok()
         .filter(|u| !u.trim().is_empty())
+        .map(|u| soorma::nats::redacted_url(&u))
         .ok_or(CliError::NoSharedPlatform { command })?;
     let platform = Platform::from_env()
         .await

@@ -688,6 +688,26 @@ fn an_unreachable_platform_names_the_url_and_suggests_soorma_dev() {
 }
 
 #[test]
+fn credentials_in_soorma_nats_url_are_never_printed() {
+    let url = "nats://alice:s3cret@127.0.0.1:1,nats://t0ken@127.0.0.1:2";
+    for args in [&["agents"][..], &["events", "tail"]] {
+        let out = soorma(Some(url), args).output().unwrap();
+        assert_eq!(out.status.code(), Some(1), "{args:?}");
+        let (err, stdout) = (text(&out.stderr), text(&out.stdout));
+        assert!(
+            err.contains("SOORMA_NATS_URL=nats://***@127.0.0.1:1,nats://***@127.0.0.1:2"),
+            "{args:?}: {err}"
+        );
+        for secret in ["s3cret", "alice", "t0ken"] {
+            assert!(
+                !err.contains(secret) && !stdout.contains(secret),
+                "{args:?}: {err}"
+            );
+        }
+    }
+}
+
+#[test]
 fn without_soorma_nats_url_the_embedded_registry_is_explained() {
     for args in [
         &["agents"][..],

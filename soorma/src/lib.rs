@@ -184,7 +184,7 @@ pub mod nats {
     //! ```
     pub use crate::engine::nats::{
         BATCH_HEADER, DEAD_LETTER_REASON_HEADER, DEAD_LETTER_TRUNCATED_HEADER, NatsAuth, NatsBus,
-        NatsConfig, NatsRegistry, NatsStore, StorageType, async_nats, envelopes_of,
+        NatsConfig, NatsRegistry, NatsStore, StorageType, async_nats, envelopes_of, redacted_url,
     };
     pub use crate::platform::connect_nats as connect;
 }

@@ -9,7 +9,9 @@
 //! changes nothing. The handler sees cancellation as its future being dropped (as in tokio
 //! and axum), then the delivery is acknowledged without a reply. A cancel request that comes
 //! before its request is remembered (the last [`REMEMBERED`] per instance), so the request is
-//! dropped on arrival instead of run.
+//! dropped on arrival instead of run. When that memory is full, the oldest cancel of the tenant
+//! remembering the most is forgotten first, so that one tenant's flood of cancels does not push
+//! out another's.
 
 use std::collections::{HashMap, HashSet, VecDeque};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
@@ -43,8 +45,62 @@ pub(crate) struct InFlight {
 struct Inner {
     running: HashMap<Key, Vec<(u64, oneshot::Sender<()>)>>,
     next: u64,
-    canceled: VecDeque<Key>,
-    canceled_set: HashSet<Key>,
+    canceled: Canceled,
+}
+
+/// The remembered cancels: at most [`REMEMBERED`], each tenant's in the order they came.
+#[derive(Default)]
+struct Canceled {
+    /// Per tenant: (arrival number, request id), oldest first.
+    by_tenant: HashMap<String, VecDeque<(u64, String)>>,
+    set: HashSet<Key>,
+    arrivals: u64,
+}
+
+impl Canceled {
+    fn contains(&self, key: &Key) -> bool {
+        self.set.contains(key)
+    }
+
+    #[cfg(test)]
+    fn len(&self) -> usize {
+        self.set.len()
+    }
+
+    /// Remembers `key`; past [`REMEMBERED`], forgets the oldest cancel of the tenant
+    /// remembering the most (of those remembering as many, the one whose oldest came first).
+    fn insert(&mut self, key: Key) {
+        if !self.set.insert(key.clone()) {
+            return;
+        }
+        let (tenant, id) = key;
+        self.arrivals += 1;
+        self.by_tenant
+            .entry(tenant)
+            .or_default()
+            .push_back((self.arrivals, id));
+        if self.set.len() <= REMEMBERED {
+            return;
+        }
+        let heaviest = self
+            .by_tenant
+            .iter()
+            .filter_map(|(tenant, ids)| {
+                let (oldest, _) = ids.front()?;
+                Some((ids.len(), std::cmp::Reverse(*oldest), tenant))
+            })
+            .max()
+            .map(|(_, _, tenant)| tenant.clone());
+        let Some(tenant) = heaviest else { return };
+        if let Some(ids) = self.by_tenant.get_mut(&tenant)
+            && let Some((_, id)) = ids.pop_front()
+        {
+            if ids.is_empty() {
+                self.by_tenant.remove(&tenant);
+            }
+            self.set.remove(&(tenant, id));
+        }
+    }
 }
 
 impl InFlight {
@@ -61,7 +117,7 @@ impl InFlight {
         let mut inner = self.lock();
         let slot = inner.next;
         inner.next = inner.next.wrapping_add(1);
-        if inner.canceled_set.contains(&key) {
+        if inner.canceled.contains(&key) {
             let _ = tx.send(());
         } else {
             inner
@@ -84,14 +140,7 @@ impl InFlight {
         let key = (tenant.to_owned(), request_id.to_owned());
         let mut inner = self.lock();
         let running = inner.running.remove(&key).unwrap_or_default();
-        if inner.canceled_set.insert(key.clone()) {
-            inner.canceled.push_back(key);
-            if inner.canceled.len() > REMEMBERED
-                && let Some(old) = inner.canceled.pop_front()
-            {
-                inner.canceled_set.remove(&old);
-            }
-        }
+        inner.canceled.insert(key);
         drop(inner);
         let n = running.len();
         for (_, tx) in running {
@@ -209,11 +258,50 @@ mod tests {
 
     #[test]
     fn remembers_a_bounded_number_of_cancels() {
-        let inflight = InFlight::default();
+        let inflight = Arc::new(InFlight::default());
         for i in 0..REMEMBERED + 10 {
             inflight.cancel("acme", &i.to_string());
         }
         assert_eq!(inflight.len(), (0, REMEMBERED));
+        let mut oldest = inflight.register("acme", "0");
+        assert!(
+            oldest.rx.try_recv().is_err(),
+            "the oldest cancels are forgotten first"
+        );
+        let mut newest = inflight.register("acme", &(REMEMBERED + 9).to_string());
+        assert!(newest.rx.try_recv().is_ok());
+    }
+
+    #[test]
+    fn one_tenants_flood_of_cancels_does_not_push_out_anothers() {
+        let inflight = Arc::new(InFlight::default());
+        inflight.cancel("globex", "early");
+        for i in 0..3 * REMEMBERED {
+            inflight.cancel("acme", &i.to_string());
+        }
+        inflight.cancel("globex", "late");
+        assert_eq!(inflight.len().1, REMEMBERED);
+        for id in ["early", "late"] {
+            let mut request = inflight.register("globex", id);
+            assert!(
+                request.rx.try_recv().is_ok(),
+                "globex's cancel of {id} is still remembered"
+            );
+        }
+        // A tenant remembering as much as the rest is not spared: the oldest of the heaviest
+        // goes, whichever tenant it is.
+        let fair = Arc::new(InFlight::default());
+        for i in 0..REMEMBERED {
+            fair.cancel(if i % 2 == 0 { "acme" } else { "globex" }, &i.to_string());
+        }
+        fair.cancel("initech", "x");
+        let mut first = fair.register("acme", "0");
+        assert!(
+            first.rx.try_recv().is_err(),
+            "the oldest of the heaviest goes"
+        );
+        let mut second = fair.register("globex", "1");
+        assert!(second.rx.try_recv().is_ok());
     }
 
     #[test]

@@ -184,6 +184,29 @@ pub(crate) fn usable_event_stream(
     Ok(())
 }
 
+/// Why an existing dead-letter stream keeps dead letters without bound or refuses new ones
+/// when full (`None`: it is bounded and drops the oldest). Adopted all the same (the operator
+/// chose it), with a warning: a flood of bad input fills such a stream's disk, or, once it is
+/// full, the newest dead letters are only logged.
+pub(crate) fn unbounded_dead_letters(config: &stream::Config) -> Option<String> {
+    if config.max_bytes <= 0 && config.max_messages <= 0 && config.max_age.is_zero() {
+        return Some(
+            "has no `max_bytes`, `max_messages` or `max_age`: a flood of bad input grows it \
+             without bound (soorma creates it with SOORMA_NATS_DLQ_MAX_BYTES and \
+             SOORMA_NATS_DLQ_MAX_AGE)"
+                .into(),
+        );
+    }
+    if config.discard == stream::DiscardPolicy::New {
+        return Some(
+            "has `discard: new`: once full it refuses new dead letters, which are then only \
+             logged (soorma creates it with `discard: old`)"
+                .into(),
+        );
+    }
+    None
+}
+
 /// What the SDK needs of a KV bucket: it is a KV bucket (keeps at least the last value of each
 /// key), allows purges (rollups) and is not sealed.
 pub(crate) fn usable_bucket(config: &stream::Config) -> std::result::Result<(), String> {
@@ -260,5 +283,29 @@ mod tests {
         bucket.allow_rollup = true;
         bucket.max_messages_per_subject = 0;
         assert!(usable_bucket(&bucket).unwrap_err().contains("`history`"));
+    }
+
+    #[test]
+    fn unbounded_dead_letter_streams_are_told_apart() {
+        let mut dlq = stream::Config {
+            max_bytes: 1 << 20,
+            discard: stream::DiscardPolicy::Old,
+            ..Default::default()
+        };
+        assert_eq!(unbounded_dead_letters(&dlq), None);
+        dlq.max_bytes = -1;
+        assert!(
+            unbounded_dead_letters(&dlq)
+                .unwrap()
+                .contains("`max_bytes`")
+        );
+        dlq.max_age = std::time::Duration::from_secs(86_400);
+        assert_eq!(unbounded_dead_letters(&dlq), None);
+        dlq.discard = stream::DiscardPolicy::New;
+        assert!(
+            unbounded_dead_letters(&dlq)
+                .unwrap()
+                .contains("discard: new")
+        );
     }
 }

@@ -71,7 +71,7 @@ pub struct NatsBus {
 impl std::fmt::Debug for NatsBus {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("NatsBus")
-            .field("url", &super::redacted(&self.inner.config.url))
+            .field("url", &super::redacted_url(&self.inner.config.url))
             .finish_non_exhaustive()
     }
 }
@@ -148,7 +148,13 @@ impl NatsBus {
             description: Some("soorma dead letters".into()),
             ..Default::default()
         };
-        let check = |c: &stream::Config| assets::usable_stream(c, &subject);
+        let check = |c: &stream::Config| {
+            assets::usable_stream(c, &subject)?;
+            if let Some(why) = assets::unbounded_dead_letters(c) {
+                tracing::warn!(stream = %c.name, "the adopted NATS dead-letter stream {why}");
+            }
+            Ok(())
+        };
         assets::open_stream(&self.inner.js, wanted, &check, EngineErrorKind::Ack).await?;
         *ready = true;
         Ok(())

@@ -80,7 +80,12 @@ impl std::fmt::Debug for NatsAuth {
 
 /// `url` (a comma-separated list of servers) with the credentials in each entry
 /// (`user:password@`, `token@`) shown as `***@`, for messages and logs.
-pub(crate) fn redacted(url: &str) -> String {
+///
+/// ```
+/// let shown = soorma::nats::redacted_url("nats://alice:s3cret@a:4222,nats://b:4222");
+/// assert_eq!(shown, "nats://***@a:4222,nats://b:4222");
+/// ```
+pub fn redacted_url(url: &str) -> String {
     url.split(',')
         .map(|entry| {
             let start = entry.find("://").map_or(0, |i| i + 3);
@@ -123,7 +128,7 @@ pub struct NatsConfig {
     /// How long the dead-letter stream the SDK creates keeps a dead letter (default 14 days).
     pub dead_letter_max_age: Duration,
     /// How many bytes the dead-letter stream the SDK creates keeps at most; past it the
-    /// oldest dead letters are dropped (default 1 GiB).
+    /// oldest dead letters are dropped (default 1 GiB; must be positive).
     pub dead_letter_max_bytes: i64,
     /// Replicas of the streams and buckets the SDK creates (1 for a single server; 3 on a
     /// cluster, at most 5). Consumers have as many replicas as their stream.
@@ -148,7 +153,7 @@ pub struct NatsConfig {
 impl std::fmt::Debug for NatsConfig {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("NatsConfig")
-            .field("url", &redacted(&self.url))
+            .field("url", &redacted_url(&self.url))
             .field("auth", &self.auth)
             .field("subject_prefix", &self.subject_prefix)
             .field("stream_prefix", &self.stream_prefix)
@@ -304,8 +309,8 @@ impl NatsConfig {
                 entry.parse::<async_nats::ServerAddr>().map_err(|e| {
                     Error::Config(format!(
                         "NATS server URL `{}` (in `{}`) is invalid: {e}",
-                        redacted(entry),
-                        redacted(&self.url)
+                        redacted_url(entry),
+                        redacted_url(&self.url)
                     ))
                 })
             })
@@ -313,7 +318,7 @@ impl NatsConfig {
         if servers.is_empty() {
             return Err(Error::Config(format!(
                 "no NATS server URL in `{}`",
-                redacted(&self.url)
+                redacted_url(&self.url)
             )));
         }
         Ok(servers)
@@ -441,6 +446,12 @@ impl NatsConfig {
                 self.ack_wait
             )));
         }
+        if self.dead_letter_max_bytes <= 0 {
+            return Err(Error::Config(format!(
+                "the NATS dead-letter stream's byte limit ({}) must be positive: it bounds the dead letters a flood of bad input leaves",
+                self.dead_letter_max_bytes
+            )));
+        }
         if self.failover_retry >= MAX_FAILOVER_RETRY {
             return Err(Error::Config(format!(
                 "the NATS failover retry ({:?}) must be shorter than {MAX_FAILOVER_RETRY:?}: a publish sent again later than the streams' de-duplication window (120 s) could be stored twice",
@@ -533,12 +544,12 @@ pub(crate) async fn connect(config: NatsConfig) -> Result<EngineParts> {
     let client = options
         .connect(servers)
         .await
-        .map_err(|e| connect_error(&redacted(&config.url), e))?;
+        .map_err(|e| connect_error(&redacted_url(&config.url), e))?;
     let js = async_nats::jetstream::new(client.clone());
     // Fail early and clearly when JetStream is off.
     js.query_account()
         .await
-        .map_err(|e| jetstream_unavailable(&redacted(&config.url), e))?;
+        .map_err(|e| jetstream_unavailable(&redacted_url(&config.url), e))?;
     let config = Arc::new(config);
     let bus = NatsBus::new(client.clone(), js.clone(), config.clone(), link_rx);
     let state = NatsStore::new(js.clone(), config.clone());
@@ -818,6 +829,10 @@ mod tests {
             assert!(matches!(ack.validate(), Err(Error::Config(m)) if m.contains("ack wait")));
         }
         assert!(ok.clone().with_ack_wait(MIN_ACK_WAIT).validate().is_ok());
+        for bytes in [0, -1] {
+            let dlq = ok.clone().with_dead_letter_limits(Duration::ZERO, bytes);
+            assert!(matches!(dlq.validate(), Err(Error::Config(m)) if m.contains("byte limit")));
+        }
         let retry = ok.with_failover_retry(Duration::from_secs(120));
         assert!(matches!(retry.validate(), Err(Error::Config(m)) if m.contains("failover retry")));
     }
@@ -825,7 +840,7 @@ mod tests {
     #[test]
     fn credentials_are_not_shown() {
         assert_eq!(
-            redacted("nats://alice:s3cret@a:4222, tls://t0ken@b:4222,c:4222"),
+            redacted_url("nats://alice:s3cret@a:4222, tls://t0ken@b:4222,c:4222"),
             "nats://***@a:4222, tls://***@b:4222,c:4222"
         );
         let config =

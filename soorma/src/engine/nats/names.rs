@@ -75,15 +75,35 @@ pub(crate) fn stream_name(prefix: &str, topic: Topic) -> String {
     )
 }
 
-/// A durable consumer name for a consumer group on a topic (and tenant).
+/// The longest group part of a consumer name kept as it is.
+const MAX_GROUP_IN_NAME: usize = 64;
+
+/// A durable consumer name for a consumer group on a topic (and tenant):
+/// `<group>__<topic>[__<tenant>]`. A group outside `[-_A-Za-z0-9]` or longer than 64 bytes is
+/// written as its first 64 bytes with the others replaced by `_`, then `-` and 16 hex digits of
+/// its SHA-256, so that two groups never share a consumer (`orders.v1` and `orders_v1` would
+/// steal each other's events).
 pub(crate) fn consumer_name(group: &str, topic: Topic, tenant: Option<&str>) -> String {
-    let raw = match tenant {
+    let group = if group.len() <= MAX_GROUP_IN_NAME && group.chars().all(is_token_char) {
+        group.to_owned()
+    } else {
+        use sha2::Digest;
+        let digest = sha2::Sha256::digest(group.as_bytes());
+        let shown: String = group
+            .chars()
+            .map(|c| if is_token_char(c) { c } else { '_' })
+            .scan(0, |len, c| {
+                *len += c.len_utf8();
+                (*len <= MAX_GROUP_IN_NAME).then_some(c)
+            })
+            .collect();
+        let hash: String = digest[..8].iter().map(|b| format!("{b:02x}")).collect();
+        format!("{shown}-{hash}")
+    };
+    match tenant {
         Some(t) => format!("{group}__{topic}__{t}"),
         None => format!("{group}__{topic}"),
-    };
-    raw.chars()
-        .map(|c| if is_token_char(c) { c } else { '_' })
-        .collect()
+    }
 }
 
 /// A KV bucket name.
@@ -173,8 +193,38 @@ mod tests {
             "SOORMA_ACTION_REQUESTS"
         );
         assert_eq!(
-            consumer_name("my.agent", Topic::ActionResults, Some("t1")),
+            consumer_name("my_agent", Topic::ActionResults, Some("t1")),
             "my_agent__action-results__t1"
+        );
+    }
+
+    #[test]
+    fn consumer_names_never_collide_and_stay_valid() {
+        let dotted = consumer_name("orders.v1", Topic::ActionRequests, None);
+        let plain = consumer_name("orders_v1", Topic::ActionRequests, None);
+        assert_ne!(dotted, plain);
+        assert_eq!(plain, "orders_v1__action-requests");
+        assert!(dotted.starts_with("orders_v1-"), "{dotted}");
+        let long = "a".repeat(300);
+        let longer = format!("{long}b");
+        let (a, b) = (
+            consumer_name(&long, Topic::ActionRequests, Some("acme")),
+            consumer_name(&longer, Topic::ActionRequests, Some("acme")),
+        );
+        assert_ne!(a, b);
+        for name in [
+            &dotted,
+            &a,
+            &b,
+            &consumer_name("ünï cödé", Topic::BusinessFacts, None),
+        ] {
+            assert!(name.len() < 128, "{name}");
+            assert!(name.chars().all(is_token_char), "{name}");
+        }
+        // Stable across processes and releases: the name of an existing consumer.
+        assert_eq!(
+            dotted,
+            consumer_name("orders.v1", Topic::ActionRequests, None)
         );
     }
 
