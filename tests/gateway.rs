@@ -948,6 +948,100 @@ async fn oversized_and_slow_bodies_are_refused_and_the_connection_closed() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_call_without_credentials_is_refused_before_its_body_is_read() {
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let gateway = Gateway::new(&Platform::embedded())
+        .agent("calculator")
+        .auth(GatewayAuth::api_key("X-API-Key", "s3cret"))
+        .http(HttpConfig::default().body_timeout(Duration::from_secs(60)))
+        .spawn(listener)
+        .await
+        .unwrap();
+    // Announces 3 MB and sends 10 bytes: the server would wait for the rest (up to the body
+    // timeout) before refusing, holding what came, if it read bodies before credentials.
+    let head = "POST /agents/calculator HTTP/1.1\r\nHost: 127.0.0.1\r\n\
+                Content-Type: application/json\r\nContent-Length: 3000000\r\n\r\n{\"jsonrpc\"";
+    for key in [None, Some("guess")] {
+        let head = match key {
+            Some(k) => head.replacen("\r\n\r\n", &format!("\r\nX-API-Key: {k}\r\n\r\n"), 1),
+            None => head.to_owned(),
+        };
+        let mut c = raw_http::connect(gateway.local_addr()).await;
+        let r = raw_http::exchange(&mut c, head.as_bytes(), WAIT)
+            .await
+            .expect("refused without waiting for the body");
+        assert_eq!(r.status, 401, "{key:?}: {r:?}");
+        assert!(r.headers.contains("www-authenticate: apikey"), "{r:?}");
+    }
+    // With the key, the body is waited for.
+    let with_key = head.replacen("\r\n\r\n", "\r\nX-API-Key: s3cret\r\n\r\n", 1);
+    let mut c = raw_http::connect(gateway.local_addr()).await;
+    assert!(
+        raw_http::exchange(&mut c, with_key.as_bytes(), Duration::from_millis(500))
+            .await
+            .is_none(),
+        "an admitted call's body is read"
+    );
+    gateway.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn request_bodies_being_read_share_a_byte_budget() {
+    let gateway = bare_gateway(
+        HttpConfig::default()
+            .max_body_bytes(64 * 1024)
+            .max_buffered_body_bytes(64 * 1024)
+            .body_timeout(Duration::from_secs(2)),
+    )
+    .await;
+    let addr = gateway.local_addr();
+    // A holds 50,000 bytes of a 60,000-byte body and sends no more.
+    let mut a = raw_http::connect(addr).await;
+    let head = "POST /agents/calculator HTTP/1.1\r\nHost: 127.0.0.1\r\n\
+                Content-Type: application/json\r\nContent-Length: 60000\r\n\r\n";
+    let mut held = head.as_bytes().to_vec();
+    held.extend(std::iter::repeat_n(b' ', 50_000));
+    tokio::io::AsyncWriteExt::write_all(&mut a, &held)
+        .await
+        .unwrap();
+    // B's whole 20,000-byte body would go over the budget: refused, not kept waiting.
+    let b = json!({"jsonrpc": "2.0", "id": 1, "method": "GetTask",
+                   "params": {"id": "x".repeat(19_900)}})
+    .to_string();
+    let started = std::time::Instant::now();
+    let refused = loop {
+        let mut c = raw_http::connect(addr).await;
+        let r = raw_http::exchange(
+            &mut c,
+            &post_request("127.0.0.1", "application/json", &b),
+            WAIT,
+        )
+        .await
+        .unwrap();
+        if r.status == 503 || started.elapsed() > WAIT {
+            break r;
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    };
+    assert_eq!(refused.status, 503, "{refused:?}");
+    assert!(refused.headers.contains("retry-after"), "{refused:?}");
+    assert!(refused.body.contains("retry later"), "{refused:?}");
+    // Once A is cut off by the body timeout, its bytes are released and B is served.
+    let r = raw_http::read_response(&mut a, WAIT).await.unwrap();
+    assert_eq!(r.status, 408, "{r:?}");
+    let mut c = raw_http::connect(addr).await;
+    let r = raw_http::exchange(
+        &mut c,
+        &post_request("127.0.0.1", "application/json", &b),
+        WAIT,
+    )
+    .await
+    .unwrap();
+    assert_eq!(r.status, 200, "{r:?}");
+    gateway.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn api_key_and_bearer_callers_are_isolated() {
     let auth = GatewayAuth::api_key("X-API-Key", "shared")
         .with_key("k-acme", Caller::new("acme-ci").tenant("acme"))
@@ -1719,6 +1813,61 @@ async fn requests_for_many_tenants_add_no_subscriptions() {
     assert!(
         after <= before + 2,
         "40 tenants' requests added subscriptions: {before} before, {after} after"
+    );
+    s.shutdown().await;
+}
+
+/// Cards are public: 400 of them (20 clients at once) share registry reads instead of each
+/// reading the registry bucket (a JetStream API request for its keys, then one read per
+/// agent); counted by nats-server's JetStream API total (`/jsz`).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn public_card_requests_share_registry_reads() {
+    let monitor = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+        .to_string();
+    let server = NatsServer::start_with(&["-js", "-m", &monitor]);
+    let s = Setup::start(&nats(&server).await, None).await;
+    let api_requests = || async {
+        let jsz: Value = http_client()
+            .get(format!("http://127.0.0.1:{monitor}/jsz"))
+            .send()
+            .await
+            .unwrap()
+            .json()
+            .await
+            .unwrap();
+        jsz["api"]["total"].as_u64().unwrap()
+    };
+    let (status, _) = s
+        .get("/agents/calculator/.well-known/agent-card.json")
+        .await;
+    assert_eq!(status, 200);
+    let before = api_requests().await;
+    let clients: Vec<_> = (0..20)
+        .map(|_| {
+            let (http, url) = (
+                s.http.clone(),
+                s.url("/agents/calculator/.well-known/agent-card.json"),
+            );
+            tokio::spawn(async move {
+                for _ in 0..20 {
+                    let r = http.get(&url).send().await.unwrap();
+                    assert_eq!(r.status().as_u16(), 200);
+                }
+            })
+        })
+        .collect();
+    for c in clients {
+        c.await.unwrap();
+    }
+    let after = api_requests().await;
+    assert!(
+        after - before < 50,
+        "400 cards made {} JetStream API requests",
+        after - before
     );
     s.shutdown().await;
 }

@@ -535,6 +535,13 @@ async fn a_bearer_token_is_required_when_set() {
     let r = initialize_on(addr, "Authorization: Bearer guess\r\n").await;
     assert_eq!(r.status, 401, "{r:?}");
     assert!(r.headers.contains("invalid_token"), "{r:?}");
+    // Refused on its headers: a body announced but not sent is not waited for (nor held).
+    let partial = format!(
+        "POST /mcp HTTP/1.1\r\nHost: {addr}\r\nContent-Type: application/json\r\n\
+         Accept: application/json, text/event-stream\r\nContent-Length: 3000000\r\n\r\n{{\"jsonrpc\""
+    );
+    let r = status_of(addr, partial.as_bytes()).await;
+    assert_eq!(r.status, 401, "{r:?}");
 
     // An rmcp client sending the token works end to end.
     let _ = rustls::crypto::ring::default_provider().install_default();

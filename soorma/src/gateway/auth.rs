@@ -2,7 +2,11 @@
 
 use std::sync::Arc;
 
-use axum::http::{HeaderMap, header};
+use axum::extract::{Request, State};
+use axum::http::{HeaderMap, HeaderValue, Method, StatusCode, header};
+use axum::middleware::Next;
+use axum::response::{IntoResponse, Response};
+use serde_json::json;
 use soorma_common::DEFAULT_TENANT;
 
 use crate::spi::tenant::validate_tenant;
@@ -249,6 +253,46 @@ impl GatewayAuth {
             Scheme::Bearer(_) => "Bearer",
         }
     }
+}
+
+/// The caller a request was admitted as (in its extensions, put there by [`admit`]).
+#[derive(Debug, Clone)]
+pub(super) struct Admitted(pub(super) Caller);
+
+/// The gateway's admission: a JSON-RPC call (a `POST`) must carry valid credentials, checked
+/// before its body is read (cards are public). Admitted calls carry their [`Admitted`] caller.
+pub(super) async fn admit(
+    State(auth): State<Arc<GatewayAuth>>,
+    mut request: Request,
+    next: Next,
+) -> Response {
+    if request.method() != Method::POST {
+        return next.run(request).await;
+    }
+    match auth.authenticate(request.headers()) {
+        Some(caller) => {
+            request.extensions_mut().insert(Admitted(caller));
+            next.run(request).await
+        }
+        None => unauthorized(&auth, request.uri().path()),
+    }
+}
+
+/// HTTP 401 with the scheme's challenge, for a call to `path` without valid credentials.
+pub(super) fn unauthorized(auth: &GatewayAuth, path: &str) -> Response {
+    tracing::info!(path, "an A2A call without valid credentials, refused");
+    let mut response = (
+        StatusCode::UNAUTHORIZED,
+        axum::Json(
+            json!({"error": "authentication required: see the agent card's securitySchemes"}),
+        ),
+    )
+        .into_response();
+    response.headers_mut().insert(
+        header::WWW_AUTHENTICATE,
+        HeaderValue::from_static(auth.challenge()),
+    );
+    response
 }
 
 fn constant_time_eq(a: &[u8], b: &[u8]) -> bool {

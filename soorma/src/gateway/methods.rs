@@ -5,7 +5,7 @@
 use std::sync::Arc;
 
 use axum::body::Bytes;
-use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
+use axum::http::{HeaderMap, StatusCode};
 use axum::response::{IntoResponse, Response};
 use serde_json::{Value, json};
 use soorma_common::a2a::{
@@ -15,7 +15,7 @@ use soorma_common::a2a::{
 use tokio::sync::broadcast;
 use tracing::Instrument;
 
-use super::auth::{Caller, Owner};
+use super::auth::{Admitted, Caller, Owner, unauthorized};
 use super::rpc::{self, RpcError, RpcRequest};
 use super::skills;
 use super::stream::{StreamSlot, stream};
@@ -70,26 +70,16 @@ enum Answer {
 pub(super) async fn rpc(
     state: Arc<GatewayState>,
     agent: String,
+    admitted: Option<Admitted>,
     headers: HeaderMap,
     body: Bytes,
 ) -> Response {
-    let caller = match &state.gateway.auth {
-        None => None,
-        Some(auth) => match auth.authenticate(&headers) {
-            Some(caller) => Some(caller),
-            None => {
-                tracing::info!(agent = %agent, "an A2A call without valid credentials, refused");
-                let mut response = json_response(
-                    StatusCode::UNAUTHORIZED,
-                    &json!({"error": "authentication required: see the agent card's securitySchemes"}),
-                );
-                response.headers_mut().insert(
-                    header::WWW_AUTHENTICATE,
-                    HeaderValue::from_static(auth.challenge()),
-                );
-                return response;
-            }
-        },
+    // Credentials were checked before the body was read ([`super::auth::admit`]); a call
+    // without them here is refused all the same.
+    let caller = match (&state.gateway.auth, admitted) {
+        (None, _) => None,
+        (Some(_), Some(Admitted(caller))) => Some(caller),
+        (Some(auth), None) => return unauthorized(auth, &format!("/agents/{agent}")),
     };
     if !state.serves(&agent) {
         return json_response(

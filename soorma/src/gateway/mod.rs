@@ -48,7 +48,7 @@ use std::time::Duration;
 
 use axum::Router;
 use axum::body::Bytes;
-use axum::extract::{Path, State};
+use axum::extract::{Extension, Path, State};
 use axum::http::{HeaderMap, StatusCode};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
@@ -58,12 +58,14 @@ use soorma_common::a2a::{AgentCard, CardBuilder};
 use tokio::sync::watch;
 
 use crate::error::{Error, Result};
-use crate::http::{ErrorStyle, HttpConfig, HttpServer};
+use crate::http::{Admission, ErrorStyle, HttpConfig, HttpServer};
 use crate::platform::Platform;
 use crate::platform::discovery::Requirements;
+use crate::platform::snapshot::AgentsSnapshot;
 use crate::protocol::publish::BusClient;
 use crate::spi::bus::{EventFilter, SubscriptionSpec};
 use crate::util::new_id;
+use auth::Admitted;
 pub use auth::{BearerVerifier, Caller, GatewayAuth};
 use methods::rpc;
 pub use tasks::TaskLimits;
@@ -246,9 +248,19 @@ impl Gateway {
         let http_config = self.http.clone();
         let (state, background) = GatewayState::start(self, url.clone()).await?;
         let stopping = state.stopping.clone();
+        let admission: Admission = match state.gateway.auth.clone() {
+            Some(auth) => Box::new(move |routes: Router| {
+                routes.layer(axum::middleware::from_fn_with_state(
+                    Arc::new(auth),
+                    auth::admit,
+                ))
+            }),
+            None => Box::new(|routes| routes),
+        };
         let http = HttpServer::spawn(
             listener,
             router(state),
+            admission,
             &http_config,
             ErrorStyle::Plain,
             "A2A gateway",
@@ -355,7 +367,12 @@ struct GatewayState {
     stopping: watch::Sender<bool>,
     /// The task streams open per tenant.
     streams: Arc<stream::StreamSlots>,
+    /// The registry's agents, read for the cards and calls.
+    registry: AgentsSnapshot,
 }
+
+/// How old a registry read may be for a card or a call to an agent it lists.
+const REGISTRY_FRESH: Duration = Duration::from_secs(1);
 
 impl GatewayState {
     /// The state, and its background tasks: reply and progress routing, task expiry. The
@@ -376,6 +393,7 @@ impl GatewayState {
             reply_event,
             tasks: TaskTable::new(gateway.limits, gateway.task_timeout),
             streams: stream::StreamSlots::new(gateway.limits.max_streams_per_tenant_value()),
+            registry: AgentsSnapshot::new(gateway.platform.discovery()),
             url,
             gateway,
             stopping: watch::Sender::new(false),
@@ -400,17 +418,22 @@ impl GatewayState {
         format!("{}/agents/{agent}", self.url)
     }
 
+    /// The registered definition of `agent` (of its instances, the lowest id): from a registry
+    /// read at most [`REGISTRY_FRESH`] old, or, when that read lacks it, one begun after this
+    /// call (cards are public: requests share reads instead of each making one).
     async fn definition(&self, agent: &str) -> std::result::Result<AgentDefinition, String> {
-        let found = self
-            .gateway
-            .platform
-            .discovery()
-            .discover(&Requirements::new().name(agent))
-            .await
-            .map_err(|e| format!("cannot read the registry: {e}"))?;
-        found
-            .into_iter()
-            .next()
+        let wanted = Requirements::new().name(agent);
+        let find = |agents: &[AgentDefinition]| {
+            agents
+                .iter()
+                .filter(|a| wanted.matches(a))
+                .min_by(|a, b| a.agent_id.cmp(&b.agent_id))
+                .cloned()
+        };
+        if let Some(def) = find(&self.registry.recent(REGISTRY_FRESH).await?) {
+            return Ok(def);
+        }
+        find(&self.registry.current().await?)
             .ok_or_else(|| format!("agent `{agent}` is not running (not in the registry)"))
     }
 
@@ -487,18 +510,20 @@ async fn agent_card_v0_3(
 
 async fn default_rpc(
     State(state): State<Arc<GatewayState>>,
+    admitted: Option<Extension<Admitted>>,
     headers: HeaderMap,
     body: Bytes,
 ) -> Response {
     let agent = state.default_agent().to_owned();
-    rpc(state, agent, headers, body).await
+    rpc(state, agent, admitted.map(|a| a.0), headers, body).await
 }
 
 async fn agent_rpc(
     State(state): State<Arc<GatewayState>>,
     Path(agent): Path<String>,
+    admitted: Option<Extension<Admitted>>,
     headers: HeaderMap,
     body: Bytes,
 ) -> Response {
-    rpc(state, agent, headers, body).await
+    rpc(state, agent, admitted.map(|a| a.0), headers, body).await
 }

@@ -1,5 +1,6 @@
-//! The checks every request passes before the app sees it: `Host`, `Content-Type`, body size
-//! and read time.
+//! The checks every request passes before the app sees it: `Host` and `Content-Type` first,
+//! then (after the server's admission) the body's size, read time and share of the bytes all
+//! bodies being read may hold.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -9,8 +10,9 @@ use axum::extract::{Request, State};
 use axum::http::{HeaderMap, HeaderValue, Method, StatusCode, header};
 use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
-use http_body_util::{BodyExt, LengthLimitError, Limited};
+use http_body_util::BodyExt;
 use serde_json::json;
+use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 
 /// How a server words the errors of these checks.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -19,6 +21,7 @@ pub(crate) enum ErrorStyle {
     #[cfg_attr(not(feature = "gateway"), allow(dead_code))]
     Plain,
     /// A JSON-RPC error response with a null id (the MCP server).
+    #[cfg_attr(not(feature = "mcp"), allow(dead_code))]
     JsonRpc,
 }
 
@@ -70,6 +73,8 @@ pub(super) struct Guard {
     pub(super) hosts: HostPolicy,
     pub(super) max_body_bytes: usize,
     pub(super) body_timeout: Duration,
+    /// One permit per byte the bodies being read may hold in all.
+    pub(super) buffered: Arc<Semaphore>,
     pub(super) style: ErrorStyle,
 }
 
@@ -104,9 +109,9 @@ fn is_json(headers: &HeaderMap) -> bool {
         .is_some_and(|essence| essence.trim().eq_ignore_ascii_case("application/json"))
 }
 
-/// Rejects a request with a foreign `Host`, a `POST` that is not JSON, or a body too large or
-/// too slow; otherwise hands it on with its body read.
-pub(super) async fn check(
+/// Rejects a request with a foreign `Host`, a `POST` that is not JSON, or one declaring a body
+/// too large; otherwise hands it on (to the server's admission, then [`read_body`]).
+pub(super) async fn check_headers(
     State(guard): State<Arc<Guard>>,
     request: Request,
     next: Next,
@@ -135,25 +140,93 @@ pub(super) async fn check(
         .get(header::CONTENT_LENGTH)
         .and_then(|v| v.to_str().ok())
         .and_then(|v| v.parse::<u64>().ok());
-    let too_large = || {
-        tracing::info!(limit = guard.max_body_bytes, "HTTP request body too large");
-        guard.reject_and_close(
+    if declared.is_some_and(|n| n > guard.max_body_bytes as u64) {
+        return guard.too_large();
+    }
+    next.run(request).await
+}
+
+/// Why a body was not read.
+enum Unread {
+    TooLarge,
+    Busy,
+    Unreadable(axum::Error),
+}
+
+impl Guard {
+    fn too_large(&self) -> Response {
+        tracing::info!(limit = self.max_body_bytes, "HTTP request body too large");
+        self.reject_and_close(
             StatusCode::PAYLOAD_TOO_LARGE,
             &format!(
                 "request body too large: at most {} bytes",
-                guard.max_body_bytes
+                self.max_body_bytes
             ),
         )
-    };
-    if declared.is_some_and(|n| n > guard.max_body_bytes as u64) {
-        return too_large();
     }
+
+    /// Reads `body` whole, taking a permit of [`buffered`](Self::buffered) per byte as it
+    /// arrives (held by the caller until the request is answered).
+    async fn collect(
+        &self,
+        mut body: Body,
+    ) -> Result<(Vec<u8>, Option<OwnedSemaphorePermit>), Unread> {
+        let mut bytes = Vec::new();
+        let mut held: Option<OwnedSemaphorePermit> = None;
+        while let Some(frame) = body.frame().await {
+            let frame = frame.map_err(Unread::Unreadable)?;
+            let Ok(data) = frame.into_data() else {
+                continue; // trailers
+            };
+            if bytes.len() + data.len() > self.max_body_bytes {
+                return Err(Unread::TooLarge);
+            }
+            if data.is_empty() {
+                continue;
+            }
+            let n = u32::try_from(data.len()).map_err(|_| Unread::TooLarge)?;
+            let permit = self
+                .buffered
+                .clone()
+                .try_acquire_many_owned(n)
+                .map_err(|_| Unread::Busy)?;
+            match &mut held {
+                Some(all) => all.merge(permit),
+                None => held = Some(permit),
+            }
+            bytes.extend_from_slice(&data);
+        }
+        Ok((bytes, held))
+    }
+}
+
+/// Reads the request's body within the size limit, the read time and the bytes all bodies
+/// being read may hold, then hands the request on; the body's bytes count against that total
+/// until the response is ready.
+pub(super) async fn read_body(
+    State(guard): State<Arc<Guard>>,
+    request: Request,
+    next: Next,
+) -> Response {
     let (parts, body) = request.into_parts();
-    let read = Limited::new(body, guard.max_body_bytes).collect();
-    let bytes = match tokio::time::timeout(guard.body_timeout, read).await {
-        Ok(Ok(collected)) => collected.to_bytes(),
-        Ok(Err(e)) if e.is::<LengthLimitError>() => return too_large(),
-        Ok(Err(e)) => {
+    let (bytes, held) = match tokio::time::timeout(guard.body_timeout, guard.collect(body)).await {
+        Ok(Ok(read)) => read,
+        Ok(Err(Unread::TooLarge)) => return guard.too_large(),
+        Ok(Err(Unread::Busy)) => {
+            tracing::warn!(
+                available = guard.buffered.available_permits(),
+                "HTTP request body refused: the bodies being read hold as many bytes as they may"
+            );
+            let mut response = guard.reject_and_close(
+                StatusCode::SERVICE_UNAVAILABLE,
+                "the server is receiving as much request data as it may: retry later",
+            );
+            response
+                .headers_mut()
+                .insert(header::RETRY_AFTER, HeaderValue::from_static("1"));
+            return response;
+        }
+        Ok(Err(Unread::Unreadable(e))) => {
             tracing::debug!(error = %e, "HTTP request body could not be read");
             return guard.reject_and_close(StatusCode::BAD_REQUEST, "request body unreadable");
         }
@@ -165,8 +238,11 @@ pub(super) async fn check(
             );
         }
     };
-    next.run(Request::from_parts(parts, Body::from(bytes)))
-        .await
+    let response = next
+        .run(Request::from_parts(parts, Body::from(bytes)))
+        .await;
+    drop(held);
+    response
 }
 
 #[cfg(test)]

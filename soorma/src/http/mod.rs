@@ -2,7 +2,8 @@
 //! connection loop (header-read, keep-alive and write timeouts, a connection limit, graceful
 //! stop within a deadline) and
 //! the checks every request passes first ([`HttpConfig`]: allowed `Host`s, `application/json`
-//! bodies, body size and read time).
+//! bodies), the server's admission (its credentials, checked on the headers alone), then the
+//! body's size, read time and the bytes all bodies being read may hold.
 //!
 //! ```
 //! use std::time::Duration;
@@ -44,7 +45,11 @@ use guard::{Guard, HostPolicy};
 ///   request's headers, counted from when the connection opens or its previous response ends;
 ///   trickling clients and idle keep-alive connections are closed after it.
 /// - **Body**: at most [`max_body_bytes`](Self::max_body_bytes) (4 MiB; HTTP 413, then the
-///   connection is closed), read within [`body_timeout`](Self::body_timeout) (30 s; HTTP 408).
+///   connection is closed), read within [`body_timeout`](Self::body_timeout) (30 s; HTTP 408),
+///   and only once the request's credentials (when the server wants some) are checked, so a
+///   client without them makes the server hold nothing. The bodies being read hold at most
+///   [`max_buffered_body_bytes`](Self::max_buffered_body_bytes) (64 MiB) in all; a body over
+///   that is refused (HTTP 503, `Retry-After`) instead of waiting.
 /// - **Connections**: at most [`max_connections`](Self::max_connections) (512) open at once;
 ///   further clients wait in the listen backlog until one closes. A connection whose client
 ///   stops reading (a response, or a stream, waits to be written) is closed after
@@ -64,6 +69,7 @@ pub struct HttpConfig {
     header_timeout: Duration,
     body_timeout: Duration,
     max_body_bytes: usize,
+    max_buffered_body_bytes: usize,
     max_connections: usize,
     write_timeout: Duration,
     stop_timeout: Duration,
@@ -76,6 +82,7 @@ impl Default for HttpConfig {
             header_timeout: Duration::from_secs(10),
             body_timeout: Duration::from_secs(30),
             max_body_bytes: 4 * 1024 * 1024,
+            max_buffered_body_bytes: 64 * 1024 * 1024,
             max_connections: 512,
             write_timeout: Duration::from_secs(30),
             stop_timeout: Duration::from_secs(10),
@@ -145,6 +152,20 @@ impl HttpConfig {
         self
     }
 
+    /// How many bytes the request bodies being read at once may hold in all (default 64 MiB,
+    /// at least [`max_body_bytes`](Self::max_body_bytes)): counted as they arrive, released
+    /// when the request is answered. A body that would go over it is refused with HTTP 503
+    /// and `Retry-After`, and its connection closed.
+    ///
+    /// ```
+    /// let http = soorma::http::HttpConfig::default().max_buffered_body_bytes(16 << 20);
+    /// # let _ = http;
+    /// ```
+    pub fn max_buffered_body_bytes(mut self, bytes: usize) -> Self {
+        self.max_buffered_body_bytes = bytes.min(Semaphore::MAX_PERMITS);
+        self
+    }
+
     /// How many connections may be open at once (default 512, at least 1); further clients
     /// wait in the listen backlog. Keep it below the process's file-descriptor limit.
     ///
@@ -201,13 +222,19 @@ pub(crate) struct HttpServer {
     task: tokio::task::JoinHandle<()>,
 }
 
+/// A server's admission: wraps its routes in the checks of a request's credentials, which see
+/// the headers only (the body is read after them).
+pub(crate) type Admission = Box<dyn FnOnce(axum::Router) -> axum::Router + Send>;
+
 impl HttpServer {
-    /// Serves `app` on `listener` behind `config`'s checks (errors in `style`). When stopped,
-    /// `on_stop` runs first (to end long-lived streams), then the server stops taking
+    /// Serves `routes` on `listener`: each request passes `config`'s header checks, then
+    /// `admission`, then has its body read within `config`'s limits (errors in `style`). When
+    /// stopped, `on_stop` runs first (to end long-lived streams), then the server stops taking
     /// connections and waits for open requests.
     pub(crate) fn spawn(
         listener: tokio::net::TcpListener,
-        app: axum::Router,
+        routes: axum::Router,
+        admission: Admission,
         config: &HttpConfig,
         style: ErrorStyle,
         what: &'static str,
@@ -218,12 +245,23 @@ impl HttpServer {
             hosts: config.host_policy(addr),
             max_body_bytes: config.max_body_bytes,
             body_timeout: config.body_timeout,
+            buffered: Arc::new(Semaphore::new(
+                config.max_buffered_body_bytes.max(config.max_body_bytes),
+            )),
             style,
         });
         // The guard enforces the body limit; axum's own (2 MB on `Bytes`) would contradict it.
-        let app = app
+        // Layers run outside in: the header checks, the admission, the body.
+        let routes = routes
             .layer(axum::extract::DefaultBodyLimit::disable())
-            .layer(axum::middleware::from_fn_with_state(guard, guard::check));
+            .layer(axum::middleware::from_fn_with_state(
+                guard.clone(),
+                guard::read_body,
+            ));
+        let app = admission(routes).layer(axum::middleware::from_fn_with_state(
+            guard,
+            guard::check_headers,
+        ));
         let mut http1 = hyper::server::conn::http1::Builder::new();
         http1
             .timer(TokioTimer::new())

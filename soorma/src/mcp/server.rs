@@ -44,8 +44,9 @@ use tracing::Instrument;
 
 use crate::client::Client;
 use crate::error::{Error, Result};
-use crate::http::{ErrorStyle, HttpConfig, HttpServer};
+use crate::http::{Admission, ErrorStyle, HttpConfig, HttpServer};
 use crate::platform::Platform;
+use crate::platform::snapshot::AgentsSnapshot;
 use crate::util::new_id;
 use catalog::{Catalog, INPUT, Route, Scope};
 use gate::{CappedSessions, Gate, StaticToken};
@@ -376,10 +377,12 @@ impl McpServer {
     /// # let _ = app;
     /// ```
     pub fn router(self) -> axum::Router {
-        self.router_with(StreamableHttpServerConfig::default())
+        let (routes, gate) = self.routes_with(StreamableHttpServerConfig::default());
+        routes.layer(axum::middleware::from_fn_with_state(gate, gate::check))
     }
 
-    fn router_with(self, mut config: StreamableHttpServerConfig) -> axum::Router {
+    /// The `/mcp` route, and the gate its requests pass first (bearer token, session cap).
+    fn routes_with(self, mut config: StreamableHttpServerConfig) -> (axum::Router, Arc<Gate>) {
         if !self.http.allowed_hosts().is_empty() {
             let hosts = config
                 .allowed_hosts
@@ -407,9 +410,7 @@ impl McpServer {
         let service = McpService::new(self);
         let http =
             StreamableHttpService::new(move || Ok(service.clone()), Arc::new(capped), config);
-        axum::Router::new()
-            .route_service("/mcp", http)
-            .layer(axum::middleware::from_fn_with_state(gate, gate::check))
+        (axum::Router::new().route_service("/mcp", http), gate)
     }
 
     /// Serves streamable HTTP at `/mcp` on `listener` in the background; see [`McpServerHandle`].
@@ -439,11 +440,16 @@ impl McpServer {
         let config = StreamableHttpServerConfig::default().disable_allowed_hosts();
         let sessions = config.cancellation_token.clone();
         let http_config = self.http.clone();
-        let app = self.router_with(config);
+        let (routes, gate) = self.routes_with(config);
+        // The gate sees the headers alone: a request without a valid token has no body read.
+        let admission: Admission = Box::new(move |routes: axum::Router| {
+            routes.layer(axum::middleware::from_fn_with_state(gate, gate::check))
+        });
         // Stopping ends open sessions and their event streams first, so the server can stop.
         let http = HttpServer::spawn(
             listener,
-            app,
+            routes,
+            admission,
             &http_config,
             ErrorStyle::JsonRpc,
             "MCP server",
@@ -539,6 +545,8 @@ struct Shared {
     client: Client,
     reply_event: String,
     catalog: Mutex<Option<(Instant, Arc<Catalog>)>>,
+    /// The registry's agents: `tools/list` and unknown names share reads of it.
+    registry: AgentsSnapshot,
     progress: ProgressRouter,
     /// One permit per tool call running ([`McpServer::max_calls`]).
     calls: Arc<tokio::sync::Semaphore>,
@@ -558,6 +566,7 @@ impl McpService {
                 client,
                 reply_event: format!("mcp-server.replied.{}", new_id()),
                 catalog: Mutex::default(),
+                registry: AgentsSnapshot::new(config.platform.discovery()),
                 progress: ProgressRouter::default(),
                 calls: Arc::new(tokio::sync::Semaphore::new(config.max_calls)),
                 config,
@@ -567,11 +576,12 @@ impl McpService {
 }
 
 impl Shared {
-    /// The tools on the platform now.
-    async fn catalog(&self) -> Result<Arc<Catalog>> {
-        let agents = self.config.platform.discovery().all().await?;
+    /// The tools on the platform now (from a registry read begun after this call, shared
+    /// with the calls waiting for one).
+    async fn catalog(&self) -> std::result::Result<Arc<Catalog>, String> {
+        let agents = self.registry.current().await?;
         let catalog = Arc::new(Catalog::build(
-            agents,
+            &agents,
             &Scope {
                 agents: &self.config.agents,
                 tenant: self.config.tenant.as_deref(),
@@ -597,10 +607,10 @@ impl Shared {
         if let Some(route) = cached {
             return Ok(route);
         }
-        let catalog = self.catalog().await.map_err(|e| {
-            tracing::error!(error = %e, "cannot read the registry");
-            ErrorData::internal_error(format!("cannot read the registry: {e}"), None)
-        })?;
+        let catalog = self
+            .catalog()
+            .await
+            .map_err(|e| ErrorData::internal_error(e, None))?;
         catalog.routes.get(name).cloned().ok_or_else(|| {
             ErrorData::invalid_params(
                 format!("unknown tool `{name}`: this server offers no such tool (see tools/list)"),
@@ -628,13 +638,7 @@ impl ServerHandler for McpService {
     ) -> std::result::Result<ListToolsResult, ErrorData> {
         match self.shared.catalog().await {
             Ok(catalog) => Ok(ListToolsResult::with_all_items(catalog.tools.clone())),
-            Err(e) => {
-                tracing::error!(error = %e, "cannot read the registry");
-                Err(ErrorData::internal_error(
-                    format!("cannot read the registry: {e}"),
-                    None,
-                ))
-            }
+            Err(e) => Err(ErrorData::internal_error(e, None)),
         }
     }
 

@@ -3,6 +3,8 @@
 
 pub(crate) mod discovery;
 pub(crate) mod fanin;
+#[cfg(any(feature = "gateway", feature = "mcp"))]
+pub(crate) mod snapshot;
 pub(crate) mod timers;
 pub(crate) mod validation;
 

@@ -54,14 +54,15 @@ impl Scope<'_> {
 impl Catalog {
     /// The tools of the agents in `scope`, one per consumed event (instances of an agent share
     /// them), sorted by name.
-    pub fn build(mut agents: Vec<AgentDefinition>, scope: &Scope<'_>) -> Self {
+    pub fn build(agents: &[AgentDefinition], scope: &Scope<'_>) -> Self {
+        let mut agents: Vec<&AgentDefinition> = agents.iter().collect();
         agents.sort_by(|a, b| {
             a.name
                 .cmp(&b.name)
                 .then_with(|| a.agent_id.cmp(&b.agent_id))
         });
         let mut catalog = Catalog::default();
-        for def in agents.iter().filter(|d| scope.serves(d)) {
+        for def in agents.into_iter().filter(|d| scope.serves(d)) {
             for cap in &def.capabilities {
                 let name = &cap.consumed_event.event_name;
                 if catalog.routes.contains_key(name) {
@@ -218,7 +219,7 @@ mod tests {
         let all = vec![calc("c-2"), worker, planner, calc("c-1"), other_tenant];
 
         let everything = Catalog::build(
-            all.clone(),
+            &all,
             &Scope {
                 agents: &[],
                 tenant: None,
@@ -230,7 +231,7 @@ mod tests {
         assert_eq!(everything.tools[1].description.as_deref(), Some("Does it."));
 
         let acme = Catalog::build(
-            all.clone(),
+            &all,
             &Scope {
                 agents: &["private".into(), "calculator".into()],
                 tenant: Some("acme"),
