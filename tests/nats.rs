@@ -1807,3 +1807,88 @@ async fn memory_is_rebuilt_from_the_store_after_a_server_restart() {
         Some(3)
     );
 }
+
+/// An agent named outside a subject token (`orders.v1`) had a consumer named by replacing
+/// characters (`orders_v1__...`), shared with an agent named `orders_v1`. Its consumer now has
+/// a name of its own; the first start after the upgrade takes over where the old consumer's
+/// acknowledgements stopped: nothing published meanwhile is skipped, nothing handled before
+/// is handled again.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_renamed_consumer_takes_over_where_the_old_one_stopped() {
+    use soorma::EventEnvelope;
+    use soorma::bus::{EventFilter, Settlement, SubscriptionSpec};
+    use soorma::nats::async_nats::jetstream::{self, consumer};
+
+    let server = NatsServer::start();
+    let platform = connect(&server).await;
+    let bus = platform.bus();
+    let fact = |id: &str| EventEnvelope::new(id, "test", Topic::BusinessFacts, "order.placed");
+    bus.publish(fact("before")).await.unwrap();
+
+    // The older release's consumer for `orders.v1`: it handled e1, not e2.
+    let js = jetstream::new(platform.nats_client().unwrap().clone());
+    let stream = js.get_stream("SOORMA_BUSINESS_FACTS").await.unwrap();
+    let old: consumer::PullConsumer = stream
+        .create_consumer(consumer::pull::Config {
+            durable_name: Some("orders_v1__business-facts".into()),
+            filter_subject: "soorma.*.business-facts.>".into(),
+            ack_policy: consumer::AckPolicy::Explicit,
+            deliver_policy: consumer::DeliverPolicy::New,
+            ..Default::default()
+        })
+        .await
+        .unwrap();
+    bus.publish(fact("e1")).await.unwrap();
+    bus.publish(fact("e2")).await.unwrap();
+    let mut handled = old.fetch().max_messages(1).messages().await.unwrap();
+    let e1 = handled.next().await.unwrap().unwrap();
+    assert!(String::from_utf8_lossy(&e1.payload).contains("\"e1\""));
+    e1.double_ack().await.unwrap();
+    // Published while the agent is being upgraded.
+    bus.publish(fact("e3")).await.unwrap();
+
+    let spec = || SubscriptionSpec::new("orders.v1", Topic::BusinessFacts, EventFilter::All);
+    let mut sub = bus.subscribe(spec()).await.unwrap();
+    for expected in ["e2", "e3"] {
+        let d = tokio::time::timeout(WAIT, sub.next())
+            .await
+            .unwrap()
+            .unwrap();
+        assert_eq!(d.envelope.id, expected);
+        d.settle(Settlement::Ack).await.unwrap();
+    }
+    assert!(
+        tokio::time::timeout(Duration::from_millis(500), sub.next())
+            .await
+            .is_err(),
+        "e1 was handled by the old consumer"
+    );
+    sub.close().await;
+    drop(sub);
+
+    // Its own consumer now; once the old one is deleted (as the log says), starting again
+    // keeps its place (and the agent named `orders_v1` has another consumer).
+    let mut names = Vec::new();
+    let mut listed = stream.consumer_names();
+    while let Some(name) = listed.next().await {
+        names.push(name.unwrap());
+    }
+    assert!(
+        names
+            .iter()
+            .any(|n| n.starts_with("orders_v1-") && n.ends_with("__business-facts")),
+        "{names:?}"
+    );
+    stream
+        .delete_consumer("orders_v1__business-facts")
+        .await
+        .unwrap();
+    let mut sub = bus.subscribe(spec()).await.unwrap();
+    bus.publish(fact("e4")).await.unwrap();
+    let d = tokio::time::timeout(WAIT, sub.next())
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(d.envelope.id, "e4");
+    d.settle(Settlement::Ack).await.unwrap();
+}

@@ -274,13 +274,16 @@ pub(super) async fn admit(
             request.extensions_mut().insert(Admitted(caller));
             next.run(request).await
         }
-        None => unauthorized(&auth, request.uri().path()),
+        None => unauthorized(&auth, &format!("POST {}", request.uri().path())),
     }
 }
 
-/// HTTP 401 with the scheme's challenge, for a call to `path` without valid credentials.
-pub(super) fn unauthorized(auth: &GatewayAuth, path: &str) -> Response {
-    tracing::info!(path, "an A2A call without valid credentials, refused");
+/// HTTP 401 with the scheme's challenge, for `what` (a request) without valid credentials.
+pub(super) fn unauthorized(auth: &GatewayAuth, what: &str) -> Response {
+    tracing::info!(
+        request = what,
+        "an A2A call without valid credentials, refused"
+    );
     let mut response = (
         StatusCode::UNAUTHORIZED,
         axum::Json(

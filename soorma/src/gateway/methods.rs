@@ -79,7 +79,7 @@ pub(super) async fn rpc(
     let caller = match (&state.gateway.auth, admitted) {
         (None, _) => None,
         (Some(_), Some(Admitted(caller))) => Some(caller),
-        (Some(auth), None) => return unauthorized(auth, &format!("/agents/{agent}")),
+        (Some(auth), None) => return unauthorized(auth, &format!("a call to `{agent}`")),
     };
     if !state.serves(&agent) {
         return json_response(
@@ -99,6 +99,9 @@ pub(super) async fn rpc(
         Ok(v) => v,
         Err(e) => return rpc_reply(&Value::Null, Err(RpcError::parse(e))),
     };
+    // Parsed: the body's bytes go back to the server's budget
+    // (`HttpConfig::max_buffered_body_bytes`) before the call waits for its agent.
+    drop(body);
     let Value::Array(batch) = value else {
         let request = match RpcRequest::from_value(value) {
             Ok(r) => r,
@@ -279,7 +282,18 @@ async fn start(
         .or_else(|| request.metadata.as_ref().and_then(|m| m.get("skillId")))
         .and_then(Value::as_str)
         .map(str::to_owned);
-    let capability = skills::pick(&def, skill_id.as_deref(), &data)?;
+    let capability = match skills::pick(&def, skill_id.as_deref(), &data) {
+        Ok(capability) => capability.clone(),
+        // The definition may be up to a second old: the agent may have restarted with
+        // another skill since.
+        Err(_) => {
+            let def = state
+                .current_definition(agent)
+                .await
+                .map_err(RpcError::internal)?;
+            skills::pick(&def, skill_id.as_deref(), &data)?.clone()
+        }
+    };
     let event = capability.consumed_event.event_name.clone();
 
     let task_id = new_id();

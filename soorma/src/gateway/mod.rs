@@ -374,6 +374,16 @@ struct GatewayState {
 /// How old a registry read may be for a card or a call to an agent it lists.
 const REGISTRY_FRESH: Duration = Duration::from_secs(1);
 
+/// The definition of `agent` among `agents` (of its instances, the lowest id).
+fn find_agent(agents: &[AgentDefinition], agent: &str) -> Option<AgentDefinition> {
+    let wanted = Requirements::new().name(agent);
+    agents
+        .iter()
+        .filter(|a| wanted.matches(a))
+        .min_by(|a, b| a.agent_id.cmp(&b.agent_id))
+        .cloned()
+}
+
 impl GatewayState {
     /// The state, and its background tasks: reply and progress routing, task expiry. The
     /// reply subscription is in place before any request can be sent.
@@ -422,18 +432,18 @@ impl GatewayState {
     /// read at most [`REGISTRY_FRESH`] old, or, when that read lacks it, one begun after this
     /// call (cards are public: requests share reads instead of each making one).
     async fn definition(&self, agent: &str) -> std::result::Result<AgentDefinition, String> {
-        let wanted = Requirements::new().name(agent);
-        let find = |agents: &[AgentDefinition]| {
-            agents
-                .iter()
-                .filter(|a| wanted.matches(a))
-                .min_by(|a, b| a.agent_id.cmp(&b.agent_id))
-                .cloned()
-        };
-        if let Some(def) = find(&self.registry.recent(REGISTRY_FRESH).await?) {
+        if let Some(def) = find_agent(&self.registry.recent(REGISTRY_FRESH).await?, agent) {
             return Ok(def);
         }
-        find(&self.registry.current().await?)
+        self.current_definition(agent).await
+    }
+
+    /// The registered definition of `agent` from a registry read begun after this call.
+    async fn current_definition(
+        &self,
+        agent: &str,
+    ) -> std::result::Result<AgentDefinition, String> {
+        find_agent(&self.registry.current().await?, agent)
             .ok_or_else(|| format!("agent `{agent}` is not running (not in the registry)"))
     }
 

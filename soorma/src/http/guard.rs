@@ -5,7 +5,7 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use axum::body::Body;
+use axum::body::{Body, Bytes};
 use axum::extract::{Request, State};
 use axum::http::{HeaderMap, HeaderValue, Method, StatusCode, header};
 use axum::middleware::Next;
@@ -143,6 +143,17 @@ pub(super) async fn check_headers(
     if declared.is_some_and(|n| n > guard.max_body_bytes as u64) {
         return guard.too_large();
     }
+    // Only a `POST` (which the server's admission checks) carries a body: another method's
+    // body would be read past the credentials (cards are public).
+    let has_body = declared.is_some_and(|n| n > 0)
+        || request.headers().contains_key(header::TRANSFER_ENCODING);
+    if request.method() != Method::POST && has_body {
+        tracing::debug!(method = %request.method(), "HTTP request with a body other than a POST refused");
+        return guard.reject_and_close(
+            StatusCode::BAD_REQUEST,
+            "only a POST request carries a body here",
+        );
+    }
     next.run(request).await
 }
 
@@ -165,51 +176,73 @@ impl Guard {
         )
     }
 
-    /// Reads `body` whole, taking a permit of [`buffered`](Self::buffered) per byte as it
-    /// arrives (held by the caller until the request is answered).
-    async fn collect(
-        &self,
-        mut body: Body,
-    ) -> Result<(Vec<u8>, Option<OwnedSemaphorePermit>), Unread> {
-        let mut bytes = Vec::new();
+    /// Reads `body` whole, taking a permit of [`buffered`](Self::buffered) per byte of room
+    /// it holds as it grows; the permits are held by the returned bytes (released when they
+    /// are dropped).
+    async fn collect(&self, mut body: Body) -> Result<Bytes, Unread> {
+        let mut bytes: Vec<u8> = Vec::new();
         let mut held: Option<OwnedSemaphorePermit> = None;
+        let mut room = 0usize;
         while let Some(frame) = body.frame().await {
             let frame = frame.map_err(Unread::Unreadable)?;
             let Ok(data) = frame.into_data() else {
                 continue; // trailers
             };
-            if bytes.len() + data.len() > self.max_body_bytes {
+            let needed = bytes.len() + data.len();
+            if needed > self.max_body_bytes {
                 return Err(Unread::TooLarge);
             }
-            if data.is_empty() {
-                continue;
-            }
-            let n = u32::try_from(data.len()).map_err(|_| Unread::TooLarge)?;
-            let permit = self
-                .buffered
-                .clone()
-                .try_acquire_many_owned(n)
-                .map_err(|_| Unread::Busy)?;
-            match &mut held {
-                Some(all) => all.merge(permit),
-                None => held = Some(permit),
+            if needed > room {
+                // Grown as a `Vec` grows (doubling), never past the limit; each byte of room
+                // taken from the budget first.
+                let grown = needed.max(room * 2).min(self.max_body_bytes);
+                let more = u32::try_from(grown - room).map_err(|_| Unread::TooLarge)?;
+                let permit = self
+                    .buffered
+                    .clone()
+                    .try_acquire_many_owned(more)
+                    .map_err(|_| Unread::Busy)?;
+                match &mut held {
+                    Some(all) => all.merge(permit),
+                    None => held = Some(permit),
+                }
+                bytes.reserve_exact(grown - bytes.len());
+                room = grown;
             }
             bytes.extend_from_slice(&data);
         }
-        Ok((bytes, held))
+        Ok(match held {
+            Some(permit) => Bytes::from_owner(Budgeted {
+                bytes,
+                _permit: permit,
+            }),
+            None => Bytes::new(),
+        })
+    }
+}
+
+/// A body's bytes and the budget's permits for them: released together.
+struct Budgeted {
+    bytes: Vec<u8>,
+    _permit: OwnedSemaphorePermit,
+}
+
+impl AsRef<[u8]> for Budgeted {
+    fn as_ref(&self) -> &[u8] {
+        &self.bytes
     }
 }
 
 /// Reads the request's body within the size limit, the read time and the bytes all bodies
 /// being read may hold, then hands the request on; the body's bytes count against that total
-/// until the response is ready.
+/// until the app drops them.
 pub(super) async fn read_body(
     State(guard): State<Arc<Guard>>,
     request: Request,
     next: Next,
 ) -> Response {
     let (parts, body) = request.into_parts();
-    let (bytes, held) = match tokio::time::timeout(guard.body_timeout, guard.collect(body)).await {
+    let bytes = match tokio::time::timeout(guard.body_timeout, guard.collect(body)).await {
         Ok(Ok(read)) => read,
         Ok(Err(Unread::TooLarge)) => return guard.too_large(),
         Ok(Err(Unread::Busy)) => {
@@ -238,11 +271,10 @@ pub(super) async fn read_body(
             );
         }
     };
-    let response = next
-        .run(Request::from_parts(parts, Body::from(bytes)))
-        .await;
-    drop(held);
-    response
+    // The bytes hold their permits until the app drops them (the gateway once it has
+    // parsed the request), not until the response: a call waiting for its agent holds none.
+    next.run(Request::from_parts(parts, Body::from(bytes)))
+        .await
 }
 
 #[cfg(test)]

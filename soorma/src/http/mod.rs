@@ -18,6 +18,7 @@
 //! ```
 
 mod guard;
+mod write_progress;
 
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -52,8 +53,10 @@ use guard::{Guard, HostPolicy};
 ///   that is refused (HTTP 503, `Retry-After`) instead of waiting.
 /// - **Connections**: at most [`max_connections`](Self::max_connections) (512) open at once;
 ///   further clients wait in the listen backlog until one closes. A connection whose client
-///   stops reading (a response, or a stream, waits to be written) is closed after
-///   [`write_timeout`](Self::write_timeout) (30 s) without progress, so it cannot hold its slot.
+///   stops reading (a response, or a stream, waits to be written) is closed when fewer than
+///   [`min_write_bytes`](Self::min_write_bytes) (8 KiB) go out within a
+///   [`write_timeout`](Self::write_timeout) (30 s), so neither a client that stops reading nor
+///   one reading a trickle can hold its slot.
 /// - **Stop**: open requests and streams get [`stop_timeout`](Self::stop_timeout) (10 s) to
 ///   finish; connections still open then are closed.
 ///
@@ -72,6 +75,7 @@ pub struct HttpConfig {
     max_buffered_body_bytes: usize,
     max_connections: usize,
     write_timeout: Duration,
+    min_write_bytes: usize,
     stop_timeout: Duration,
 }
 
@@ -85,6 +89,7 @@ impl Default for HttpConfig {
             max_buffered_body_bytes: 64 * 1024 * 1024,
             max_connections: 512,
             write_timeout: Duration::from_secs(30),
+            min_write_bytes: 8 * 1024,
             stop_timeout: Duration::from_secs(10),
         }
     }
@@ -140,15 +145,16 @@ impl HttpConfig {
         self
     }
 
-    /// The largest request body accepted, in bytes (default 4 MiB; HTTP 413 and the
-    /// connection closed above it).
+    /// The largest request body accepted, in bytes (default 4 MiB, at most 4 GiB; HTTP 413
+    /// and the connection closed above it).
     ///
     /// ```
     /// let http = soorma::http::HttpConfig::default().max_body_bytes(64 * 1024);
     /// # let _ = http;
     /// ```
     pub fn max_body_bytes(mut self, bytes: usize) -> Self {
-        self.max_body_bytes = bytes;
+        // A body is counted against the byte budget in one semaphore permit (`u32`).
+        self.max_body_bytes = bytes.min(u32::MAX as usize);
         self
     }
 
@@ -179,8 +185,8 @@ impl HttpConfig {
     }
 
     /// How long a response (or a stream) may wait to be written because its client does not
-    /// read, before the connection is closed (default 30 s; counted again after each write
-    /// that makes progress).
+    /// read, before the connection is closed (default 30 s; counted again once
+    /// [`min_write_bytes`](Self::min_write_bytes) have gone out, or the output is all written).
     ///
     /// ```
     /// let http = soorma::http::HttpConfig::default().write_timeout(std::time::Duration::from_secs(10));
@@ -188,6 +194,20 @@ impl HttpConfig {
     /// ```
     pub fn write_timeout(mut self, timeout: Duration) -> Self {
         self.write_timeout = timeout.max(Duration::from_millis(1));
+        self
+    }
+
+    /// How many bytes of output a client waited on must take within each
+    /// [`write_timeout`](Self::write_timeout) (default 8 KiB, about 270 bytes/s at the default
+    /// timeout): a client reading a trickle, just often enough for each write to make some
+    /// progress, is closed like one that stops reading.
+    ///
+    /// ```
+    /// let http = soorma::http::HttpConfig::default().min_write_bytes(64 * 1024);
+    /// # let _ = http;
+    /// ```
+    pub fn min_write_bytes(mut self, bytes: usize) -> Self {
+        self.min_write_bytes = bytes;
         self
     }
 
@@ -270,6 +290,7 @@ impl HttpServer {
         let limits = ConnectionLimits {
             slots: Arc::new(Semaphore::new(config.max_connections)),
             write_timeout: config.write_timeout,
+            min_write_bytes: config.min_write_bytes,
             stop_timeout: config.stop_timeout,
         };
         let (stop, stopped) = watch::channel(false);
@@ -295,6 +316,7 @@ async fn until_stopped(stopped: &mut watch::Receiver<bool>) {
 struct ConnectionLimits {
     slots: Arc<Semaphore>,
     write_timeout: Duration,
+    min_write_bytes: usize,
     stop_timeout: Duration,
 }
 
@@ -335,14 +357,15 @@ async fn accept_loop(
             }
         };
         let _ = stream.set_nodelay(true);
-        // A write that makes no progress for the write timeout fails the connection: a client
-        // that stops reading does not keep its slot.
-        let mut io = tokio_io_timeout::TimeoutStream::new(stream);
-        io.set_write_timeout(Some(limits.write_timeout));
-        let connection = http1.serve_connection(
-            TokioIo::new(Box::pin(io)),
-            TowerToHyperService::new(app.clone()),
+        // Output that does not move fast enough fails the connection: a client that stops
+        // reading, or reads a trickle, does not keep its slot.
+        let io = write_progress::WriteProgress::new(
+            stream,
+            limits.write_timeout,
+            limits.min_write_bytes,
         );
+        let connection =
+            http1.serve_connection(TokioIo::new(io), TowerToHyperService::new(app.clone()));
         let connection = graceful.watch(connection);
         connections.spawn(async move {
             if let Err(e) = connection.await {

@@ -2,20 +2,31 @@
 //! their requests, which anyone who reaches them may send, share registry reads instead of
 //! each making one.
 
-use std::sync::Arc;
+use std::sync::{Arc, Mutex, PoisonError};
 use std::time::{Duration, Instant};
 
+use futures_util::FutureExt;
+use futures_util::future::Shared;
 use soorma_common::AgentDefinition;
+
+use crate::util::BoxFuture;
 
 use super::discovery::Discovery;
 
 /// The registered agents as one read found them, or why it failed.
 pub(crate) type Agents = std::result::Result<Arc<Vec<AgentDefinition>>, String>;
 
+/// The longest a registry read may take before it counts as failed.
+const READ_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// A registry read in progress, shared by whoever waits for it.
+type Reading = Shared<BoxFuture<'static, Agents>>;
+
 /// The last registry read, shared: at most one read runs at a time, and a request takes the
 /// result of a read that began after it arrived (or, through [`recent`](Self::recent), one
 /// young enough) instead of making its own. A flood of requests thus costs one read at a time
-/// on the registry, and a failed read is shared like a successful one.
+/// on the registry, and a failed read is shared like a successful one. A read runs in a task
+/// of its own: a request that goes away while waiting does not cancel it for the others.
 ///
 /// ```text
 /// let snapshot = AgentsSnapshot::new(platform.discovery());
@@ -23,14 +34,22 @@ pub(crate) type Agents = std::result::Result<Arc<Vec<AgentDefinition>>, String>;
 /// ```
 pub(crate) struct AgentsSnapshot {
     discovery: Discovery,
-    last: tokio::sync::Mutex<Option<(Instant, Agents)>>,
+    state: Arc<Mutex<State>>,
+}
+
+#[derive(Default)]
+struct State {
+    /// The last read done: when it began, what it found.
+    last: Option<(Instant, Agents)>,
+    /// The read in progress: when it began.
+    reading: Option<(Instant, Reading)>,
 }
 
 impl AgentsSnapshot {
     pub(crate) fn new(discovery: Discovery) -> Self {
         Self {
             discovery,
-            last: tokio::sync::Mutex::new(None),
+            state: Arc::default(),
         }
     }
 
@@ -47,24 +66,64 @@ impl AgentsSnapshot {
         self.read_unless(|began| began.elapsed() <= max_age).await
     }
 
+    /// The last read's agents when `reusable` takes when it began; else those of a read in
+    /// progress it takes, or of a new read (once the read in progress, if any, is done).
     async fn read_unless(&self, reusable: impl Fn(Instant) -> bool) -> Agents {
-        // Held through the read: concurrent callers wait for it, then reuse it.
-        let mut last = self.last.lock().await;
-        if let Some((began, agents)) = &*last
-            && reusable(*began)
-        {
-            return agents.clone();
-        }
-        let began = Instant::now();
-        let agents = match self.discovery.all().await {
-            Ok(agents) => Ok(Arc::new(agents)),
-            Err(e) => {
-                tracing::warn!(error = %e, "cannot read the registry");
-                Err(format!("cannot read the registry: {e}"))
+        loop {
+            // (the read to wait for, whether its result is this caller's)
+            let (reading, taken) = {
+                let mut state = self.lock();
+                if let Some((began, agents)) = &state.last
+                    && reusable(*began)
+                {
+                    return agents.clone();
+                }
+                match &state.reading {
+                    Some((began, reading)) => (reading.clone(), reusable(*began)),
+                    None => {
+                        let began = Instant::now();
+                        let reading = self.start_read(began);
+                        state.reading = Some((began, reading.clone()));
+                        (reading, true)
+                    }
+                }
+            };
+            let agents = reading.await;
+            if taken {
+                return agents;
             }
-        };
-        *last = Some((began, agents.clone()));
-        agents
+            // Too old for this caller: it waited for it, and now reads again.
+        }
+    }
+
+    /// A new read, in a task of its own that records it as the last read when done.
+    fn start_read(&self, began: Instant) -> Reading {
+        let (discovery, state) = (self.discovery.clone(), self.state.clone());
+        let task = tokio::spawn(async move {
+            let agents = match tokio::time::timeout(READ_TIMEOUT, discovery.all()).await {
+                Ok(Ok(agents)) => Ok(Arc::new(agents)),
+                Ok(Err(e)) => Err(format!("cannot read the registry: {e}")),
+                Err(_) => Err(format!(
+                    "cannot read the registry: no answer within {READ_TIMEOUT:?}"
+                )),
+            };
+            if let Err(e) = &agents {
+                tracing::warn!(error = %e, "registry read failed");
+            }
+            let mut state = state.lock().unwrap_or_else(PoisonError::into_inner);
+            state.last = Some((began, agents.clone()));
+            state.reading = None;
+            agents
+        });
+        let joined: BoxFuture<'static, Agents> = Box::pin(async move {
+            task.await
+                .unwrap_or_else(|e| Err(format!("cannot read the registry: {e}")))
+        });
+        joined.shared()
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, State> {
+        self.state.lock().unwrap_or_else(PoisonError::into_inner)
     }
 }
 
@@ -139,5 +198,21 @@ mod tests {
             1
         );
         assert_eq!(registry.listings.load(Ordering::SeqCst), before);
+    }
+
+    #[tokio::test]
+    async fn a_caller_that_goes_away_does_not_cancel_the_read() {
+        let registry = Arc::new(Counting::default());
+        let snapshot = Arc::new(AgentsSnapshot::new(Discovery::new(registry.clone())));
+        let gone = {
+            let snapshot = snapshot.clone();
+            tokio::spawn(async move { snapshot.current().await })
+        };
+        tokio::time::sleep(Duration::from_millis(5)).await;
+        gone.abort();
+        tokio::time::sleep(Duration::from_millis(50)).await;
+        // The read finished all the same: a young enough one is there to reuse.
+        assert!(snapshot.recent(Duration::from_secs(60)).await.is_ok());
+        assert_eq!(registry.listings.load(Ordering::SeqCst), 1);
     }
 }

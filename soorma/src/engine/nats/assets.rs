@@ -189,11 +189,10 @@ pub(crate) fn usable_event_stream(
 /// chose it), with a warning: a flood of bad input fills such a stream's disk, or, once it is
 /// full, the newest dead letters are only logged.
 pub(crate) fn unbounded_dead_letters(config: &stream::Config) -> Option<String> {
-    if config.max_bytes <= 0 && config.max_messages <= 0 && config.max_age.is_zero() {
+    if config.max_bytes <= 0 && config.max_messages <= 0 {
         return Some(
-            "has no `max_bytes`, `max_messages` or `max_age`: a flood of bad input grows it \
-             without bound (soorma creates it with SOORMA_NATS_DLQ_MAX_BYTES and \
-             SOORMA_NATS_DLQ_MAX_AGE)"
+            "has neither `max_bytes` nor `max_messages`: a flood of bad input grows it without \
+             bound until its `max_age` (soorma creates it with SOORMA_NATS_DLQ_MAX_BYTES)"
                 .into(),
         );
     }
@@ -300,6 +299,11 @@ mod tests {
                 .contains("`max_bytes`")
         );
         dlq.max_age = std::time::Duration::from_secs(86_400);
+        assert!(
+            unbounded_dead_letters(&dlq).is_some(),
+            "an age alone bounds no flood"
+        );
+        dlq.max_messages = 100_000;
         assert_eq!(unbounded_dead_letters(&dlq), None);
         dlq.discard = stream::DiscardPolicy::New;
         assert!(

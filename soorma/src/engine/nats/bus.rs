@@ -442,6 +442,11 @@ impl NatsBus {
             String::new()
         };
         let name = names::consumer_name(&spec.group, spec.topic, spec.tenant.as_deref());
+        let legacy = names::legacy_consumer_name(&spec.group, spec.topic, spec.tenant.as_deref());
+        let deliver_policy = match &legacy {
+            Some(legacy) => takeover_start(&stream, &name, legacy).await,
+            None => consumer::DeliverPolicy::New,
+        };
         let config = consumer::pull::Config {
             durable_name: Some(name.clone()),
             description: Some(format!("soorma consumer group `{}`", spec.group)),
@@ -449,7 +454,7 @@ impl NatsBus {
             filter_subjects,
             ack_policy: consumer::AckPolicy::Explicit,
             ack_wait: cfg.ack_wait,
-            deliver_policy: consumer::DeliverPolicy::New,
+            deliver_policy,
             max_deliver: i64::from(spec.max_deliver.max(1)),
             max_ack_pending: cfg.max_ack_pending,
             // As many replicas as the stream (adopted streams keep theirs).
@@ -563,6 +568,34 @@ impl NatsBus {
             stream: names::stream_name(&self.inner.config.stream_prefix, topic),
             filters,
         }
+    }
+}
+
+/// Where the consumer `name` of a group an older release named `legacy` starts. An existing
+/// one keeps its start (a deliver policy cannot be changed). A new one takes over from the
+/// legacy consumer when there is one: it starts after the messages that consumer had
+/// acknowledged, so nothing published while the agent was upgraded is skipped (messages it
+/// had delivered but not acknowledged are delivered again). Else it starts at new events.
+async fn takeover_start(
+    stream: &stream::Stream,
+    name: &str,
+    legacy: &str,
+) -> consumer::DeliverPolicy {
+    if let Ok(existing) = stream.consumer_info(name).await {
+        return existing.config.deliver_policy;
+    }
+    match stream.consumer_info(legacy).await {
+        Ok(old) => {
+            let start_sequence = old.ack_floor.stream_sequence + 1;
+            tracing::warn!(
+                consumer = %name,
+                legacy = %legacy,
+                start_sequence,
+                "a new consumer takes over from the one an older soorma named `{legacy}`, after the messages it acknowledged; delete `{legacy}` once no instance of the older release runs"
+            );
+            consumer::DeliverPolicy::ByStartSequence { start_sequence }
+        }
+        Err(_) => consumer::DeliverPolicy::New,
     }
 }
 

@@ -77,33 +77,73 @@ pub(crate) fn stream_name(prefix: &str, topic: Topic) -> String {
 
 /// The longest group part of a consumer name kept as it is.
 const MAX_GROUP_IN_NAME: usize = 64;
+/// Hex digits of a group's SHA-256 in its consumer name (128 bits).
+const GROUP_HASH_HEX: usize = 32;
 
 /// A durable consumer name for a consumer group on a topic (and tenant):
-/// `<group>__<topic>[__<tenant>]`. A group outside `[-_A-Za-z0-9]` or longer than 64 bytes is
-/// written as its first 64 bytes with the others replaced by `_`, then `-` and 16 hex digits of
-/// its SHA-256, so that two groups never share a consumer (`orders.v1` and `orders_v1` would
-/// steal each other's events).
+/// `<group>__<topic>[__<tenant>]`. A group that is not one token (`[-_A-Za-z0-9]`), is over
+/// 64 bytes, or ends like a written hash (`-` and 32 hex digits) is written as its first 64
+/// characters with the others replaced by `_`, then `-` and 32 hex digits of its SHA-256: two
+/// groups never share a consumer (`orders.v1` and `orders_v1` would steal each other's events),
+/// short of a SHA-256 collision.
 pub(crate) fn consumer_name(group: &str, topic: Topic, tenant: Option<&str>) -> String {
-    let group = if group.len() <= MAX_GROUP_IN_NAME && group.chars().all(is_token_char) {
-        group.to_owned()
-    } else {
-        use sha2::Digest;
-        let digest = sha2::Sha256::digest(group.as_bytes());
-        let shown: String = group
-            .chars()
-            .map(|c| if is_token_char(c) { c } else { '_' })
-            .scan(0, |len, c| {
-                *len += c.len_utf8();
-                (*len <= MAX_GROUP_IN_NAME).then_some(c)
-            })
-            .collect();
-        let hash: String = digest[..8].iter().map(|b| format!("{b:02x}")).collect();
-        format!("{shown}-{hash}")
-    };
+    let group = consumer_group_part(group);
     match tenant {
-        Some(t) => format!("{group}__{topic}__{t}"),
+        Some(t) => {
+            debug_assert!(validate_tenant(t).is_ok(), "checked by the subscription");
+            format!("{group}__{topic}__{t}")
+        }
         None => format!("{group}__{topic}"),
     }
+}
+
+/// The name an older release gave the consumer of `group` on `topic` (each character outside
+/// a token replaced by `_`), when it differs from [`consumer_name`]'s.
+pub(crate) fn legacy_consumer_name(
+    group: &str,
+    topic: Topic,
+    tenant: Option<&str>,
+) -> Option<String> {
+    let raw = match tenant {
+        Some(t) => format!("{group}__{topic}__{t}"),
+        None => format!("{group}__{topic}"),
+    };
+    let legacy: String = raw
+        .chars()
+        .map(|c| if is_token_char(c) { c } else { '_' })
+        .collect();
+    (legacy != consumer_name(group, topic, tenant)).then_some(legacy)
+}
+
+/// Whether `group` ends like a written hash: `-` and [`GROUP_HASH_HEX`] lowercase hex digits.
+fn looks_hashed(group: &str) -> bool {
+    let Some(split) = group.len().checked_sub(GROUP_HASH_HEX + 1) else {
+        return false;
+    };
+    let tail = &group.as_bytes()[split..];
+    tail[0] == b'-'
+        && tail[1..]
+            .iter()
+            .all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(b))
+}
+
+fn consumer_group_part(group: &str) -> String {
+    if group.len() <= MAX_GROUP_IN_NAME && group.chars().all(is_token_char) && !looks_hashed(group)
+    {
+        return group.to_owned();
+    }
+    use sha2::Digest;
+    let digest = sha2::Sha256::digest(group.as_bytes());
+    let shown: String = group
+        .chars()
+        .map(|c| if is_token_char(c) { c } else { '_' })
+        .take(MAX_GROUP_IN_NAME)
+        .collect();
+    let hash: String = digest[..GROUP_HASH_HEX / 2]
+        .iter()
+        .map(|b| format!("{b:02x}"))
+        .collect();
+    format!("{shown}-{hash}")
 }
 
 /// A KV bucket name.
@@ -218,13 +258,28 @@ mod tests {
             &b,
             &consumer_name("ünï cödé", Topic::BusinessFacts, None),
         ] {
-            assert!(name.len() < 128, "{name}");
+            assert!(name.len() < 160, "{name}");
             assert!(name.chars().all(is_token_char), "{name}");
         }
         // Stable across processes and releases: the name of an existing consumer.
         assert_eq!(
             dotted,
-            consumer_name("orders.v1", Topic::ActionRequests, None)
+            "orders_v1-2c443d9ac404233a3be92ac497dceb7f__action-requests"
+        );
+        // A name written like another's hashed form is hashed too: no collision by choice.
+        let lookalike = dotted.trim_end_matches("__action-requests");
+        assert_ne!(
+            consumer_name(lookalike, Topic::ActionRequests, None),
+            dotted
+        );
+        // What an older release named them, for taking over their place in the stream.
+        assert_eq!(
+            legacy_consumer_name("orders.v1", Topic::ActionRequests, None).as_deref(),
+            Some("orders_v1__action-requests")
+        );
+        assert_eq!(
+            legacy_consumer_name("orders_v1", Topic::ActionRequests, None),
+            None
         );
     }
 
