@@ -1811,8 +1811,8 @@ async fn memory_is_rebuilt_from_the_store_after_a_server_restart() {
 /// An agent named outside a subject token (`orders.v1`) had a consumer named by replacing
 /// characters (`orders_v1__...`), shared with an agent named `orders_v1`. Its consumer now has
 /// a name of its own; the first start after the upgrade takes over where the old consumer's
-/// acknowledgements stopped: nothing published meanwhile is skipped, nothing handled before
-/// is handled again.
+/// acknowledgements stopped (nothing published meanwhile is skipped, nothing acknowledged in
+/// order before is handled again) — unless the old consumer was the namesake agent's.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_renamed_consumer_takes_over_where_the_old_one_stopped() {
     use soorma::EventEnvelope;
@@ -1831,6 +1831,8 @@ async fn a_renamed_consumer_takes_over_where_the_old_one_stopped() {
     let old: consumer::PullConsumer = stream
         .create_consumer(consumer::pull::Config {
             durable_name: Some("orders_v1__business-facts".into()),
+            // As the older release described it.
+            description: Some("soorma consumer group `orders.v1`".into()),
             filter_subject: "soorma.*.business-facts.>".into(),
             ack_policy: consumer::AckPolicy::Explicit,
             deliver_policy: consumer::DeliverPolicy::New,
@@ -1891,4 +1893,33 @@ async fn a_renamed_consumer_takes_over_where_the_old_one_stopped() {
         .unwrap();
     assert_eq!(d.envelope.id, "e4");
     d.settle(Settlement::Ack).await.unwrap();
+
+    // `billing.v2`'s old name is the consumer of the agent `billing_v2` (its description
+    // says so): that one is left alone, and `billing.v2` starts at new events.
+    let mut namesake: consumer::PullConsumer = stream
+        .create_consumer(consumer::pull::Config {
+            durable_name: Some("billing_v2__business-facts".into()),
+            description: Some("soorma consumer group `billing_v2`".into()),
+            filter_subject: "soorma.*.business-facts.>".into(),
+            ack_policy: consumer::AckPolicy::Explicit,
+            deliver_policy: consumer::DeliverPolicy::New,
+            ..Default::default()
+        })
+        .await
+        .unwrap();
+    bus.publish(fact("e5")).await.unwrap();
+    let billing = SubscriptionSpec::new("billing.v2", Topic::BusinessFacts, EventFilter::All);
+    let mut sub = bus.subscribe(billing).await.unwrap();
+    bus.publish(fact("e6")).await.unwrap();
+    let d = tokio::time::timeout(WAIT, sub.next())
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(
+        d.envelope.id, "e6",
+        "started at new events, not at billing_v2's place"
+    );
+    d.settle(Settlement::Ack).await.unwrap();
+    let pending = namesake.info().await.unwrap().num_pending;
+    assert_eq!(pending, 2, "billing_v2's own events are still its own");
 }

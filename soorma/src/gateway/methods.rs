@@ -274,7 +274,7 @@ async fn start(
         });
     }
     let data = skills::payload(&message)?;
-    let def = state.definition(agent).await.map_err(RpcError::internal)?;
+    let (def, fresh) = state.definition(agent).await.map_err(RpcError::internal)?;
     let skill_id = message
         .metadata
         .as_ref()
@@ -284,6 +284,7 @@ async fn start(
         .map(str::to_owned);
     let capability = match skills::pick(&def, skill_id.as_deref(), &data) {
         Ok(capability) => capability.clone(),
+        Err(e) if fresh => return Err(e),
         // The definition may be up to a second old: the agent may have restarted with
         // another skill since.
         Err(_) => {

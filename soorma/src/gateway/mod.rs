@@ -431,11 +431,15 @@ impl GatewayState {
     /// The registered definition of `agent` (of its instances, the lowest id): from a registry
     /// read at most [`REGISTRY_FRESH`] old, or, when that read lacks it, one begun after this
     /// call (cards are public: requests share reads instead of each making one).
-    async fn definition(&self, agent: &str) -> std::result::Result<AgentDefinition, String> {
+    /// Also says whether that read began after this call.
+    async fn definition(
+        &self,
+        agent: &str,
+    ) -> std::result::Result<(AgentDefinition, bool), String> {
         if let Some(def) = find_agent(&self.registry.recent(REGISTRY_FRESH).await?, agent) {
-            return Ok(def);
+            return Ok((def, false));
         }
-        self.current_definition(agent).await
+        Ok((self.current_definition(agent).await?, true))
     }
 
     /// The registered definition of `agent` from a registry read begun after this call.
@@ -448,7 +452,7 @@ impl GatewayState {
     }
 
     async fn card(&self, agent: &str) -> std::result::Result<AgentCard, String> {
-        let def = self.definition(agent).await?;
+        let (def, _) = self.definition(agent).await?;
         let mut builder = CardBuilder::new(&def, self.interface_url(agent)).with_streaming(true);
         if let Some((org, url)) = &self.gateway.provider {
             builder = builder.with_provider(org, url);

@@ -195,7 +195,7 @@ impl Guard {
             if needed > room {
                 // Grown as a `Vec` grows (doubling), never past the limit; each byte of room
                 // taken from the budget first.
-                let grown = needed.max(room * 2).min(self.max_body_bytes);
+                let grown = needed.max(room.saturating_mul(2)).min(self.max_body_bytes);
                 let more = u32::try_from(grown - room).map_err(|_| Unread::TooLarge)?;
                 let permit = self
                     .buffered

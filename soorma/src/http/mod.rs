@@ -47,10 +47,10 @@ use guard::{Guard, HostPolicy};
 ///   trickling clients and idle keep-alive connections are closed after it.
 /// - **Body**: at most [`max_body_bytes`](Self::max_body_bytes) (4 MiB; HTTP 413, then the
 ///   connection is closed), read within [`body_timeout`](Self::body_timeout) (30 s; HTTP 408),
-///   and only once the request's credentials (when the server wants some) are checked, so a
-///   client without them makes the server hold nothing. The bodies being read hold at most
-///   [`max_buffered_body_bytes`](Self::max_buffered_body_bytes) (64 MiB) in all; a body over
-///   that is refused (HTTP 503, `Retry-After`) instead of waiting.
+///   and only on a `POST` once the request's credentials (when the server wants some) are
+///   checked, so a client without them makes the server hold nothing. The bodies held take
+///   at most [`max_buffered_body_bytes`](Self::max_buffered_body_bytes) (64 MiB) in all; a
+///   body over that is refused (HTTP 503, `Retry-After`) instead of waiting.
 /// - **Connections**: at most [`max_connections`](Self::max_connections) (512) open at once;
 ///   further clients wait in the listen backlog until one closes. A connection whose client
 ///   stops reading (a response, or a stream, waits to be written) is closed when fewer than
@@ -158,10 +158,11 @@ impl HttpConfig {
         self
     }
 
-    /// How many bytes the request bodies being read at once may hold in all (default 64 MiB,
-    /// at least [`max_body_bytes`](Self::max_body_bytes)): counted as they arrive, released
-    /// when the request is answered. A body that would go over it is refused with HTTP 503
-    /// and `Retry-After`, and its connection closed.
+    /// How many bytes the request bodies held at once may take in all (default 64 MiB, at
+    /// least [`max_body_bytes`](Self::max_body_bytes)): counted as a body's buffer grows,
+    /// given back when the server's code drops the body (the gateway: once the call is
+    /// parsed; the MCP server: once read, as its transport copies it). A body that would go
+    /// over it is refused with HTTP 503 and `Retry-After`, and its connection closed.
     ///
     /// ```
     /// let http = soorma::http::HttpConfig::default().max_buffered_body_bytes(16 << 20);
@@ -185,8 +186,8 @@ impl HttpConfig {
     }
 
     /// How long a response (or a stream) may wait to be written because its client does not
-    /// read, before the connection is closed (default 30 s; counted again once
-    /// [`min_write_bytes`](Self::min_write_bytes) have gone out, or the output is all written).
+    /// read, before the connection is closed (default 30 s of waiting in all, idle time not
+    /// counted; counted again once [`min_write_bytes`](Self::min_write_bytes) have gone out).
     ///
     /// ```
     /// let http = soorma::http::HttpConfig::default().write_timeout(std::time::Duration::from_secs(10));

@@ -53,7 +53,11 @@ impl<S> WriteProgress<S> {
                 let now = Instant::now();
                 self.waiting_since = Some(now);
                 let left = self.timeout.saturating_sub(self.waited);
-                self.deadline.as_mut().reset(now + left);
+                // A timeout too long to add is as good as none.
+                let far = now + Duration::from_secs(86_400 * 365 * 30);
+                self.deadline
+                    .as_mut()
+                    .reset(now.checked_add(left).unwrap_or(far));
             }
             ready!(self.deadline.as_mut().poll(cx));
             return Poll::Ready(Err(io::Error::new(

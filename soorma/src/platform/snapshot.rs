@@ -41,8 +41,21 @@ pub(crate) struct AgentsSnapshot {
 struct State {
     /// The last read done: when it began, what it found.
     last: Option<(Instant, Agents)>,
-    /// The read in progress: when it began.
-    reading: Option<(Instant, Reading)>,
+    /// The read in progress: when it began, its number.
+    reading: Option<(Instant, u64, Reading)>,
+    /// How many reads were started.
+    reads: u64,
+}
+
+impl State {
+    /// Records read `number`, begun at `began`, as done with `agents` (once: by its task, or,
+    /// when that task panicked or was cancelled, by whoever awaited it first).
+    fn done(&mut self, number: u64, began: Instant, agents: &Agents) {
+        if matches!(&self.reading, Some((_, n, _)) if *n == number) {
+            self.reading = None;
+            self.last = Some((began, agents.clone()));
+        }
+    }
 }
 
 impl AgentsSnapshot {
@@ -79,11 +92,12 @@ impl AgentsSnapshot {
                     return agents.clone();
                 }
                 match &state.reading {
-                    Some((began, reading)) => (reading.clone(), reusable(*began)),
+                    Some((began, _, reading)) => (reading.clone(), reusable(*began)),
                     None => {
                         let began = Instant::now();
-                        let reading = self.start_read(began);
-                        state.reading = Some((began, reading.clone()));
+                        state.reads += 1;
+                        let reading = self.start_read(state.reads, began);
+                        state.reading = Some((began, state.reads, reading.clone()));
                         (reading, true)
                     }
                 }
@@ -96,9 +110,12 @@ impl AgentsSnapshot {
         }
     }
 
-    /// A new read, in a task of its own that records it as the last read when done.
-    fn start_read(&self, began: Instant) -> Reading {
+    /// Read `number`, begun at `began`, in a task of its own that records it as the last read
+    /// when done (a read whose task failed is recorded as failed, so no caller waits on it
+    /// again).
+    fn start_read(&self, number: u64, began: Instant) -> Reading {
         let (discovery, state) = (self.discovery.clone(), self.state.clone());
+        let recorder = state.clone();
         let task = tokio::spawn(async move {
             let agents = match tokio::time::timeout(READ_TIMEOUT, discovery.all()).await {
                 Ok(Ok(agents)) => Ok(Arc::new(agents)),
@@ -110,14 +127,17 @@ impl AgentsSnapshot {
             if let Err(e) = &agents {
                 tracing::warn!(error = %e, "registry read failed");
             }
-            let mut state = state.lock().unwrap_or_else(PoisonError::into_inner);
-            state.last = Some((began, agents.clone()));
-            state.reading = None;
+            let mut state = recorder.lock().unwrap_or_else(PoisonError::into_inner);
+            state.done(number, began, &agents);
             agents
         });
         let joined: BoxFuture<'static, Agents> = Box::pin(async move {
-            task.await
-                .unwrap_or_else(|e| Err(format!("cannot read the registry: {e}")))
+            let agents = task
+                .await
+                .unwrap_or_else(|e| Err(format!("cannot read the registry: {e}")));
+            let mut state = state.lock().unwrap_or_else(PoisonError::into_inner);
+            state.done(number, began, &agents);
+            agents
         });
         joined.shared()
     }
@@ -214,5 +234,31 @@ mod tests {
         // The read finished all the same: a young enough one is there to reuse.
         assert!(snapshot.recent(Duration::from_secs(60)).await.is_ok());
         assert_eq!(registry.listings.load(Ordering::SeqCst), 1);
+    }
+
+    /// A registry whose listing panics.
+    struct Panicking;
+
+    impl Registry for Panicking {
+        fn register(&self, _: AgentDefinition) -> BoxFuture<'_, Result<()>> {
+            Box::pin(async { Ok(()) })
+        }
+        fn deregister<'a>(&'a self, _: &'a str) -> BoxFuture<'a, Result<()>> {
+            Box::pin(async { Ok(()) })
+        }
+        fn agents(&self) -> BoxFuture<'_, Result<Vec<AgentDefinition>>> {
+            Box::pin(async { panic!("a registry that panics") })
+        }
+    }
+
+    #[tokio::test]
+    async fn a_read_that_panics_is_a_failed_read_not_a_stuck_one() {
+        let snapshot = AgentsSnapshot::new(Discovery::new(Arc::new(Panicking)));
+        for _ in 0..3 {
+            let read = tokio::time::timeout(Duration::from_secs(5), snapshot.current())
+                .await
+                .expect("answered, not spinning");
+            assert!(read.unwrap_err().contains("cannot read the registry"));
+        }
     }
 }

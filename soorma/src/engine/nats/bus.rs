@@ -444,12 +444,14 @@ impl NatsBus {
         let name = names::consumer_name(&spec.group, spec.topic, spec.tenant.as_deref());
         let legacy = names::legacy_consumer_name(&spec.group, spec.topic, spec.tenant.as_deref());
         let deliver_policy = match &legacy {
-            Some(legacy) => takeover_start(&stream, &name, legacy).await,
+            Some(legacy) => {
+                takeover_start(&stream, &name, legacy, &spec.group, cfg.failover_retry).await?
+            }
             None => consumer::DeliverPolicy::New,
         };
-        let config = consumer::pull::Config {
+        let mut config = consumer::pull::Config {
             durable_name: Some(name.clone()),
-            description: Some(format!("soorma consumer group `{}`", spec.group)),
+            description: Some(consumer_description(&spec.group)),
             filter_subject,
             filter_subjects,
             ack_policy: consumer::AckPolicy::Explicit,
@@ -463,18 +465,31 @@ impl NatsBus {
         };
         // Creating a durable consumer with the same settings again is harmless: through a
         // failover (no answer in time, no meta leader) it is asked again.
-        let consumer: consumer::PullConsumer =
-            failover::retried(cfg.failover_retry, "create consumer", || {
-                stream.create_consumer(config.clone())
+        let stream_ref = &stream;
+        let create = |config: consumer::pull::Config| {
+            failover::retried(cfg.failover_retry, "create consumer", move || {
+                stream_ref.create_consumer(config.clone())
             })
-            .await
-            .map_err(|e| {
-                engine_error(
-                    EngineErrorKind::Subscribe,
-                    format!("cannot create consumer `{name}`"),
-                    e,
-                )
-            })?;
+        };
+        let created = match create(config.clone()).await {
+            // Another instance took over from the legacy consumer first, from a later start
+            // (a start cannot be changed): this one takes that start.
+            Err(e) if legacy.is_some() => match stream.consumer_info(&name).await {
+                Ok(info) if info.config.deliver_policy != config.deliver_policy => {
+                    config.deliver_policy = info.config.deliver_policy;
+                    create(config.clone()).await
+                }
+                _ => Err(e),
+            },
+            created => created,
+        };
+        let consumer: consumer::PullConsumer = created.map_err(|e| {
+            engine_error(
+                EngineErrorKind::Subscribe,
+                format!("cannot create consumer `{name}`"),
+                e,
+            )
+        })?;
         // No more fetched ahead than the subscriber can handle at once: a message waiting in
         // the client's buffer is not kept alive, and would be redelivered after `ack_wait`.
         let batch = spec.prefetch.map_or(MAX_BATCH, |p| p.clamp(1, MAX_BATCH));
@@ -571,32 +586,68 @@ impl NatsBus {
     }
 }
 
-/// Where the consumer `name` of a group an older release named `legacy` starts. An existing
-/// one keeps its start (a deliver policy cannot be changed). A new one takes over from the
-/// legacy consumer when there is one: it starts after the messages that consumer had
-/// acknowledged, so nothing published while the agent was upgraded is skipped (messages it
-/// had delivered but not acknowledged are delivered again). Else it starts at new events.
+/// Where the consumer `name` of `group`, which an older release named `legacy`, starts. An
+/// existing one keeps its start (a deliver policy cannot be changed). A new one takes over from
+/// the legacy consumer when that one was `group`'s (its description says so): it starts after
+/// the messages that consumer had acknowledged, so nothing published while the agent was
+/// upgraded is skipped (messages it had delivered but not acknowledged, or acknowledged out of
+/// order, are delivered again). Else (no legacy consumer, or the one of an agent named like
+/// it) it starts at new events.
 async fn takeover_start(
     stream: &stream::Stream,
     name: &str,
     legacy: &str,
-) -> consumer::DeliverPolicy {
-    if let Ok(existing) = stream.consumer_info(name).await {
-        return existing.config.deliver_policy;
+    group: &str,
+    window: Duration,
+) -> Result<consumer::DeliverPolicy> {
+    let info = |consumer: &str| {
+        let consumer = consumer.to_owned();
+        failover::retried(window, "read consumer", move || {
+            let consumer = consumer.clone();
+            async move { stream.consumer_info(consumer).await }
+        })
+    };
+    let absent = |e: &async_nats::jetstream::context::ConsumerInfoError| {
+        matches!(
+            e.kind(),
+            async_nats::jetstream::context::ConsumerInfoErrorKind::NotFound
+        )
+    };
+    let unreadable = |consumer: &str, e| {
+        engine_error(
+            EngineErrorKind::Subscribe,
+            format!("cannot read consumer `{consumer}`"),
+            e,
+        )
+    };
+    match info(name).await {
+        Ok(existing) => return Ok(existing.config.deliver_policy),
+        Err(e) if absent(&e) => {}
+        Err(e) => return Err(unreadable(name, e)),
     }
-    match stream.consumer_info(legacy).await {
-        Ok(old) => {
-            let start_sequence = old.ack_floor.stream_sequence + 1;
-            tracing::warn!(
-                consumer = %name,
-                legacy = %legacy,
-                start_sequence,
-                "a new consumer takes over from the one an older soorma named `{legacy}`, after the messages it acknowledged; delete `{legacy}` once no instance of the older release runs"
-            );
-            consumer::DeliverPolicy::ByStartSequence { start_sequence }
-        }
-        Err(_) => consumer::DeliverPolicy::New,
+    let old = match info(legacy).await {
+        Ok(old) => old,
+        Err(e) if absent(&e) => return Ok(consumer::DeliverPolicy::New),
+        Err(e) => return Err(unreadable(legacy, e)),
+    };
+    if old.config.description.as_deref() != Some(consumer_description(group).as_str()) {
+        // The consumer of an agent named `sanitized(group)`: its own, not this one's.
+        return Ok(consumer::DeliverPolicy::New);
     }
+    let start_sequence = old.ack_floor.stream_sequence + 1;
+    let namesake = names::sanitized(group);
+    tracing::warn!(
+        consumer = %name,
+        legacy = %legacy,
+        start_sequence,
+        "a new consumer takes over from the one an older soorma named `{legacy}`, after the messages it acknowledged; delete `{legacy}` once no instance of the older release runs, unless an agent named `{namesake}` runs"
+    );
+    Ok(consumer::DeliverPolicy::ByStartSequence { start_sequence })
+}
+
+/// The description of `group`'s durable consumers.
+fn consumer_description(group: &str) -> String {
+    format!("soorma consumer group `{group}`")
 }
 
 fn filters(cfg: &NatsConfig, spec: &SubscriptionSpec) -> Result<Vec<String>> {

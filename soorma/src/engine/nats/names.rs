@@ -81,8 +81,9 @@ const MAX_GROUP_IN_NAME: usize = 64;
 const GROUP_HASH_HEX: usize = 32;
 
 /// A durable consumer name for a consumer group on a topic (and tenant):
-/// `<group>__<topic>[__<tenant>]`. A group that is not one token (`[-_A-Za-z0-9]`), is over
-/// 64 bytes, or ends like a written hash (`-` and 32 hex digits) is written as its first 64
+/// `<group>__<topic>[__<tenant>]`. A group that is not one token (`[-_A-Za-z0-9]`), holds
+/// `__`, is over 64 bytes, or ends like a written hash (`-` and 32 hex digits) is written as
+/// its first 64
 /// characters with the others replaced by `_`, then `-` and 32 hex digits of its SHA-256: two
 /// groups never share a consumer (`orders.v1` and `orders_v1` would steal each other's events),
 /// short of a SHA-256 collision.
@@ -108,11 +109,16 @@ pub(crate) fn legacy_consumer_name(
         Some(t) => format!("{group}__{topic}__{t}"),
         None => format!("{group}__{topic}"),
     };
-    let legacy: String = raw
-        .chars()
-        .map(|c| if is_token_char(c) { c } else { '_' })
-        .collect();
+    let legacy = sanitized(&raw);
     (legacy != consumer_name(group, topic, tenant)).then_some(legacy)
+}
+
+/// `name` with each character outside a token replaced by `_` (how an older release wrote a
+/// group in its consumer's name).
+pub(crate) fn sanitized(name: &str) -> String {
+    name.chars()
+        .map(|c| if is_token_char(c) { c } else { '_' })
+        .collect()
 }
 
 /// Whether `group` ends like a written hash: `-` and [`GROUP_HASH_HEX`] lowercase hex digits.
@@ -128,17 +134,18 @@ fn looks_hashed(group: &str) -> bool {
 }
 
 fn consumer_group_part(group: &str) -> String {
-    if group.len() <= MAX_GROUP_IN_NAME && group.chars().all(is_token_char) && !looks_hashed(group)
+    // `__` separates the name's parts: a group holding it could pass for another group's
+    // name with a tenant.
+    if group.len() <= MAX_GROUP_IN_NAME
+        && group.chars().all(is_token_char)
+        && !group.contains("__")
+        && !looks_hashed(group)
     {
         return group.to_owned();
     }
     use sha2::Digest;
     let digest = sha2::Sha256::digest(group.as_bytes());
-    let shown: String = group
-        .chars()
-        .map(|c| if is_token_char(c) { c } else { '_' })
-        .take(MAX_GROUP_IN_NAME)
-        .collect();
+    let shown: String = sanitized(group).chars().take(MAX_GROUP_IN_NAME).collect();
     let hash: String = digest[..GROUP_HASH_HEX / 2]
         .iter()
         .map(|b| format!("{b:02x}"))
@@ -280,6 +287,12 @@ mod tests {
         assert_eq!(
             legacy_consumer_name("orders_v1", Topic::ActionRequests, None),
             None
+        );
+        // `__` is the parts' separator: group `a__business-facts` on its own is not group `a`
+        // for tenant `business-facts`.
+        assert_ne!(
+            consumer_name("a__business-facts", Topic::BusinessFacts, None),
+            consumer_name("a", Topic::BusinessFacts, Some("business-facts"))
         );
     }
 
