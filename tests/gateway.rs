@@ -85,6 +85,11 @@ impl Setup {
 
     /// A gateway with `limits` for the `multi` tool serving only `slow.requested`.
     async fn slow_only(limits: soorma::gateway::TaskLimits) -> Self {
+        Self::slow_behind(limits, HttpConfig::default()).await
+    }
+
+    /// [`slow_only`](Self::slow_only) behind `http`.
+    async fn slow_behind(limits: soorma::gateway::TaskLimits, http: HttpConfig) -> Self {
         let platform = Platform::embedded();
         let agent = Tool::new("multi")
             .use_registered_handlers(false)
@@ -96,6 +101,7 @@ impl Setup {
         let gateway = Gateway::new(&platform)
             .agent("multi")
             .limits(limits)
+            .http(http)
             .spawn(listener)
             .await
             .unwrap();
@@ -633,6 +639,18 @@ fn post_request(host: &str, content_type: &str, body: &str) -> Vec<u8> {
     .into_bytes()
 }
 
+/// The answer to one JSON `POST` of `body` to `calculator` on a new connection to `addr`.
+async fn posted(addr: std::net::SocketAddr, body: &str) -> raw_http::RawResponse {
+    let mut c = raw_http::connect(addr).await;
+    raw_http::exchange(
+        &mut c,
+        &post_request("127.0.0.1", "application/json", body),
+        WAIT,
+    )
+    .await
+    .expect("an answer")
+}
+
 /// A gateway for `calculator` (not started: these probes never reach an agent) behind `http`.
 async fn bare_gateway(http: HttpConfig) -> GatewayHandle {
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
@@ -1019,14 +1037,7 @@ async fn request_bodies_being_read_share_a_byte_budget() {
     .to_string();
     let started = std::time::Instant::now();
     let refused = loop {
-        let mut c = raw_http::connect(addr).await;
-        let r = raw_http::exchange(
-            &mut c,
-            &post_request("127.0.0.1", "application/json", &b),
-            WAIT,
-        )
-        .await
-        .unwrap();
+        let r = posted(addr, &b).await;
         if r.status == 503 || started.elapsed() > WAIT {
             break r;
         }
@@ -1038,40 +1049,22 @@ async fn request_bodies_being_read_share_a_byte_budget() {
     // Once A is cut off by the body timeout, its bytes are released and B is served.
     let r = raw_http::read_response(&mut a, WAIT).await.unwrap();
     assert_eq!(r.status, 408, "{r:?}");
-    let mut c = raw_http::connect(addr).await;
-    let r = raw_http::exchange(
-        &mut c,
-        &post_request("127.0.0.1", "application/json", &b),
-        WAIT,
-    )
-    .await
-    .unwrap();
+    let r = posted(addr, &b).await;
     assert_eq!(r.status, 200, "{r:?}");
     gateway.shutdown().await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_call_waiting_for_its_agent_holds_none_of_the_body_budget() {
-    let platform = Platform::embedded();
-    let agent = Tool::new("multi")
-        .use_registered_handlers(false)
-        .handler(Handler::on_invoke("slow.requested", slow))
-        .start(&platform)
-        .await
-        .unwrap();
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let budget = 64 * 1024;
-    let gateway = Gateway::new(&platform)
-        .agent("multi")
-        .http(
-            HttpConfig::default()
-                .max_body_bytes(budget)
-                .max_buffered_body_bytes(budget),
-        )
-        .spawn(listener)
-        .await
-        .unwrap();
-    let (http, url) = (http_client(), format!("{}/agents/multi", gateway.url()));
+    let s = Setup::slow_behind(
+        soorma::gateway::TaskLimits::default(),
+        HttpConfig::default()
+            .max_body_bytes(budget)
+            .max_buffered_body_bytes(budget),
+    )
+    .await;
+    let (http, url) = (http_client(), s.url("/agents/multi"));
     let rpc = |method: &str, params: Value| {
         let request = http
             .post(&url)
@@ -1117,8 +1110,7 @@ async fn a_call_waiting_for_its_agent_holds_none_of_the_body_budget() {
         done["result"]["task"]["status"]["state"], "TASK_STATE_COMPLETED",
         "{done}"
     );
-    gateway.shutdown().await;
-    agent.shutdown().await.unwrap();
+    s.shutdown().await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -1843,29 +1835,40 @@ async fn task_and_context_ids_are_random() {
     s.shutdown().await;
 }
 
-/// The probe "the gateway builds a new `Client` (new subscriptions) for every request that
-/// names a tenant": requests for 40 different tenants leave the server's subscription count
-/// where one tenant's requests left it (read from nats-server's monitoring endpoint).
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn requests_for_many_tenants_add_no_subscriptions() {
+/// A `nats-server -js` with its monitoring endpoint on a free port, and that port.
+fn monitored_server() -> (NatsServer, String) {
     let monitor = std::net::TcpListener::bind("127.0.0.1:0")
         .unwrap()
         .local_addr()
         .unwrap()
         .port()
         .to_string();
-    let server = NatsServer::start_with(&["-js", "-m", &monitor]);
+    (NatsServer::start_with(&["-js", "-m", &monitor]), monitor)
+}
+
+/// A page (`/subsz`, `/jsz`) of the monitoring endpoint on `port`.
+async fn monitoring(port: &str, page: &str) -> Value {
+    http_client()
+        .get(format!("http://127.0.0.1:{port}/{page}"))
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap()
+}
+
+/// The probe "the gateway builds a new `Client` (new subscriptions) for every request that
+/// names a tenant": requests for 40 different tenants leave the server's subscription count
+/// where one tenant's requests left it (read from nats-server's monitoring endpoint).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn requests_for_many_tenants_add_no_subscriptions() {
+    let (server, monitor) = monitored_server();
     let s = Setup::start(&nats(&server).await, None).await;
     let subscriptions = || async {
-        let subsz: Value = http_client()
-            .get(format!("http://127.0.0.1:{monitor}/subsz"))
-            .send()
-            .await
+        monitoring(&monitor, "subsz").await["num_subscriptions"]
+            .as_u64()
             .unwrap()
-            .json()
-            .await
-            .unwrap();
-        subsz["num_subscriptions"].as_u64().unwrap()
     };
     let add = |tenant: String| {
         let message = json!({"messageId": "m", "role": "ROLE_USER",
@@ -1902,24 +1905,12 @@ async fn requests_for_many_tenants_add_no_subscriptions() {
 /// agent); counted by nats-server's JetStream API total (`/jsz`).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn public_card_requests_share_registry_reads() {
-    let monitor = std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
-        .to_string();
-    let server = NatsServer::start_with(&["-js", "-m", &monitor]);
+    let (server, monitor) = monitored_server();
     let s = Setup::start(&nats(&server).await, None).await;
     let api_requests = || async {
-        let jsz: Value = http_client()
-            .get(format!("http://127.0.0.1:{monitor}/jsz"))
-            .send()
-            .await
+        monitoring(&monitor, "jsz").await["api"]["total"]
+            .as_u64()
             .unwrap()
-            .json()
-            .await
-            .unwrap();
-        jsz["api"]["total"].as_u64().unwrap()
     };
     let (status, _) = s
         .get("/agents/calculator/.well-known/agent-card.json")

@@ -1828,16 +1828,18 @@ async fn a_renamed_consumer_takes_over_where_the_old_one_stopped() {
     // The older release's consumer for `orders.v1`: it handled e1, not e2.
     let js = jetstream::new(platform.nats_client().unwrap().clone());
     let stream = js.get_stream("SOORMA_BUSINESS_FACTS").await.unwrap();
-    let old: consumer::PullConsumer = stream
-        .create_consumer(consumer::pull::Config {
-            durable_name: Some("orders_v1__business-facts".into()),
-            // As the older release described it.
-            description: Some("soorma consumer group `orders.v1`".into()),
+    // A consumer as the older release made them, described as `group`'s.
+    let old_consumer = |name: &'static str, group: &'static str| {
+        stream.create_consumer(consumer::pull::Config {
+            durable_name: Some(name.into()),
+            description: Some(format!("soorma consumer group `{group}`")),
             filter_subject: "soorma.*.business-facts.>".into(),
             ack_policy: consumer::AckPolicy::Explicit,
             deliver_policy: consumer::DeliverPolicy::New,
             ..Default::default()
         })
+    };
+    let old: consumer::PullConsumer = old_consumer("orders_v1__business-facts", "orders.v1")
         .await
         .unwrap();
     bus.publish(fact("e1")).await.unwrap();
@@ -1896,17 +1898,10 @@ async fn a_renamed_consumer_takes_over_where_the_old_one_stopped() {
 
     // `billing.v2`'s old name is the consumer of the agent `billing_v2` (its description
     // says so): that one is left alone, and `billing.v2` starts at new events.
-    let mut namesake: consumer::PullConsumer = stream
-        .create_consumer(consumer::pull::Config {
-            durable_name: Some("billing_v2__business-facts".into()),
-            description: Some("soorma consumer group `billing_v2`".into()),
-            filter_subject: "soorma.*.business-facts.>".into(),
-            ack_policy: consumer::AckPolicy::Explicit,
-            deliver_policy: consumer::DeliverPolicy::New,
-            ..Default::default()
-        })
-        .await
-        .unwrap();
+    let mut namesake: consumer::PullConsumer =
+        old_consumer("billing_v2__business-facts", "billing_v2")
+            .await
+            .unwrap();
     bus.publish(fact("e5")).await.unwrap();
     let billing = SubscriptionSpec::new("billing.v2", Topic::BusinessFacts, EventFilter::All);
     let mut sub = bus.subscribe(billing).await.unwrap();
