@@ -509,6 +509,30 @@ async fn foreign_origins_hosts_and_non_json_posts_are_refused() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn max_body_bytes_holds_above_the_transports_own_limit() {
+    let platform = Platform::embedded();
+    let server = spawn_server(
+        McpServer::new(&platform).http(HttpConfig::default().max_body_bytes(8 << 20)),
+        "127.0.0.1:0",
+    )
+    .await;
+    let addr = server.local_addr();
+    // A 5 MB request: over rmcp's own 4 MiB, within the 8 MiB asked for.
+    let body = json!({"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {
+        "protocolVersion": "2025-06-18", "capabilities": {},
+        "clientInfo": {"name": "probe", "version": "1", "pad": "x".repeat(5_000_000)}}})
+    .to_string();
+    let request = format!(
+        "POST /mcp HTTP/1.1\r\nHost: {addr}\r\nContent-Type: application/json\r\n\
+         Accept: application/json, text/event-stream\r\nContent-Length: {}\r\n\r\n{body}",
+        body.len()
+    );
+    let r = status_of(addr, request.as_bytes()).await;
+    assert_eq!(r.status, 200, "{}", r.headers);
+    server.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn off_loopback_an_allowlist_decides_the_host() {
     let platform = Platform::embedded();
     let server = spawn_server(

@@ -224,6 +224,12 @@ impl HttpConfig {
         self
     }
 
+    /// The largest request body accepted ([`max_body_bytes`](Self::max_body_bytes)).
+    #[cfg_attr(not(feature = "mcp"), allow(dead_code))]
+    pub(crate) fn body_limit(&self) -> usize {
+        self.max_body_bytes
+    }
+
     /// The `Host` policy of a server bound to `addr`.
     fn host_policy(&self, addr: SocketAddr) -> HostPolicy {
         if !self.allowed_hosts.is_empty() {

@@ -377,7 +377,9 @@ impl McpServer {
     /// # let _ = app;
     /// ```
     pub fn router(self) -> axum::Router {
-        let (routes, gate) = self.routes_with(StreamableHttpServerConfig::default());
+        let config = StreamableHttpServerConfig::default()
+            .with_max_request_body_bytes(self.http.body_limit());
+        let (routes, gate) = self.routes_with(config);
         routes.layer(axum::middleware::from_fn_with_state(gate, gate::check))
     }
 
@@ -437,7 +439,11 @@ impl McpServer {
         }
         // The shared HTTP layer checks `Host` for the bind address (any host off loopback
         // without an allowlist), so rmcp's own loopback-only check is off here.
-        let config = StreamableHttpServerConfig::default().disable_allowed_hosts();
+        // The shared HTTP layer limits bodies (413, then the connection closed); rmcp's own
+        // limit (4 MiB by default) is set to the same, so a larger `max_body_bytes` holds.
+        let config = StreamableHttpServerConfig::default()
+            .disable_allowed_hosts()
+            .with_max_request_body_bytes(self.http.body_limit());
         let sessions = config.cancellation_token.clone();
         let http_config = self.http.clone();
         let (routes, gate) = self.routes_with(config);
