@@ -327,6 +327,14 @@ async fn start(
         .insert(agent, owner, task, envelope.id.clone())
         .map_err(|busy| RpcError::busy(busy.in_flight, busy.tenant.as_deref()))?;
     tracing::info!(task_id = %task_id, event_type = %event, tenant = %owner.tenant, "A2A task started");
+    // The task as it starts: a stream begins with it, and what happens next (the publish
+    // failing, or the agent answering before the publish returns) follows as updates from
+    // `rx`. Read after the publish, a fast agent's task could already be completed, and its
+    // stream would begin with the end.
+    let task = state
+        .tasks
+        .get(agent, owner, &task_id, None)
+        .ok_or_else(|| RpcError::internal("the task was evicted at once"))?;
     // The reply comes to the reply router (see `stream::route_replies`), not to this call: no
     // task is spawned per message, and nothing is left running when the client goes away.
     let sent = match state.bus.check_consumer(&envelope).await {
@@ -340,10 +348,6 @@ async fn start(
         };
         state.tasks.apply(&task_id, outcome);
     }
-    let task = state
-        .tasks
-        .get(agent, owner, &task_id, None)
-        .ok_or_else(|| RpcError::internal("the task was evicted at once"))?;
     Ok((task, rx))
 }
 
