@@ -194,6 +194,23 @@ impl<F: Future + Unpin> Future for CatchUnwind<F> {
     }
 }
 
+/// Which group of a table that tenants share gives up an entry when the table is full: the one
+/// holding the most, and of those holding as many, the one whose oldest entry came first, so
+/// that one tenant's flood pushes out its own entries, not another's. `groups` yields each
+/// group, how many entries it holds and when its oldest came (any order that sorts by age).
+///
+/// ```text
+/// heaviest([("acme", 3, 7), ("globex", 3, 2), ("initech", 1, 1)]) == Some("globex")
+/// ```
+pub(crate) fn heaviest<G, A: Ord>(groups: impl IntoIterator<Item = (G, usize, A)>) -> Option<G> {
+    groups
+        .into_iter()
+        .max_by(|(_, a_len, a_oldest), (_, b_len, b_oldest)| {
+            a_len.cmp(b_len).then_with(|| b_oldest.cmp(a_oldest))
+        })
+        .map(|(group, _, _)| group)
+}
+
 pub(crate) fn panic_message(payload: &(dyn Any + Send)) -> String {
     if let Some(s) = payload.downcast_ref::<&str>() {
         (*s).to_owned()
@@ -206,6 +223,16 @@ pub(crate) fn panic_message(payload: &(dyn Any + Send)) -> String {
 
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn the_heaviest_group_is_the_one_holding_the_most_then_the_oldest() {
+        assert_eq!(
+            heaviest([("acme", 3, 7), ("globex", 3, 2), ("initech", 1, 1)]),
+            Some("globex")
+        );
+        assert_eq!(heaviest([("acme", 4, 7), ("globex", 3, 2)]), Some("acme"));
+        assert_eq!(heaviest::<&str, u64>([]), None);
+    }
+
     use super::*;
 
     #[test]

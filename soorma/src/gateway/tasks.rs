@@ -667,12 +667,11 @@ impl Tables {
     /// holding the most (of those holding as many, the one with the oldest); the oldest working tasks (failed first) when no finished task is left.
     fn enforce(&mut self, limits: &TaskLimits) {
         while self.tasks.len() > limits.max_tasks || self.bytes > limits.total_bytes {
-            let largest = self
-                .finished_by_tenant
-                .values()
-                .filter_map(|keys| Some((keys.len(), std::cmp::Reverse(*keys.first()?))))
-                .max()
-                .map(|(_, std::cmp::Reverse(oldest))| oldest);
+            let largest = crate::util::heaviest(
+                self.finished_by_tenant
+                    .values()
+                    .filter_map(|keys| keys.first().map(|oldest| (*oldest, keys.len(), *oldest))),
+            );
             if let Some(id) = largest.and_then(|key| self.finished.get(&key).cloned()) {
                 self.remove(&id);
             } else if let Some((_, id)) = self.working.first_key_value() {

@@ -48,8 +48,8 @@ struct State {
 }
 
 impl State {
-    /// Records read `number`, begun at `began`, as done with `agents` (once: by its task, or,
-    /// when that task panicked or was cancelled, by whoever awaited it first).
+    /// Records read `number`, begun at `began`, as done with `agents` (once: by whoever awaits
+    /// it first after its task ended, however it ended).
     fn done(&mut self, number: u64, began: Instant, agents: &Agents) {
         if matches!(&self.reading, Some((_, n, _)) if *n == number) {
             self.reading = None;
@@ -110,12 +110,11 @@ impl AgentsSnapshot {
         }
     }
 
-    /// Read `number`, begun at `began`, in a task of its own that records it as the last read
-    /// when done (a read whose task failed is recorded as failed, so no caller waits on it
-    /// again).
+    /// Read `number`, begun at `began`, in a task of its own (a caller that goes away cancels
+    /// nothing); its first awaiter after the task ends records it as the last read (a task that
+    /// panicked as a failed read, so no caller waits on it again).
     fn start_read(&self, number: u64, began: Instant) -> Reading {
         let (discovery, state) = (self.discovery.clone(), self.state.clone());
-        let recorder = state.clone();
         let task = tokio::spawn(async move {
             let agents = match tokio::time::timeout(READ_TIMEOUT, discovery.all()).await {
                 Ok(Ok(agents)) => Ok(Arc::new(agents)),
@@ -127,8 +126,6 @@ impl AgentsSnapshot {
             if let Err(e) = &agents {
                 tracing::warn!(error = %e, "registry read failed");
             }
-            let mut state = recorder.lock().unwrap_or_else(PoisonError::into_inner);
-            state.done(number, began, &agents);
             agents
         });
         let joined: BoxFuture<'static, Agents> = Box::pin(async move {

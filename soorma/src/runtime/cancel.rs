@@ -82,16 +82,12 @@ impl Canceled {
         if self.set.len() <= REMEMBERED {
             return;
         }
-        let heaviest = self
-            .by_tenant
-            .iter()
-            .filter_map(|(tenant, ids)| {
-                let (oldest, _) = ids.front()?;
-                Some((ids.len(), std::cmp::Reverse(*oldest), tenant))
-            })
-            .max()
-            .map(|(_, _, tenant)| tenant.clone());
-        let Some(tenant) = heaviest else { return };
+        let heaviest = crate::util::heaviest(self.by_tenant.iter().filter_map(|(tenant, ids)| {
+            ids.front().map(|(oldest, _)| (tenant, ids.len(), *oldest))
+        }));
+        let Some(tenant) = heaviest.cloned() else {
+            return;
+        };
         if let Some(ids) = self.by_tenant.get_mut(&tenant)
             && let Some((_, id)) = ids.pop_front()
         {

@@ -88,12 +88,17 @@ const GROUP_HASH_HEX: usize = 32;
 /// groups never share a consumer (`orders.v1` and `orders_v1` would steal each other's events),
 /// short of a SHA-256 collision.
 pub(crate) fn consumer_name(group: &str, topic: Topic, tenant: Option<&str>) -> String {
-    let group = consumer_group_part(group);
+    debug_assert!(
+        tenant.is_none_or(|t| validate_tenant(t).is_ok()),
+        "checked by the subscription"
+    );
+    joined(&consumer_group_part(group), topic, tenant)
+}
+
+/// `<group>__<topic>[__<tenant>]`: a consumer name's parts.
+fn joined(group: &str, topic: Topic, tenant: Option<&str>) -> String {
     match tenant {
-        Some(t) => {
-            debug_assert!(validate_tenant(t).is_ok(), "checked by the subscription");
-            format!("{group}__{topic}__{t}")
-        }
+        Some(t) => format!("{group}__{topic}__{t}"),
         None => format!("{group}__{topic}"),
     }
 }
@@ -105,11 +110,7 @@ pub(crate) fn legacy_consumer_name(
     topic: Topic,
     tenant: Option<&str>,
 ) -> Option<String> {
-    let raw = match tenant {
-        Some(t) => format!("{group}__{topic}__{t}"),
-        None => format!("{group}__{topic}"),
-    };
-    let legacy = sanitized(&raw);
+    let legacy = sanitized(&joined(group, topic, tenant));
     (legacy != consumer_name(group, topic, tenant)).then_some(legacy)
 }
 
