@@ -403,7 +403,7 @@ impl GatewayState {
             reply_event,
             tasks: TaskTable::new(gateway.limits, gateway.task_timeout),
             streams: stream::StreamSlots::new(gateway.limits.max_streams_per_tenant_value()),
-            registry: AgentsSnapshot::new(gateway.platform.discovery()),
+            registry: gateway.platform.agents().clone(),
             url,
             gateway,
             stopping: watch::Sender::new(false),

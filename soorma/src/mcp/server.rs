@@ -25,7 +25,7 @@ mod stdio;
 use std::future::IntoFuture;
 use std::net::SocketAddr;
 use std::sync::{Arc, Mutex};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use rmcp::model::CustomRequest;
 use rmcp::model::CustomResult;
@@ -46,14 +46,15 @@ use crate::client::Client;
 use crate::error::{Error, Result};
 use crate::http::{Admission, ErrorStyle, HttpConfig, HttpServer};
 use crate::platform::Platform;
-use crate::platform::snapshot::AgentsSnapshot;
+use crate::platform::snapshot::{AgentsRead, AgentsSnapshot};
 use crate::util::new_id;
 use catalog::{Catalog, INPUT, Route, Scope};
 use gate::{CappedSessions, Gate, StaticToken};
 pub use gate::{McpIdentity, TokenVerifier};
 use progress::{ProgressRouter, Subscription};
 
-/// How long a listed catalog answers calls before the registry is read again.
+/// How old a registry read may be for a call to be routed from it (a tool it lacks is looked
+/// for in a read begun after the call).
 const CATALOG_FRESH: Duration = Duration::from_secs(5);
 
 /// An MCP server offering the tools and workers on a platform.
@@ -550,7 +551,8 @@ struct Shared {
     config: McpServer,
     client: Client,
     reply_event: String,
-    catalog: Mutex<Option<(Instant, Arc<Catalog>)>>,
+    /// The catalog of the last registry read it was built from.
+    catalog: Mutex<Option<(AgentsRead, Arc<Catalog>)>>,
     /// The registry's agents: `tools/list` and unknown names share reads of it.
     registry: AgentsSnapshot,
     progress: ProgressRouter,
@@ -572,7 +574,7 @@ impl McpService {
                 client,
                 reply_event: format!("mcp-server.replied.{}", new_id()),
                 catalog: Mutex::default(),
-                registry: AgentsSnapshot::new(config.platform.discovery()),
+                registry: config.platform.agents().clone(),
                 progress: ProgressRouter::default(),
                 calls: Arc::new(tokio::sync::Semaphore::new(config.max_calls)),
                 config,
@@ -585,7 +587,20 @@ impl Shared {
     /// The tools on the platform now (from a registry read begun after this call, shared
     /// with the calls waiting for one).
     async fn catalog(&self) -> std::result::Result<Arc<Catalog>, String> {
-        let agents = self.registry.current().await?;
+        Ok(self.catalog_of(self.registry.current().await?))
+    }
+
+    /// The catalog of the registry read `agents`, built once per read.
+    fn catalog_of(&self, agents: AgentsRead) -> Arc<Catalog> {
+        let mut cached = self
+            .catalog
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        if let Some((read, catalog)) = &*cached
+            && Arc::ptr_eq(read, &agents)
+        {
+            return catalog.clone();
+        }
         let catalog = Arc::new(Catalog::build(
             &agents,
             &Scope {
@@ -593,25 +608,17 @@ impl Shared {
                 tenant: self.config.tenant.as_deref(),
             },
         ));
-        *self
-            .catalog
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner) =
-            Some((Instant::now(), catalog.clone()));
-        Ok(catalog)
+        *cached = Some((agents, catalog.clone()));
+        catalog
     }
 
-    /// Where the tool `name` goes: from the last listing when recent, else from the registry.
+    /// Where the tool `name` goes: from a registry read at most [`CATALOG_FRESH`] old, else
+    /// from one begun after this call (the tool may have just registered).
     async fn route(&self, name: &str) -> std::result::Result<Route, ErrorData> {
-        let cached = self
-            .catalog
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner)
-            .as_ref()
-            .filter(|(at, _)| at.elapsed() < CATALOG_FRESH)
-            .and_then(|(_, c)| c.routes.get(name).cloned());
-        if let Some(route) = cached {
-            return Ok(route);
+        if let Ok(agents) = self.registry.recent(CATALOG_FRESH).await
+            && let Some(route) = self.catalog_of(agents).routes.get(name)
+        {
+            return Ok(route.clone());
         }
         let catalog = self
             .catalog()

@@ -3,7 +3,6 @@
 
 pub(crate) mod discovery;
 pub(crate) mod fanin;
-#[cfg(any(feature = "gateway", feature = "mcp"))]
 pub(crate) mod snapshot;
 pub(crate) mod timers;
 pub(crate) mod validation;
@@ -16,6 +15,7 @@ use crate::spi::registry::Registry;
 use crate::spi::state::StateStore;
 use discovery::Discovery;
 use fanin::FanIn;
+use snapshot::AgentsSnapshot;
 use timers::Timers;
 use validation::RequestValidator;
 
@@ -26,6 +26,9 @@ struct Inner {
     registry: Arc<dyn Registry>,
     native: Native,
     fan_in: Arc<FanIn>,
+    /// The registry as requests read it, shared by the request checks, the gateway and the
+    /// MCP server.
+    agents: AgentsSnapshot,
     validator: Arc<RequestValidator>,
     timers: Timers,
 }
@@ -96,13 +99,15 @@ impl Platform {
             registry,
             native,
         } = parts;
+        let agents = AgentsSnapshot::new(Discovery::new(registry.clone()));
         Self {
             inner: Arc::new(Inner {
                 kind,
                 timers: Timers::new(bus.clone(), state.clone()),
                 bus,
                 state,
-                validator: Arc::new(RequestValidator::new(registry.clone())),
+                validator: Arc::new(RequestValidator::new(agents.clone())),
+                agents,
                 registry,
                 native,
                 fan_in: Arc::default(),
@@ -174,6 +179,12 @@ impl Platform {
     /// Discovery queries over the registry.
     pub fn discovery(&self) -> Discovery {
         Discovery::new(self.inner.registry.clone())
+    }
+
+    /// The registry as requests read it: one snapshot shared by everything on this platform.
+    #[cfg_attr(not(any(feature = "gateway", feature = "mcp")), allow(dead_code))]
+    pub(crate) fn agents(&self) -> &AgentsSnapshot {
+        &self.inner.agents
     }
 
     pub(crate) fn validator(&self) -> &Arc<RequestValidator> {

@@ -1,40 +1,50 @@
-//! The registry as the servers facing the network read it (the A2A gateway, the MCP server):
-//! their requests, which anyone who reaches them may send, share registry reads instead of
-//! each making one.
+//! The registry as the platform reads it: one shared snapshot per platform, used by the
+//! request checks of every client (schemas, consumers, capability names), the A2A gateway and
+//! the MCP server. Requests (some of which anyone who reaches a server may send) share registry
+//! reads instead of each making one.
 
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::{Duration, Instant};
 
-use futures_util::FutureExt;
-use futures_util::future::Shared;
 use soorma_common::AgentDefinition;
-
-use crate::util::BoxFuture;
+use tokio::sync::watch;
 
 use super::discovery::Discovery;
 
+/// The registered agents as one successful read found them (compared by pointer: one `Arc`
+/// per read).
+pub(crate) type AgentsRead = Arc<Vec<AgentDefinition>>;
+
 /// The registered agents as one read found them, or why it failed.
-pub(crate) type Agents = std::result::Result<Arc<Vec<AgentDefinition>>, String>;
+pub(crate) type Agents = std::result::Result<AgentsRead, String>;
 
 /// The longest a registry read may take before it counts as failed.
 const READ_TIMEOUT: Duration = Duration::from_secs(10);
 
-/// A registry read in progress, shared by whoever waits for it.
-type Reading = Shared<BoxFuture<'static, Agents>>;
+/// A registry read in progress: its result once it is done (`None` until then; the channel
+/// closes without one if the read's task is gone, e.g. when the runtime shuts down).
+type Reading = watch::Receiver<Option<Agents>>;
 
 /// The last registry read, shared: at most one read runs at a time, and a request takes the
 /// result of a read that began after it arrived (or, through [`recent`](Self::recent), one
 /// young enough) instead of making its own. A flood of requests thus costs one read at a time
 /// on the registry, and a failed read is shared like a successful one. A read runs in a task
 /// of its own: a request that goes away while waiting does not cancel it for the others.
+/// Cheap to clone: clones share the reads.
 ///
 /// ```text
-/// let snapshot = AgentsSnapshot::new(platform.discovery());
-/// let agents = snapshot.current().await?; // read after this call began
+/// let agents = platform.agents().current().await?; // read after this call began
 /// ```
+#[derive(Clone)]
 pub(crate) struct AgentsSnapshot {
     discovery: Discovery,
     state: Arc<Mutex<State>>,
+}
+
+impl std::fmt::Debug for AgentsSnapshot {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("AgentsSnapshot").finish_non_exhaustive()
+    }
 }
 
 #[derive(Default)]
@@ -48,8 +58,8 @@ struct State {
 }
 
 impl State {
-    /// Records read `number`, begun at `began`, as done with `agents` (once: by whoever awaits
-    /// it first after its task ended, however it ended).
+    /// Records read `number`, begun at `began`, as done with `agents` (once: by its task, or,
+    /// when its task is gone without a result, by whoever finds that out first).
     fn done(&mut self, number: u64, began: Instant, agents: &Agents) {
         if matches!(&self.reading, Some((_, n, _)) if *n == number) {
             self.reading = None;
@@ -74,7 +84,6 @@ impl AgentsSnapshot {
     }
 
     /// The agents from a read that began at most `max_age` ago.
-    #[cfg_attr(not(feature = "gateway"), allow(dead_code))]
     pub(crate) async fn recent(&self, max_age: Duration) -> Agents {
         self.read_unless(|began| began.elapsed() <= max_age).await
     }
@@ -83,8 +92,8 @@ impl AgentsSnapshot {
     /// progress it takes, or of a new read (once the read in progress, if any, is done).
     async fn read_unless(&self, reusable: impl Fn(Instant) -> bool) -> Agents {
         loop {
-            // (the read to wait for, whether its result is this caller's)
-            let (reading, taken) = {
+            // (the read to wait for, its number and start, whether its result is this caller's)
+            let (mut reading, number, began, taken) = {
                 let mut state = self.lock();
                 if let Some((began, agents)) = &state.last
                     && reusable(*began)
@@ -92,17 +101,30 @@ impl AgentsSnapshot {
                     return agents.clone();
                 }
                 match &state.reading {
-                    Some((began, _, reading)) => (reading.clone(), reusable(*began)),
+                    Some((began, number, reading)) => {
+                        (reading.clone(), *number, *began, reusable(*began))
+                    }
                     None => {
                         let began = Instant::now();
                         state.reads += 1;
                         let reading = self.start_read(state.reads, began);
                         state.reading = Some((began, state.reads, reading.clone()));
-                        (reading, true)
+                        (reading, state.reads, began, true)
                     }
                 }
             };
-            let agents = reading.await;
+            let done = reading
+                .wait_for(Option::is_some)
+                .await
+                .ok()
+                .and_then(|d| d.clone());
+            let agents = done.unwrap_or_else(|| {
+                // The read's task is gone without a result: a failed read, recorded so that
+                // no caller waits on it again.
+                let failed: Agents = Err("cannot read the registry: the read was stopped".into());
+                self.lock().done(number, began, &failed);
+                failed
+            });
             if taken {
                 return agents;
             }
@@ -111,32 +133,34 @@ impl AgentsSnapshot {
     }
 
     /// Read `number`, begun at `began`, in a task of its own (a caller that goes away cancels
-    /// nothing); its first awaiter after the task ends records it as the last read (a task that
-    /// panicked as a failed read, so no caller waits on it again).
+    /// nothing). A second task records its result as the last read and hands it to the
+    /// waiters, however the read ended (a read that panicked is a failed read).
     fn start_read(&self, number: u64, began: Instant) -> Reading {
         let (discovery, state) = (self.discovery.clone(), self.state.clone());
-        let task = tokio::spawn(async move {
-            let agents = match tokio::time::timeout(READ_TIMEOUT, discovery.all()).await {
+        let (tx, rx) = watch::channel(None);
+        let read = tokio::spawn(async move {
+            match tokio::time::timeout(READ_TIMEOUT, discovery.all()).await {
                 Ok(Ok(agents)) => Ok(Arc::new(agents)),
                 Ok(Err(e)) => Err(format!("cannot read the registry: {e}")),
                 Err(_) => Err(format!(
                     "cannot read the registry: no answer within {READ_TIMEOUT:?}"
                 )),
-            };
+            }
+        });
+        tokio::spawn(async move {
+            let agents = read
+                .await
+                .unwrap_or_else(|e| Err(format!("cannot read the registry: {e}")));
             if let Err(e) = &agents {
                 tracing::warn!(error = %e, "registry read failed");
             }
-            agents
+            state
+                .lock()
+                .unwrap_or_else(PoisonError::into_inner)
+                .done(number, began, &agents);
+            tx.send_replace(Some(agents));
         });
-        let joined: BoxFuture<'static, Agents> = Box::pin(async move {
-            let agents = task
-                .await
-                .unwrap_or_else(|e| Err(format!("cannot read the registry: {e}")));
-            let mut state = state.lock().unwrap_or_else(PoisonError::into_inner);
-            state.done(number, began, &agents);
-            agents
-        });
-        joined.shared()
+        rx
     }
 
     fn lock(&self) -> std::sync::MutexGuard<'_, State> {

@@ -9,31 +9,28 @@
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use serde_json::Value;
 use soorma_common::{AgentDefinition, EventEnvelope, Topic};
 
+use super::snapshot::{AgentsRead, AgentsSnapshot};
 use crate::error::{Error, Result, SchemaViolation};
-use crate::spi::registry::Registry;
 
-/// How long a registry snapshot is used before it is read again.
+/// How old a registry read may be for a request's check to use it.
 pub(crate) const REFRESH: Duration = Duration::from_secs(2);
 
-/// Validates requests against the schemas in the registry, caching what it reads.
+/// Validates requests against the schemas in the registry, from the platform's shared
+/// registry snapshot ([`AgentsSnapshot`]).
 pub(crate) struct RequestValidator {
-    registry: Arc<dyn Registry>,
-    refresh: Duration,
+    agents: AgentsSnapshot,
     cache: Mutex<Cache>,
-    /// Serializes registry reads, so an expiring snapshot is read once, not by every caller.
-    reading: tokio::sync::Mutex<()>,
 }
 
 #[derive(Default)]
 struct Cache {
-    /// When the registry read of `snapshot` started.
-    fetched: Option<Instant>,
-    snapshot: Arc<Snapshot>,
+    /// The last registry read that succeeded, and what it says about action requests.
+    last_good: Option<(AgentsRead, Arc<Snapshot>)>,
     #[cfg(feature = "schema-validation")]
     compiled: HashMap<String, Compiled>,
 }
@@ -53,12 +50,10 @@ impl std::fmt::Debug for RequestValidator {
 }
 
 impl RequestValidator {
-    pub(crate) fn new(registry: Arc<dyn Registry>) -> Self {
+    pub(crate) fn new(agents: AgentsSnapshot) -> Self {
         Self {
-            registry,
-            refresh: REFRESH,
+            agents,
             cache: Mutex::default(),
-            reading: tokio::sync::Mutex::const_new(()),
         }
     }
 
@@ -103,54 +98,37 @@ impl RequestValidator {
         self.snapshot(true).await.capability_event(name)
     }
 
-    /// The registry snapshot (a stale one if the registry cannot be read; nothing is enforced
-    /// before the first successful read), read again when older than the refresh interval. A
-    /// `force`d snapshot is one read after this call began: callers missing at once share one
-    /// registry read.
-    async fn snapshot(&self, force: bool) -> Arc<Snapshot> {
-        let asked = Instant::now();
-        if !force && let Some(fresh) = self.fresh() {
-            return fresh;
-        }
-        let _reading = self.reading.lock().await;
-        if force {
-            if let Some(read) = self.read_since(asked) {
-                return read;
-            }
-        } else if let Some(fresh) = self.fresh() {
-            return fresh;
-        }
-        let started = Instant::now();
-        match self.registry.agents().await {
-            Ok(agents) => {
-                let snapshot = Arc::new(Snapshot::of(agents));
-                let mut cache = self.lock();
-                cache.fetched = Some(started);
-                cache.snapshot = snapshot.clone();
-                snapshot
-            }
+    /// What the registry says about action requests: from a read at most [`REFRESH`] old, or
+    /// (`current`) one begun after this call. When the registry cannot be read, the last
+    /// read that succeeded (nothing is enforced before the first).
+    async fn snapshot(&self, current: bool) -> Arc<Snapshot> {
+        let read = if current {
+            self.agents.current().await
+        } else {
+            self.agents.recent(REFRESH).await
+        };
+        let agents = match read {
+            Ok(agents) => agents,
             Err(e) => {
-                tracing::warn!(error = %e, "cannot read the registry; requests are checked against the last snapshot read");
-                self.lock().snapshot.clone()
+                // The failed read itself is logged once, where it ran.
+                tracing::debug!(error = %e, "requests are checked against the last registry read that succeeded");
+                return self
+                    .lock()
+                    .last_good
+                    .as_ref()
+                    .map(|(_, s)| s.clone())
+                    .unwrap_or_default();
             }
+        };
+        if let Some((read, snapshot)) = &self.lock().last_good
+            && Arc::ptr_eq(read, &agents)
+        {
+            return snapshot.clone();
         }
-    }
-
-    /// The snapshot, if its registry read started at or after `asked`.
-    fn read_since(&self, asked: Instant) -> Option<Arc<Snapshot>> {
-        let cache = self.lock();
-        cache
-            .fetched
-            .filter(|started| *started >= asked)
-            .map(|_| cache.snapshot.clone())
-    }
-
-    fn fresh(&self) -> Option<Arc<Snapshot>> {
-        let cache = self.lock();
-        cache
-            .fetched
-            .filter(|at| at.elapsed() < self.refresh)
-            .map(|_| cache.snapshot.clone())
+        // A new read: derived once (or, by callers racing on it, a few times alike).
+        let snapshot = Arc::new(Snapshot::of(&agents));
+        self.lock().last_good = Some((agents, snapshot.clone()));
+        snapshot
     }
 
     fn lock(&self) -> std::sync::MutexGuard<'_, Cache> {
@@ -216,8 +194,6 @@ pub(crate) fn compile(
     jsonschema::validator_for(schema)
 }
 
-/// Event type → payload schema, from each capability's consumed event. When several agents
-/// consume one event, the first by agent name that registered a schema wins.
 /// What the registry says about action requests, read at one moment.
 #[derive(Default)]
 struct Snapshot {
@@ -230,9 +206,9 @@ struct Snapshot {
 }
 
 impl Snapshot {
-    fn of(agents: Vec<AgentDefinition>) -> Self {
+    fn of(agents: &[AgentDefinition]) -> Self {
         let mut consumers: HashMap<String, Vec<Option<String>>> = HashMap::new();
-        for agent in &agents {
+        for agent in agents {
             let events = agent
                 .capabilities
                 .iter()
@@ -246,18 +222,26 @@ impl Snapshot {
                     .push(agent.tenant_id.clone());
             }
         }
-        let mut by_task_name = HashMap::new();
+        // Where several agents name one capability or schema, the first by name (then id) wins.
         let mut sorted: Vec<&AgentDefinition> = agents.iter().collect();
         sorted.sort_by(|a, b| (&a.name, &a.agent_id).cmp(&(&b.name, &b.agent_id)));
+        let (mut by_task_name, mut schemas) = (HashMap::new(), HashMap::new());
         for cap in sorted.iter().flat_map(|a| a.capabilities.iter()) {
-            if cap.consumed_event.topic == Topic::ActionRequests {
-                by_task_name
-                    .entry(cap.task_name.clone())
-                    .or_insert_with(|| cap.consumed_event.event_name.clone());
+            let event = &cap.consumed_event;
+            if event.topic != Topic::ActionRequests {
+                continue;
+            }
+            by_task_name
+                .entry(cap.task_name.clone())
+                .or_insert_with(|| event.event_name.clone());
+            if let Some(schema) = &event.payload_schema {
+                schemas
+                    .entry(event.event_name.clone())
+                    .or_insert_with(|| Arc::new(schema.clone()));
             }
         }
         Self {
-            schemas: payload_schemas(agents),
+            schemas,
             consumers,
             by_task_name,
         }
@@ -280,44 +264,29 @@ impl Snapshot {
     }
 }
 
-fn payload_schemas(mut agents: Vec<AgentDefinition>) -> HashMap<String, Arc<Value>> {
-    agents.sort_by(|a, b| {
-        a.name
-            .cmp(&b.name)
-            .then_with(|| a.agent_id.cmp(&b.agent_id))
-    });
-    let mut schemas = HashMap::new();
-    for agent in agents {
-        for cap in agent.capabilities {
-            let event = cap.consumed_event;
-            if event.topic != Topic::ActionRequests {
-                continue;
-            }
-            if let Some(schema) = event.payload_schema {
-                schemas
-                    .entry(event.event_name)
-                    .or_insert_with(|| Arc::new(schema));
-            }
-        }
-    }
-    schemas
-}
-
 #[cfg(test)]
 mod tests {
     use std::sync::atomic::{AtomicUsize, Ordering};
 
+    use soorma_common::{AgentCapability, AgentKind, EventDefinition};
+
     use super::*;
+    use crate::platform::discovery::Discovery;
+    use crate::spi::registry::Registry;
     use crate::util::BoxFuture;
 
-    /// A registry of no agents whose reads take a while and are counted.
+    /// A registry whose reads take a while and are counted.
     #[derive(Default)]
     struct SlowRegistry {
         reads: AtomicUsize,
+        agents: Mutex<Vec<AgentDefinition>>,
+        /// Every read fails once set.
+        failing: std::sync::atomic::AtomicBool,
     }
 
     impl Registry for SlowRegistry {
-        fn register(&self, _agent: AgentDefinition) -> BoxFuture<'_, Result<()>> {
+        fn register(&self, agent: AgentDefinition) -> BoxFuture<'_, Result<()>> {
+            self.agents.lock().unwrap().push(agent);
             Box::pin(async { Ok(()) })
         }
 
@@ -329,15 +298,23 @@ mod tests {
             Box::pin(async {
                 self.reads.fetch_add(1, Ordering::SeqCst);
                 tokio::time::sleep(Duration::from_millis(20)).await;
-                Ok(Vec::new())
+                if self.failing.load(Ordering::SeqCst) {
+                    return Err(Error::Config("the registry is down".into()));
+                }
+                Ok(self.agents.lock().unwrap().clone())
             })
         }
     }
 
+    fn validator(registry: &Arc<SlowRegistry>) -> (AgentsSnapshot, Arc<RequestValidator>) {
+        let agents = AgentsSnapshot::new(Discovery::new(registry.clone()));
+        (agents.clone(), Arc::new(RequestValidator::new(agents)))
+    }
+
     #[tokio::test]
-    async fn callers_missing_at_once_share_one_registry_read() {
+    async fn callers_missing_at_once_share_registry_reads() {
         let registry = Arc::new(SlowRegistry::default());
-        let validator = Arc::new(RequestValidator::new(registry.clone()));
+        let (_, validator) = validator(&registry);
         let mut misses = tokio::task::JoinSet::new();
         for _ in 0..10 {
             let validator = validator.clone();
@@ -347,11 +324,80 @@ mod tests {
         while let Some(found) = misses.join_next().await {
             assert!(!found.unwrap());
         }
-        // One read for the snapshot, one more (after the misses began) for all ten misses.
-        assert_eq!(registry.reads.load(Ordering::SeqCst), 2);
+        // One read for the snapshot; the ten misses each need a read begun after they missed:
+        // the first miss starts one, and the others (missing a moment after it began) share
+        // the next.
+        let reads = registry.reads.load(Ordering::SeqCst);
+        assert!(reads <= 3, "ten callers made {reads} registry reads");
 
         // A miss after that reads again: an agent may have registered since.
         assert!(!validator.has_consumer("nobody.requested", "default").await);
-        assert_eq!(registry.reads.load(Ordering::SeqCst), 3);
+        assert_eq!(registry.reads.load(Ordering::SeqCst), reads + 1);
+    }
+
+    /// The registry `calc` (consuming `add.requested`, whose payload must have an `a`) is in.
+    async fn with_calc() -> Arc<SlowRegistry> {
+        let registry = Arc::new(SlowRegistry::default());
+        let schema = serde_json::json!({"type": "object", "required": ["a"]});
+        let add = AgentCapability::new(
+            "add",
+            EventDefinition::new("add.requested", Topic::ActionRequests)
+                .with_payload_schema(schema),
+        );
+        registry
+            .register(AgentDefinition::new("calc-1", "calc", AgentKind::Tool).with_capability(add))
+            .await
+            .unwrap();
+        registry
+    }
+
+    fn add_request(data: Value) -> EventEnvelope {
+        EventEnvelope::new("r1", "client", Topic::ActionRequests, "add.requested").with_data(data)
+    }
+
+    fn refused(checked: Result<()>) -> bool {
+        matches!(checked, Err(Error::SchemaViolation { .. }))
+            || !cfg!(feature = "schema-validation")
+    }
+
+    #[tokio::test]
+    async fn requests_are_checked_from_the_platforms_shared_read() {
+        let registry = with_calc().await;
+        let (agents, validator) = validator(&registry);
+
+        // A read made by another user of the snapshot (the gateway, the MCP server) serves
+        // the request checks: no read of their own.
+        assert_eq!(agents.current().await.unwrap().len(), 1);
+        assert!(validator.has_consumer("add.requested", "default").await);
+        assert_eq!(
+            validator.capability_event("add").await.as_deref(),
+            Some("add.requested")
+        );
+        let good = add_request(serde_json::json!({"a": 1}));
+        assert!(validator.check(&good).await.is_ok());
+        assert!(refused(
+            validator
+                .check(&add_request(serde_json::json!({"b": 1})))
+                .await
+        ));
+        assert_eq!(registry.reads.load(Ordering::SeqCst), 1);
+    }
+
+    #[tokio::test]
+    async fn a_registry_that_cannot_be_read_leaves_the_last_good_read_in_force() {
+        let registry = with_calc().await;
+        let (_, validator) = validator(&registry);
+        assert!(validator.has_consumer("add.requested", "default").await);
+
+        registry.failing.store(true, Ordering::SeqCst);
+        // A miss reads again, and that read fails: the last good one still answers.
+        assert_eq!(validator.capability_event("nothing").await, None);
+        assert_eq!(registry.reads.load(Ordering::SeqCst), 2);
+        assert!(refused(
+            validator
+                .check(&add_request(serde_json::json!({"b": 1})))
+                .await
+        ));
+        assert!(validator.has_consumer("add.requested", "default").await);
     }
 }
