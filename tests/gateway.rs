@@ -135,6 +135,26 @@ impl Setup {
         r.json().await.unwrap()
     }
 
+    /// `SendStreamingMessage` (JSON-RPC id `id`, message `m-<id>`) to `agent` with `parts`:
+    /// the stream's events, read to its end.
+    async fn stream(&self, agent: &str, id: &str, parts: Value) -> Vec<Value> {
+        let response = self
+            .http
+            .post(self.url(&format!("/agents/{agent}")))
+            .json(
+                &json!({"jsonrpc": "2.0", "id": id, "method": "SendStreamingMessage", "params": {
+                "message": {"messageId": format!("m-{id}"), "role": "ROLE_USER", "parts": parts}}}),
+            )
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(
+            response.headers()["content-type"].to_str().unwrap(),
+            "text/event-stream"
+        );
+        read_sse(response).await
+    }
+
     /// A JSON-RPC call with extra headers (credentials); the whole response body.
     async fn rpc_as(&self, headers: &[(&str, &str)], method: &str, params: Value) -> Value {
         let mut request = self
@@ -418,22 +438,13 @@ async fn read_sse(response: reqwest::Response) -> Vec<Value> {
 
 async fn streaming_a_worker(platform: Platform) {
     let s = Setup::start(&platform, None).await;
-    let response = s
-        .http
-        .post(s.url("/agents/batch-calculator"))
-        .json(
-            &json!({"jsonrpc": "2.0", "id": "s-1", "method": "SendStreamingMessage", "params": {
-            "message": {"messageId": "m-2", "role": "ROLE_USER",
-                        "parts": [{"data": {"expressions": ["1 + 1", "2 * 3"]}}]}}}),
+    let events = s
+        .stream(
+            "batch-calculator",
+            "s-1",
+            json!([{"data": {"expressions": ["1 + 1", "2 * 3"]}}]),
         )
-        .send()
-        .await
-        .unwrap();
-    assert_eq!(
-        response.headers()["content-type"].to_str().unwrap(),
-        "text/event-stream"
-    );
-    let events = read_sse(response).await;
+        .await;
     assert!(
         events
             .iter()
@@ -470,6 +481,42 @@ async fn streaming_a_worker(platform: Platform) {
         last["result"]["statusUpdate"]["status"]["state"],
         "TASK_STATE_COMPLETED"
     );
+    s.shutdown().await;
+}
+
+/// A stream begins with its task working even when the agent answers before the publish of
+/// its request returns (the reply reaches the gateway first): the answer comes as an update.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_stream_begins_with_its_task_working_when_the_answer_beats_the_publish() {
+    use soorma_tests::slow_bus::{SlowPublish, Wait};
+    let late = SlowPublish::platform(
+        &Platform::embedded(),
+        "calculate.requested",
+        Wait::After,
+        Duration::from_millis(500),
+    );
+    let s = Setup::start(&late, None).await;
+    let events = s
+        .stream(
+            "calculator",
+            "s-2",
+            json!([{"data": {"expression": "6 * 7"}}]),
+        )
+        .await;
+    assert_eq!(
+        events[0]["result"]["task"]["status"]["state"], "TASK_STATE_WORKING",
+        "{events:?}"
+    );
+    let last = events.last().unwrap();
+    assert_eq!(
+        last["result"]["statusUpdate"]["status"]["state"], "TASK_STATE_COMPLETED",
+        "{events:?}"
+    );
+    let artifact = events
+        .iter()
+        .find_map(|e| e["result"].get("artifactUpdate"))
+        .expect("an artifact update");
+    assert_eq!(artifact["artifact"]["parts"][0]["data"]["result"], 42.0);
     s.shutdown().await;
 }
 

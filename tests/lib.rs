@@ -8,6 +8,7 @@ pub mod mcp_peers;
 pub mod nats_server;
 pub mod raw_http;
 pub mod restarts;
+pub mod slow_bus;
 
 /// This process's resident memory (`VmRSS`), in KiB: the benches' memory figures.
 pub fn rss_kib() -> u64 {

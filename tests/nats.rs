@@ -515,54 +515,20 @@ async fn quick(_req: Invocation<serde_json::Value>) -> Result<String, ToolError>
     Ok("done".into())
 }
 
-/// A bus whose `quick.done` replies take 3.5 s to publish (as a reply retried through a
-/// cluster's failover does).
-struct SlowReplies(std::sync::Arc<dyn soorma::bus::EventBus>);
-
-impl soorma::bus::EventBus for SlowReplies {
-    fn publish(
-        &self,
-        envelope: soorma::EventEnvelope,
-    ) -> soorma::BoxFuture<'_, soorma::Result<()>> {
-        Box::pin(async move {
-            if envelope.event_type == "quick.done" {
-                tokio::time::sleep(Duration::from_millis(3500)).await;
-            }
-            self.0.publish(envelope).await
-        })
-    }
-
-    fn subscribe(
-        &self,
-        spec: soorma::bus::SubscriptionSpec,
-    ) -> soorma::BoxFuture<'_, soorma::Result<Box<dyn soorma::bus::Subscription>>> {
-        self.0.subscribe(spec)
-    }
-
-    fn observe(
-        &self,
-        topic: Option<Topic>,
-    ) -> soorma::BoxFuture<'_, soorma::Result<Box<dyn soorma::bus::Subscription>>> {
-        self.0.observe(topic)
-    }
-
-    fn redelivery_delay(&self) -> Option<Duration> {
-        self.0.redelivery_delay()
-    }
-}
-
 /// Publishing a handler's reply is kept alive like the handler: a reply that takes 3.5 s to
 /// store (> `ack_wait`) does not make the request redelivered, and the tool runs once.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_reply_slower_to_publish_than_ack_wait_does_not_run_the_tool_twice() {
     let server = NatsServer::start();
     let platform = with_ack_wait_of_1s(&server).await;
-    let slow_replies = soorma::Platform::from_parts(soorma::EngineParts::new(
-        "nats",
-        std::sync::Arc::new(SlowReplies(platform.bus().clone())),
-        platform.state().clone(),
-        platform.registry().clone(),
-    ));
+    // Its `quick.done` replies take 3.5 s to publish (as a reply retried through a cluster's
+    // failover does).
+    let slow_replies = soorma_tests::slow_bus::SlowPublish::platform(
+        &platform,
+        "quick.done",
+        soorma_tests::slow_bus::Wait::Before,
+        Duration::from_millis(3500),
+    );
     let handler = Handler::on_invoke("quick.requested", quick);
     let answer = answer_then_wait_for_redeliveries(
         &platform,

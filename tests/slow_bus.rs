@@ -1,0 +1,82 @@
+//! A bus whose publishes of one event type are slow: the wait comes before the publish (a
+//! reply retried through a cluster's failover) or after it (a publish that returns late, while
+//! its event is already being handled).
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use soorma::bus::{EventBus, Subscription, SubscriptionSpec};
+use soorma::{BoxFuture, EngineParts, EventEnvelope, Platform, Result, Topic};
+
+/// Where a slow publish waits.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Wait {
+    /// Before the event is published.
+    Before,
+    /// After it is published, before the publish returns.
+    After,
+}
+
+/// Wraps a bus: publishes of `event_type` wait `delay` ([`Wait::Before`] or [`Wait::After`]
+/// publishing); everything else goes straight through.
+pub struct SlowPublish {
+    inner: Arc<dyn EventBus>,
+    event_type: String,
+    wait: Wait,
+    delay: Duration,
+}
+
+impl SlowPublish {
+    /// `platform` with its publishes of `event_type` slowed (the same state and registry).
+    ///
+    /// ```text
+    /// let late = SlowPublish::platform(&platform, "calculate.requested", Wait::After, Duration::from_millis(500));
+    /// ```
+    pub fn platform(
+        platform: &Platform,
+        event_type: &str,
+        wait: Wait,
+        delay: Duration,
+    ) -> Platform {
+        let bus = Self {
+            inner: platform.bus().clone(),
+            event_type: event_type.to_owned(),
+            wait,
+            delay,
+        };
+        Platform::from_parts(EngineParts::new(
+            platform.kind(),
+            Arc::new(bus),
+            platform.state().clone(),
+            platform.registry().clone(),
+        ))
+    }
+}
+
+impl EventBus for SlowPublish {
+    fn publish(&self, envelope: EventEnvelope) -> BoxFuture<'_, Result<()>> {
+        Box::pin(async move {
+            let slow = envelope.event_type == self.event_type;
+            if slow && self.wait == Wait::Before {
+                tokio::time::sleep(self.delay).await;
+            }
+            self.inner.publish(envelope).await?;
+            if slow && self.wait == Wait::After {
+                tokio::time::sleep(self.delay).await;
+            }
+            Ok(())
+        })
+    }
+
+    fn subscribe(&self, spec: SubscriptionSpec) -> BoxFuture<'_, Result<Box<dyn Subscription>>> {
+        self.inner.subscribe(spec)
+    }
+
+    fn observe(&self, topic: Option<Topic>) -> BoxFuture<'_, Result<Box<dyn Subscription>>> {
+        self.inner.observe(topic)
+    }
+
+    fn redelivery_delay(&self) -> Option<Duration> {
+        self.inner.redelivery_delay()
+    }
+}
