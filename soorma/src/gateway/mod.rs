@@ -44,7 +44,7 @@ mod v0_3;
 
 use std::net::SocketAddr;
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use axum::Router;
 use axum::body::Bytes;
@@ -375,13 +375,16 @@ struct GatewayState {
 const REGISTRY_FRESH: Duration = Duration::from_secs(1);
 
 /// The definition of `agent` among `agents` (of its instances, the lowest id).
-fn find_agent(agents: &[AgentDefinition], agent: &str) -> Option<AgentDefinition> {
+fn not_running(agent: &str) -> String {
+    format!("agent `{agent}` is not running (not in the registry)")
+}
+
+fn find_agent<'a>(agents: &'a [AgentDefinition], agent: &str) -> Option<&'a AgentDefinition> {
     let wanted = Requirements::new().name(agent);
     agents
         .iter()
         .filter(|a| wanted.matches(a))
         .min_by(|a, b| a.agent_id.cmp(&b.agent_id))
-        .cloned()
 }
 
 impl GatewayState {
@@ -436,10 +439,13 @@ impl GatewayState {
         &self,
         agent: &str,
     ) -> std::result::Result<(AgentDefinition, bool), String> {
-        if let Some(def) = find_agent(&self.registry.recent(REGISTRY_FRESH).await?, agent) {
-            return Ok((def, false));
-        }
-        Ok((self.current_definition(agent).await?, true))
+        let asked = Instant::now();
+        let read = self
+            .registry
+            .recent_with(REGISTRY_FRESH, |read| find_agent(read, agent).is_some())
+            .await?;
+        let def = find_agent(&read, agent).ok_or_else(|| not_running(agent))?;
+        Ok((def.clone(), read.began() >= asked))
     }
 
     /// The registered definition of `agent` from a registry read begun after this call.
@@ -448,7 +454,8 @@ impl GatewayState {
         agent: &str,
     ) -> std::result::Result<AgentDefinition, String> {
         find_agent(&self.registry.current().await?, agent)
-            .ok_or_else(|| format!("agent `{agent}` is not running (not in the registry)"))
+            .cloned()
+            .ok_or_else(|| not_running(agent))
     }
 
     async fn card(&self, agent: &str) -> std::result::Result<AgentCard, String> {

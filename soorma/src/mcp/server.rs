@@ -612,24 +612,28 @@ impl Shared {
         catalog
     }
 
-    /// Where the tool `name` goes: from a registry read at most [`CATALOG_FRESH`] old, else
-    /// from one begun after this call (the tool may have just registered).
+    /// Where the tool `name` goes: from a registry read at most [`CATALOG_FRESH`] old that
+    /// holds it, else from one begun after this call (the tool may have just registered).
     async fn route(&self, name: &str) -> std::result::Result<Route, ErrorData> {
-        if let Ok(agents) = self.registry.recent(CATALOG_FRESH).await
-            && let Some(route) = self.catalog_of(agents).routes.get(name)
-        {
-            return Ok(route.clone());
-        }
-        let catalog = self
-            .catalog()
+        let read = self
+            .registry
+            .recent_with(CATALOG_FRESH, |read| {
+                self.catalog_of(read.clone()).routes.contains_key(name)
+            })
             .await
             .map_err(|e| ErrorData::internal_error(e, None))?;
-        catalog.routes.get(name).cloned().ok_or_else(|| {
-            ErrorData::invalid_params(
-                format!("unknown tool `{name}`: this server offers no such tool (see tools/list)"),
-                Some(json!({"tool": name})),
-            )
-        })
+        self.catalog_of(read)
+            .routes
+            .get(name)
+            .cloned()
+            .ok_or_else(|| {
+                ErrorData::invalid_params(
+                    format!(
+                        "unknown tool `{name}`: this server offers no such tool (see tools/list)"
+                    ),
+                    Some(json!({"tool": name})),
+                )
+            })
     }
 }
 

@@ -3,6 +3,7 @@
 //! the MCP server. Requests (some of which anyone who reaches a server may send) share registry
 //! reads instead of each making one.
 
+use std::ops::Deref;
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::{Duration, Instant};
 
@@ -11,9 +12,31 @@ use tokio::sync::watch;
 
 use super::discovery::Discovery;
 
-/// The registered agents as one successful read found them (compared by pointer: one `Arc`
-/// per read).
-pub(crate) type AgentsRead = Arc<Vec<AgentDefinition>>;
+/// One successful registry read: when it began, the agents it found.
+#[derive(Debug)]
+pub(crate) struct Read {
+    began: Instant,
+    agents: Vec<AgentDefinition>,
+}
+
+impl Read {
+    /// When the read began: nothing registered or gone before then is missed.
+    pub(crate) fn began(&self) -> Instant {
+        self.began
+    }
+}
+
+impl Deref for Read {
+    type Target = [AgentDefinition];
+
+    fn deref(&self) -> &[AgentDefinition] {
+        &self.agents
+    }
+}
+
+/// A successful read, shared (one `Arc` per read: compared by pointer, it says whether two
+/// users hold the same read).
+pub(crate) type AgentsRead = Arc<Read>;
 
 /// The registered agents as one read found them, or why it failed.
 pub(crate) type Agents = std::result::Result<AgentsRead, String>;
@@ -21,16 +44,21 @@ pub(crate) type Agents = std::result::Result<AgentsRead, String>;
 /// The longest a registry read may take before it counts as failed.
 const READ_TIMEOUT: Duration = Duration::from_secs(10);
 
+/// How much longer than the read's own timeout its waiters give it before they count it as
+/// failed themselves (its task may never run: its runtime is no longer driven).
+const WAIT_GRACE: Duration = Duration::from_secs(1);
+
 /// A registry read in progress: its result once it is done (`None` until then; the channel
-/// closes without one if the read's task is gone, e.g. when the runtime shuts down).
+/// closes without one if the task recording it is gone, e.g. when its runtime shuts down).
 type Reading = watch::Receiver<Option<Agents>>;
 
 /// The last registry read, shared: at most one read runs at a time, and a request takes the
 /// result of a read that began after it arrived (or, through [`recent`](Self::recent), one
 /// young enough) instead of making its own. A flood of requests thus costs one read at a time
-/// on the registry, and a failed read is shared like a successful one. A read runs in a task
-/// of its own: a request that goes away while waiting does not cancel it for the others.
-/// Cheap to clone: clones share the reads.
+/// on the registry, and a failed read is shared like a successful one (though a young enough
+/// successful read is taken over a later failed one). A read runs in a task of its own: a
+/// request that goes away while waiting does not cancel it for the others. Cheap to clone:
+/// clones share the reads.
 ///
 /// ```text
 /// let agents = platform.agents().current().await?; // read after this call began
@@ -39,6 +67,7 @@ type Reading = watch::Receiver<Option<Agents>>;
 pub(crate) struct AgentsSnapshot {
     discovery: Discovery,
     state: Arc<Mutex<State>>,
+    read_timeout: Duration,
 }
 
 impl std::fmt::Debug for AgentsSnapshot {
@@ -51,6 +80,8 @@ impl std::fmt::Debug for AgentsSnapshot {
 struct State {
     /// The last read done: when it began, what it found.
     last: Option<(Instant, Agents)>,
+    /// The last successful read (the same as `last` unless that one failed).
+    last_ok: Option<AgentsRead>,
     /// The read in progress: when it began, its number.
     reading: Option<(Instant, u64, Reading)>,
     /// How many reads were started.
@@ -58,13 +89,29 @@ struct State {
 }
 
 impl State {
-    /// Records read `number`, begun at `began`, as done with `agents` (once: by its task, or,
-    /// when its task is gone without a result, by whoever finds that out first).
+    /// Records read `number`, begun at `began`, as done with `agents` (once: by the task
+    /// recording it, or, when that task is gone or late, by whoever finds that out first).
     fn done(&mut self, number: u64, began: Instant, agents: &Agents) {
         if matches!(&self.reading, Some((_, n, _)) if *n == number) {
             self.reading = None;
             self.last = Some((began, agents.clone()));
+            if let Ok(read) = agents {
+                self.last_ok = Some(read.clone());
+            }
         }
+    }
+
+    /// The last read, if `reusable` takes when it began; a successful one first.
+    fn reusable(&self, reusable: &impl Fn(Instant) -> bool) -> Option<Agents> {
+        if let Some(read) = &self.last_ok
+            && reusable(read.began)
+        {
+            return Some(Ok(read.clone()));
+        }
+        self.last
+            .as_ref()
+            .filter(|(began, _)| reusable(*began))
+            .map(|(_, agents)| agents.clone())
     }
 }
 
@@ -73,7 +120,15 @@ impl AgentsSnapshot {
         Self {
             discovery,
             state: Arc::default(),
+            read_timeout: READ_TIMEOUT,
         }
+    }
+
+    /// The same with reads failing after `timeout` (the tests' short reads).
+    #[cfg(test)]
+    fn with_read_timeout(mut self, timeout: Duration) -> Self {
+        self.read_timeout = timeout;
+        self
     }
 
     /// The agents from a read that began after this call: nothing registered or gone before
@@ -88,17 +143,31 @@ impl AgentsSnapshot {
         self.read_unless(|began| began.elapsed() <= max_age).await
     }
 
-    /// The last read's agents when `reusable` takes when it began; else those of a read in
-    /// progress it takes, or of a new read (once the read in progress, if any, is done).
+    /// A read at most `max_age` old when `enough` holds for it (say, it lists the agent a
+    /// request names); else a read begun after this call, whatever it holds. One read at
+    /// most: a read begun after the call is taken as it is.
+    #[cfg_attr(not(any(feature = "gateway", feature = "mcp")), allow(dead_code))]
+    pub(crate) async fn recent_with(
+        &self,
+        max_age: Duration,
+        enough: impl Fn(&AgentsRead) -> bool,
+    ) -> Agents {
+        let asked = Instant::now();
+        match self.recent(max_age).await {
+            Ok(read) if read.began >= asked || enough(&read) => Ok(read),
+            _ => self.current().await,
+        }
+    }
+
+    /// The last read when `reusable` takes when it began; else that of a read in progress
+    /// it takes, or of a new read (once the read in progress, if any, is done).
     async fn read_unless(&self, reusable: impl Fn(Instant) -> bool) -> Agents {
         loop {
             // (the read to wait for, its number and start, whether its result is this caller's)
             let (mut reading, number, began, taken) = {
                 let mut state = self.lock();
-                if let Some((began, agents)) = &state.last
-                    && reusable(*began)
-                {
-                    return agents.clone();
+                if let Some(agents) = state.reusable(&reusable) {
+                    return agents;
                 }
                 match &state.reading {
                     Some((began, number, reading)) => {
@@ -113,18 +182,26 @@ impl AgentsSnapshot {
                     }
                 }
             };
-            let done = reading
-                .wait_for(Option::is_some)
+            let deadline = began + self.read_timeout + WAIT_GRACE;
+            let done = tokio::time::timeout_at(deadline.into(), reading.wait_for(Option::is_some))
                 .await
-                .ok()
-                .and_then(|d| d.clone());
-            let agents = done.unwrap_or_else(|| {
-                // The read's task is gone without a result: a failed read, recorded so that
-                // no caller waits on it again.
-                let failed: Agents = Err("cannot read the registry: the read was stopped".into());
-                self.lock().done(number, began, &failed);
-                failed
-            });
+                .map(|done| done.ok().and_then(|d| d.clone()));
+            let agents = match done {
+                Ok(Some(agents)) => agents,
+                // The task recording the read is gone without a result, or has not run in
+                // time: a failed read, recorded so that no caller waits on it again.
+                stopped => {
+                    let failed: Agents = Err(match stopped {
+                        Ok(_) => "cannot read the registry: the read was stopped".to_owned(),
+                        Err(_) => format!(
+                            "cannot read the registry: no answer within {:?}",
+                            self.read_timeout
+                        ),
+                    });
+                    self.lock().done(number, began, &failed);
+                    failed
+                }
+            };
             if taken {
                 return agents;
             }
@@ -137,13 +214,14 @@ impl AgentsSnapshot {
     /// waiters, however the read ended (a read that panicked is a failed read).
     fn start_read(&self, number: u64, began: Instant) -> Reading {
         let (discovery, state) = (self.discovery.clone(), self.state.clone());
+        let timeout = self.read_timeout;
         let (tx, rx) = watch::channel(None);
         let read = tokio::spawn(async move {
-            match tokio::time::timeout(READ_TIMEOUT, discovery.all()).await {
-                Ok(Ok(agents)) => Ok(Arc::new(agents)),
+            match tokio::time::timeout(timeout, discovery.all()).await {
+                Ok(Ok(agents)) => Ok(Arc::new(Read { began, agents })),
                 Ok(Err(e)) => Err(format!("cannot read the registry: {e}")),
                 Err(_) => Err(format!(
-                    "cannot read the registry: no answer within {READ_TIMEOUT:?}"
+                    "cannot read the registry: no answer within {timeout:?}"
                 )),
             }
         });
@@ -255,6 +333,87 @@ mod tests {
         // The read finished all the same: a young enough one is there to reuse.
         assert!(snapshot.recent(Duration::from_secs(60)).await.is_ok());
         assert_eq!(registry.listings.load(Ordering::SeqCst), 1);
+    }
+
+    /// Starts a read of `snapshot` on a runtime of its own, on another thread, and returns
+    /// that runtime once the read is under way there, no longer driven.
+    fn read_started_on_another_runtime(snapshot: &AgentsSnapshot) -> tokio::runtime::Runtime {
+        let snapshot = snapshot.clone();
+        std::thread::spawn(move || {
+            let runtime = tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build()
+                .unwrap();
+            runtime.block_on(async {
+                let started = tokio::time::timeout(Duration::from_millis(5), snapshot.current());
+                assert!(started.await.is_err(), "the read is still under way");
+            });
+            runtime
+        })
+        .join()
+        .unwrap()
+    }
+
+    #[tokio::test]
+    async fn a_read_whose_runtime_is_no_longer_driven_fails_in_time_for_the_others() {
+        let registry = Arc::new(Counting::default());
+        let snapshot = AgentsSnapshot::new(Discovery::new(registry.clone()))
+            .with_read_timeout(Duration::from_millis(100));
+        let idle = read_started_on_another_runtime(&snapshot);
+        // Waiting for that read: it fails once its time (and the grace) is up, not never.
+        let waited = tokio::time::timeout(Duration::from_secs(5), snapshot.recent(Duration::MAX))
+            .await
+            .expect("the waiters give up on the read");
+        assert!(waited.unwrap_err().contains("no answer within"));
+        // The next read runs here, and succeeds.
+        let next = tokio::time::timeout(Duration::from_secs(5), snapshot.current());
+        assert!(next.await.expect("not waiting on the failed read").is_ok());
+        idle.shutdown_background();
+    }
+
+    #[tokio::test]
+    async fn a_read_whose_runtime_shut_down_is_a_failed_read() {
+        let registry = Arc::new(Counting::default());
+        let snapshot = AgentsSnapshot::new(Discovery::new(registry.clone()));
+        read_started_on_another_runtime(&snapshot).shutdown_background();
+        let waited = tokio::time::timeout(Duration::from_secs(5), snapshot.recent(Duration::MAX))
+            .await
+            .expect("answered at once");
+        assert!(waited.unwrap_err().contains("the read was stopped"));
+        let next = tokio::time::timeout(Duration::from_secs(5), snapshot.current());
+        assert!(next.await.expect("not waiting on the stopped read").is_ok());
+    }
+
+    #[tokio::test]
+    async fn a_young_enough_read_that_lacks_what_is_wanted_costs_one_more_read_at_most() {
+        let registry = Arc::new(Counting::default());
+        let snapshot = AgentsSnapshot::new(Discovery::new(registry.clone()));
+        let lists_calc = |read: &AgentsRead| read.iter().any(|a| a.name == "calc");
+        // Nothing read yet: the read made for the call is taken as it is.
+        let read = snapshot
+            .recent_with(Duration::from_secs(60), lists_calc)
+            .await
+            .unwrap();
+        assert!(read.is_empty());
+        assert_eq!(registry.listings.load(Ordering::SeqCst), 1);
+
+        registry
+            .register(AgentDefinition::new("calc-1", "calc", AgentKind::Tool))
+            .await
+            .unwrap();
+        // Young enough but without calc: one read begun after the call.
+        let read = snapshot
+            .recent_with(Duration::from_secs(60), lists_calc)
+            .await
+            .unwrap();
+        assert_eq!(read.len(), 1);
+        assert_eq!(registry.listings.load(Ordering::SeqCst), 2);
+        // With calc: no read.
+        snapshot
+            .recent_with(Duration::from_secs(60), lists_calc)
+            .await
+            .unwrap();
+        assert_eq!(registry.listings.load(Ordering::SeqCst), 2);
     }
 
     /// A registry whose listing panics.

@@ -1,8 +1,8 @@
 //! Validation of action requests against the payload schema their consumer registered.
 //!
-//! `request`, `invoke` and `delegate` look up the requested event in the registry (a snapshot
-//! refreshed at most every [`REFRESH`]) and, when a consumer registered a payload schema for
-//! it, validate the payload before publishing: a mismatch fails the call with
+//! `request`, `invoke` and `delegate` look up the requested event in the registry (a read at
+//! most [`REFRESH`] old, from the platform's shared [`AgentsSnapshot`]) and, when a consumer
+//! registered a payload schema for it, validate the payload before publishing: a mismatch fails the call with
 //! [`Error::SchemaViolation`] listing every violation, and nothing is published. Events no
 //! registered agent describes are published unchecked. Opt out per call with
 //! `skip_validation()`, or build without the `schema-validation` feature.
@@ -99,16 +99,22 @@ impl RequestValidator {
     }
 
     /// What the registry says about action requests: from a read at most [`REFRESH`] old, or
-    /// (`current`) one begun after this call. When the registry cannot be read, the last
-    /// read that succeeded (nothing is enforced before the first).
+    /// (`current`) one begun after this call. When the registry cannot be read, the last read
+    /// that succeeded; before the first, an empty registry (no schema enforced, no consumer
+    /// found). Derived once per read taken, and only from a read newer than the one it has.
     async fn snapshot(&self, current: bool) -> Arc<Snapshot> {
         let read = if current {
             self.agents.current().await
         } else {
+            if let Some((read, snapshot)) = &self.lock().last_good
+                && read.began().elapsed() <= REFRESH
+            {
+                return snapshot.clone();
+            }
             self.agents.recent(REFRESH).await
         };
-        let agents = match read {
-            Ok(agents) => agents,
+        let read = match read {
+            Ok(read) => read,
             Err(e) => {
                 // The failed read itself is logged once, where it ran.
                 tracing::debug!(error = %e, "requests are checked against the last registry read that succeeded");
@@ -120,15 +126,21 @@ impl RequestValidator {
                     .unwrap_or_default();
             }
         };
-        if let Some((read, snapshot)) = &self.lock().last_good
-            && Arc::ptr_eq(read, &agents)
+        if let Some((taken, snapshot)) = &self.lock().last_good
+            && taken.began() >= read.began()
         {
             return snapshot.clone();
         }
-        // A new read: derived once (or, by callers racing on it, a few times alike).
-        let snapshot = Arc::new(Snapshot::of(&agents));
-        self.lock().last_good = Some((agents, snapshot.clone()));
-        snapshot
+        // A newer read: derived (by callers racing on it, a few times alike; the newest wins).
+        let snapshot = Arc::new(Snapshot::of(&read));
+        let mut cache = self.lock();
+        match &cache.last_good {
+            Some((taken, newer)) if taken.began() > read.began() => newer.clone(),
+            _ => {
+                cache.last_good = Some((read, snapshot.clone()));
+                snapshot
+            }
+        }
     }
 
     fn lock(&self) -> std::sync::MutexGuard<'_, Cache> {
@@ -271,7 +283,6 @@ mod tests {
     use soorma_common::{AgentCapability, AgentKind, EventDefinition};
 
     use super::*;
-    use crate::platform::discovery::Discovery;
     use crate::spi::registry::Registry;
     use crate::util::BoxFuture;
 
@@ -306,9 +317,15 @@ mod tests {
         }
     }
 
+    /// A platform on `registry`: its shared snapshot and its request checks.
     fn validator(registry: &Arc<SlowRegistry>) -> (AgentsSnapshot, Arc<RequestValidator>) {
-        let agents = AgentsSnapshot::new(Discovery::new(registry.clone()));
-        (agents.clone(), Arc::new(RequestValidator::new(agents)))
+        let platform = crate::Platform::from_parts(crate::EngineParts::new(
+            "embedded",
+            Arc::new(crate::engine::embedded::EmbeddedBus::new()),
+            Arc::new(crate::engine::embedded::MemoryStore::new()),
+            registry.clone(),
+        ));
+        (platform.agents().clone(), platform.validator().clone())
     }
 
     #[tokio::test]
@@ -381,6 +398,31 @@ mod tests {
                 .await
         ));
         assert_eq!(registry.reads.load(Ordering::SeqCst), 1);
+    }
+
+    #[tokio::test]
+    async fn a_newer_read_replaces_what_requests_are_checked_against() {
+        let registry = Arc::new(SlowRegistry::default());
+        let (_, validator) = validator(&registry);
+        assert!(
+            validator
+                .check(&add_request(serde_json::json!({"b": 1})))
+                .await
+                .is_ok()
+        );
+        let empty = registry.reads.load(Ordering::SeqCst);
+
+        // calc registers: its consumer is found (a miss reads again), and from then on its
+        // schema is enforced, without a read per request.
+        let calc = with_calc().await;
+        let agents = calc.agents.lock().unwrap().clone();
+        registry.agents.lock().unwrap().extend(agents);
+        assert!(validator.has_consumer("add.requested", "default").await);
+        let bad = add_request(serde_json::json!({"b": 1}));
+        for _ in 0..10 {
+            assert!(refused(validator.check(&bad).await));
+        }
+        assert_eq!(registry.reads.load(Ordering::SeqCst), empty + 1);
     }
 
     #[tokio::test]
