@@ -374,11 +374,12 @@ struct GatewayState {
 /// How old a registry read may be for a card or a call to an agent it lists.
 const REGISTRY_FRESH: Duration = Duration::from_secs(1);
 
-/// The definition of `agent` among `agents` (of its instances, the lowest id).
+/// Why a call to `agent` cannot be served: it is not in the registry.
 fn not_running(agent: &str) -> String {
     format!("agent `{agent}` is not running (not in the registry)")
 }
 
+/// The definition of `agent` among `agents` (of its instances, the lowest id).
 fn find_agent<'a>(agents: &'a [AgentDefinition], agent: &str) -> Option<&'a AgentDefinition> {
     let wanted = Requirements::new().name(agent);
     agents

@@ -608,7 +608,13 @@ impl Shared {
                 tenant: self.config.tenant.as_deref(),
             },
         ));
-        *cached = Some((agents, catalog.clone()));
+        // The newest read's catalog is kept (a caller holding an older read builds its own).
+        if cached
+            .as_ref()
+            .is_none_or(|(read, _)| read.began() <= agents.began())
+        {
+            *cached = Some((agents, catalog.clone()));
+        }
         catalog
     }
 

@@ -48,9 +48,17 @@ const READ_TIMEOUT: Duration = Duration::from_secs(10);
 /// failed themselves (its task may never run: its runtime is no longer driven).
 const WAIT_GRACE: Duration = Duration::from_secs(1);
 
-/// A registry read in progress: its result once it is done (`None` until then; the channel
-/// closes without one if the task recording it is gone, e.g. when its runtime shuts down).
-type Reading = watch::Receiver<Option<Agents>>;
+/// A registry read in progress.
+struct Reading {
+    number: u64,
+    /// When it began (the `Instant` its result carries).
+    began: Instant,
+    /// When it fails, on tokio's clock (the one its timeout runs on, paused in tests).
+    deadline: tokio::time::Instant,
+    /// Its result once it is done (`None` until then; the channel closes without one if the
+    /// task recording it is gone, e.g. when its runtime shuts down).
+    result: watch::Receiver<Option<Agents>>,
+}
 
 /// The last registry read, shared: at most one read runs at a time, and a request takes the
 /// result of a read that began after it arrived (or, through [`recent`](Self::recent), one
@@ -82,8 +90,8 @@ struct State {
     last: Option<(Instant, Agents)>,
     /// The last successful read (the same as `last` unless that one failed).
     last_ok: Option<AgentsRead>,
-    /// The read in progress: when it began, its number.
-    reading: Option<(Instant, u64, Reading)>,
+    /// The read in progress.
+    reading: Option<Reading>,
     /// How many reads were started.
     reads: u64,
 }
@@ -92,7 +100,7 @@ impl State {
     /// Records read `number`, begun at `began`, as done with `agents` (once: by the task
     /// recording it, or, when that task is gone or late, by whoever finds that out first).
     fn done(&mut self, number: u64, began: Instant, agents: &Agents) {
-        if matches!(&self.reading, Some((_, n, _)) if *n == number) {
+        if self.reading.as_ref().is_some_and(|r| r.number == number) {
             self.reading = None;
             self.last = Some((began, agents.clone()));
             if let Ok(read) = agents {
@@ -145,7 +153,7 @@ impl AgentsSnapshot {
 
     /// A read at most `max_age` old when `enough` holds for it (say, it lists the agent a
     /// request names); else a read begun after this call, whatever it holds. One read at
-    /// most: a read begun after the call is taken as it is.
+    /// most: a read begun after the call is taken as it is, and a failed one is the answer.
     #[cfg_attr(not(any(feature = "gateway", feature = "mcp")), allow(dead_code))]
     pub(crate) async fn recent_with(
         &self,
@@ -153,8 +161,8 @@ impl AgentsSnapshot {
         enough: impl Fn(&AgentsRead) -> bool,
     ) -> Agents {
         let asked = Instant::now();
-        match self.recent(max_age).await {
-            Ok(read) if read.began >= asked || enough(&read) => Ok(read),
+        match self.recent(max_age).await? {
+            read if read.began >= asked || enough(&read) => Ok(read),
             _ => self.current().await,
         }
     }
@@ -163,29 +171,32 @@ impl AgentsSnapshot {
     /// it takes, or of a new read (once the read in progress, if any, is done).
     async fn read_unless(&self, reusable: impl Fn(Instant) -> bool) -> Agents {
         loop {
-            // (the read to wait for, its number and start, whether its result is this caller's)
-            let (mut reading, number, began, taken) = {
+            // (the read to wait for, its number, start and deadline, whether its result is
+            // this caller's)
+            let (mut result, number, began, deadline, taken) = {
                 let mut state = self.lock();
+                let state = &mut *state;
                 if let Some(agents) = state.reusable(&reusable) {
                     return agents;
                 }
-                match &state.reading {
-                    Some((began, number, reading)) => {
-                        (reading.clone(), *number, *began, reusable(*began))
-                    }
-                    None => {
-                        let began = Instant::now();
-                        state.reads += 1;
-                        let reading = self.start_read(state.reads, began);
-                        state.reading = Some((began, state.reads, reading.clone()));
-                        (reading, state.reads, began, true)
-                    }
-                }
+                let (reads, mut started) = (&mut state.reads, false);
+                let reading = state.reading.get_or_insert_with(|| {
+                    (*reads, started) = (*reads + 1, true);
+                    self.start_read(*reads)
+                });
+                (
+                    reading.result.clone(),
+                    reading.number,
+                    reading.began,
+                    reading.deadline,
+                    // A read this caller started is its own, however young it must be.
+                    started || reusable(reading.began),
+                )
             };
-            let deadline = began + self.read_timeout + WAIT_GRACE;
-            let done = tokio::time::timeout_at(deadline.into(), reading.wait_for(Option::is_some))
-                .await
-                .map(|done| done.ok().and_then(|d| d.clone()));
+            let done =
+                tokio::time::timeout_at(deadline + WAIT_GRACE, result.wait_for(Option::is_some))
+                    .await
+                    .map(|done| done.ok().and_then(|d| d.clone()));
             let agents = match done {
                 Ok(Some(agents)) => agents,
                 // The task recording the read is gone without a result, or has not run in
@@ -209,15 +220,20 @@ impl AgentsSnapshot {
         }
     }
 
-    /// Read `number`, begun at `began`, in a task of its own (a caller that goes away cancels
-    /// nothing). A second task records its result as the last read and hands it to the
-    /// waiters, however the read ended (a read that panicked is a failed read).
-    fn start_read(&self, number: u64, began: Instant) -> Reading {
+    /// Read `number`, begun now, in a task of its own (a caller that goes away cancels
+    /// nothing), failing at its deadline. A second task records its result as the last read
+    /// and hands it to the waiters, however the read ended (a read that panicked is a failed
+    /// read).
+    fn start_read(&self, number: u64) -> Reading {
+        let (began, deadline) = (
+            Instant::now(),
+            tokio::time::Instant::now() + self.read_timeout,
+        );
         let (discovery, state) = (self.discovery.clone(), self.state.clone());
         let timeout = self.read_timeout;
-        let (tx, rx) = watch::channel(None);
+        let (tx, result) = watch::channel(None);
         let read = tokio::spawn(async move {
-            match tokio::time::timeout(timeout, discovery.all()).await {
+            match tokio::time::timeout_at(deadline, discovery.all()).await {
                 Ok(Ok(agents)) => Ok(Arc::new(Read { began, agents })),
                 Ok(Err(e)) => Err(format!("cannot read the registry: {e}")),
                 Err(_) => Err(format!(
@@ -238,7 +254,12 @@ impl AgentsSnapshot {
                 .done(number, began, &agents);
             tx.send_replace(Some(agents));
         });
-        rx
+        Reading {
+            number,
+            began,
+            deadline,
+            result,
+        }
     }
 
     fn lock(&self) -> std::sync::MutexGuard<'_, State> {
@@ -335,6 +356,30 @@ mod tests {
         assert_eq!(registry.listings.load(Ordering::SeqCst), 1);
     }
 
+    /// A registry whose first listing never answers; the others answer at once.
+    #[derive(Default)]
+    struct StallsFirst {
+        listed: std::sync::atomic::AtomicBool,
+    }
+
+    impl Registry for StallsFirst {
+        fn register(&self, _: AgentDefinition) -> BoxFuture<'_, Result<()>> {
+            Box::pin(async { Ok(()) })
+        }
+        fn deregister<'a>(&'a self, _: &'a str) -> BoxFuture<'a, Result<()>> {
+            Box::pin(async { Ok(()) })
+        }
+        fn agents(&self) -> BoxFuture<'_, Result<Vec<AgentDefinition>>> {
+            let first = !self.listed.swap(true, Ordering::SeqCst);
+            Box::pin(async move {
+                if first {
+                    std::future::pending::<()>().await;
+                }
+                Ok(Vec::new())
+            })
+        }
+    }
+
     /// Starts a read of `snapshot` on a runtime of its own, on another thread, and returns
     /// that runtime once the read is under way there, no longer driven.
     fn read_started_on_another_runtime(snapshot: &AgentsSnapshot) -> tokio::runtime::Runtime {
@@ -356,8 +401,7 @@ mod tests {
 
     #[tokio::test]
     async fn a_read_whose_runtime_is_no_longer_driven_fails_in_time_for_the_others() {
-        let registry = Arc::new(Counting::default());
-        let snapshot = AgentsSnapshot::new(Discovery::new(registry.clone()))
+        let snapshot = AgentsSnapshot::new(Discovery::new(Arc::new(StallsFirst::default())))
             .with_read_timeout(Duration::from_millis(100));
         let idle = read_started_on_another_runtime(&snapshot);
         // Waiting for that read: it fails once its time (and the grace) is up, not never.
@@ -373,8 +417,7 @@ mod tests {
 
     #[tokio::test]
     async fn a_read_whose_runtime_shut_down_is_a_failed_read() {
-        let registry = Arc::new(Counting::default());
-        let snapshot = AgentsSnapshot::new(Discovery::new(registry.clone()));
+        let snapshot = AgentsSnapshot::new(Discovery::new(Arc::new(StallsFirst::default())));
         read_started_on_another_runtime(&snapshot).shutdown_background();
         let waited = tokio::time::timeout(Duration::from_secs(5), snapshot.recent(Duration::MAX))
             .await
@@ -414,6 +457,18 @@ mod tests {
             .await
             .unwrap();
         assert_eq!(registry.listings.load(Ordering::SeqCst), 2);
+    }
+
+    #[tokio::test]
+    async fn a_read_a_caller_starts_is_its_own_however_young_it_must_be() {
+        let registry = Arc::new(Counting::default());
+        let snapshot = AgentsSnapshot::new(Discovery::new(registry.clone()));
+        for reads in 1..=3 {
+            let read =
+                tokio::time::timeout(Duration::from_secs(5), snapshot.recent(Duration::ZERO));
+            assert!(read.await.expect("one read, taken").is_ok());
+            assert_eq!(registry.listings.load(Ordering::SeqCst), reads);
+        }
     }
 
     /// A registry whose listing panics.

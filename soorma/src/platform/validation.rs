@@ -24,6 +24,8 @@ pub(crate) const REFRESH: Duration = Duration::from_secs(2);
 /// registry snapshot ([`AgentsSnapshot`]).
 pub(crate) struct RequestValidator {
     agents: AgentsSnapshot,
+    /// How old a read may be for a check ([`REFRESH`]).
+    refresh: Duration,
     cache: Mutex<Cache>,
 }
 
@@ -53,8 +55,16 @@ impl RequestValidator {
     pub(crate) fn new(agents: AgentsSnapshot) -> Self {
         Self {
             agents,
+            refresh: REFRESH,
             cache: Mutex::default(),
         }
+    }
+
+    /// The same, checking against reads at most `refresh` old (the tests' short refresh).
+    #[cfg(test)]
+    fn with_refresh(mut self, refresh: Duration) -> Self {
+        self.refresh = refresh;
+        self
     }
 
     /// Checks `env` (an action request) against its consumer's payload schema.
@@ -107,11 +117,11 @@ impl RequestValidator {
             self.agents.current().await
         } else {
             if let Some((read, snapshot)) = &self.lock().last_good
-                && read.began().elapsed() <= REFRESH
+                && read.began().elapsed() <= self.refresh
             {
                 return snapshot.clone();
             }
-            self.agents.recent(REFRESH).await
+            self.agents.recent(self.refresh).await
         };
         let read = match read {
             Ok(read) => read,
@@ -428,18 +438,22 @@ mod tests {
     #[tokio::test]
     async fn a_registry_that_cannot_be_read_leaves_the_last_good_read_in_force() {
         let registry = with_calc().await;
-        let (_, validator) = validator(&registry);
+        // Every check reads the registry again (no read is young enough).
+        let agents =
+            AgentsSnapshot::new(crate::platform::discovery::Discovery::new(registry.clone()));
+        let validator = RequestValidator::new(agents).with_refresh(Duration::ZERO);
         assert!(validator.has_consumer("add.requested", "default").await);
 
         registry.failing.store(true, Ordering::SeqCst);
-        // A miss reads again, and that read fails: the last good one still answers.
-        assert_eq!(validator.capability_event("nothing").await, None);
-        assert_eq!(registry.reads.load(Ordering::SeqCst), 2);
-        assert!(refused(
-            validator
-                .check(&add_request(serde_json::json!({"b": 1})))
-                .await
-        ));
+        let before = registry.reads.load(Ordering::SeqCst);
+        let bad = add_request(serde_json::json!({"b": 1}));
+        assert!(refused(validator.check(&bad).await));
         assert!(validator.has_consumer("add.requested", "default").await);
+        assert_eq!(
+            validator.capability_event("add").await.as_deref(),
+            Some("add.requested")
+        );
+        // Those answers came after failed reads, not from a young read.
+        assert!(registry.reads.load(Ordering::SeqCst) >= before + 3);
     }
 }
