@@ -98,15 +98,24 @@ struct State {
 
 impl State {
     /// Records read `number`, begun at `began`, as done with `agents` (once: by the task
-    /// recording it, or, when that task is gone or late, by whoever finds that out first).
+    /// recording it, or by its waiters when it does not answer in time).
     fn done(&mut self, number: u64, began: Instant, agents: &Agents) {
-        if self.reading.as_ref().is_some_and(|r| r.number == number) {
-            self.reading = None;
+        if self.end(number) {
             self.last = Some((began, agents.clone()));
             if let Ok(read) = agents {
                 self.last_ok = Some(read.clone());
             }
         }
+    }
+
+    /// Ends read `number` if it is the one in progress (else it ended already), with or
+    /// without a result: whether it did.
+    fn end(&mut self, number: u64) -> bool {
+        let in_progress = self.reading.as_ref().is_some_and(|r| r.number == number);
+        if in_progress {
+            self.reading = None;
+        }
+        in_progress
     }
 
     /// The last read, if `reusable` takes when it began; a successful one first.
@@ -146,9 +155,12 @@ impl AgentsSnapshot {
         self.read_unless(|began| began >= asked).await
     }
 
-    /// The agents from a read that began at most `max_age` ago.
+    /// The agents from a read that began at most `max_age` ago (or after this call: however
+    /// small `max_age`, a caller waits for two reads at most).
     pub(crate) async fn recent(&self, max_age: Duration) -> Agents {
-        self.read_unless(|began| began.elapsed() <= max_age).await
+        let asked = Instant::now();
+        self.read_unless(|began| began >= asked || began.elapsed() <= max_age)
+            .await
     }
 
     /// A read at most `max_age` old when `enough` holds for it (say, it lists the agent a
@@ -163,7 +175,7 @@ impl AgentsSnapshot {
         let asked = Instant::now();
         match self.recent(max_age).await? {
             read if read.began >= asked || enough(&read) => Ok(read),
-            _ => self.current().await,
+            _ => self.read_unless(|began| began >= asked).await,
         }
     }
 
@@ -173,7 +185,7 @@ impl AgentsSnapshot {
         loop {
             // (the read to wait for, its number, start and deadline, whether its result is
             // this caller's)
-            let (mut result, number, began, deadline, taken) = {
+            let (mut result, number, began, deadline, started, taken) = {
                 let mut state = self.lock();
                 let state = &mut *state;
                 if let Some(agents) = state.reusable(&reusable) {
@@ -189,6 +201,7 @@ impl AgentsSnapshot {
                     reading.number,
                     reading.began,
                     reading.deadline,
+                    started,
                     // A read this caller started is its own, however young it must be.
                     started || reusable(reading.began),
                 )
@@ -199,16 +212,25 @@ impl AgentsSnapshot {
                     .map(|done| done.ok().and_then(|d| d.clone()));
             let agents = match done {
                 Ok(Some(agents)) => agents,
-                // The task recording the read is gone without a result, or has not run in
-                // time: a failed read, recorded so that no caller waits on it again.
-                stopped => {
-                    let failed: Agents = Err(match stopped {
-                        Ok(_) => "cannot read the registry: the read was stopped".to_owned(),
-                        Err(_) => format!(
-                            "cannot read the registry: no answer within {:?}",
-                            self.read_timeout
-                        ),
-                    });
+                // The task recording the read is gone without a result: its runtime shut
+                // down (that of another caller, when the platform serves several). Not a
+                // registry failure: a caller that did not start it reads again, on its own
+                // runtime.
+                Ok(None) => {
+                    self.lock().end(number);
+                    if !started {
+                        continue;
+                    }
+                    Err("cannot read the registry: the read was stopped".to_owned())
+                }
+                // The read has not answered in time (its task may never run: its runtime is
+                // no longer driven): a failed read, recorded so that no caller waits on it
+                // again.
+                Err(_) => {
+                    let failed: Agents = Err(format!(
+                        "cannot read the registry: no answer within {:?}",
+                        self.read_timeout
+                    ));
                     self.lock().done(number, began, &failed);
                     failed
                 }
@@ -283,6 +305,8 @@ mod tests {
     struct Counting {
         listings: AtomicUsize,
         agents: std::sync::Mutex<Vec<AgentDefinition>>,
+        /// Every listing fails once set.
+        failing: std::sync::atomic::AtomicBool,
     }
 
     impl Registry for Counting {
@@ -297,6 +321,9 @@ mod tests {
             Box::pin(async {
                 self.listings.fetch_add(1, Ordering::SeqCst);
                 tokio::time::sleep(Duration::from_millis(20)).await;
+                if self.failing.load(Ordering::SeqCst) {
+                    return Err(crate::error::Error::Config("the registry is down".into()));
+                }
                 Ok(self.agents.lock().unwrap().clone())
             })
         }
@@ -416,15 +443,96 @@ mod tests {
     }
 
     #[tokio::test]
-    async fn a_read_whose_runtime_shut_down_is_a_failed_read() {
+    async fn a_read_whose_runtime_shut_down_is_made_again_by_its_waiters() {
         let snapshot = AgentsSnapshot::new(Discovery::new(Arc::new(StallsFirst::default())));
         read_started_on_another_runtime(&snapshot).shutdown_background();
+        // Not a registry failure: the waiter reads again, on its own runtime.
         let waited = tokio::time::timeout(Duration::from_secs(5), snapshot.recent(Duration::MAX))
             .await
             .expect("answered at once");
-        assert!(waited.unwrap_err().contains("the read was stopped"));
-        let next = tokio::time::timeout(Duration::from_secs(5), snapshot.current());
-        assert!(next.await.expect("not waiting on the stopped read").is_ok());
+        assert!(waited.is_ok(), "{waited:?}");
+    }
+
+    /// A registry counting its listings: the first never answers, the second waits for
+    /// `release`, the others answer at once.
+    #[derive(Default)]
+    struct Scripted {
+        listings: AtomicUsize,
+        release: tokio::sync::Notify,
+    }
+
+    impl Registry for Scripted {
+        fn register(&self, _: AgentDefinition) -> BoxFuture<'_, Result<()>> {
+            Box::pin(async { Ok(()) })
+        }
+        fn deregister<'a>(&'a self, _: &'a str) -> BoxFuture<'a, Result<()>> {
+            Box::pin(async { Ok(()) })
+        }
+        fn agents(&self) -> BoxFuture<'_, Result<Vec<AgentDefinition>>> {
+            let listing = self.listings.fetch_add(1, Ordering::SeqCst) + 1;
+            Box::pin(async move {
+                match listing {
+                    1 => std::future::pending::<()>().await,
+                    2 => self.release.notified().await,
+                    _ => {}
+                }
+                Ok(Vec::new())
+            })
+        }
+    }
+
+    #[tokio::test]
+    async fn a_read_given_up_on_does_not_end_the_next_one_when_it_answers_late() {
+        let registry = Arc::new(Scripted::default());
+        // Long enough for read 2 to outlive what follows; read 1 is given up on after 3 s.
+        let snapshot = AgentsSnapshot::new(Discovery::new(registry.clone()))
+            .with_read_timeout(Duration::from_secs(2));
+        let idle = read_started_on_another_runtime(&snapshot);
+        // A caller gives up on read 1 (its runtime is idle), and makes read 2, which waits.
+        let second = tokio::spawn({
+            let snapshot = snapshot.clone();
+            async move { snapshot.current().await }
+        });
+        while registry.listings.load(Ordering::SeqCst) < 2 {
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+        // Read 1's runtime runs again: read 1 fails at last, and is recorded by nobody.
+        let idle = tokio::task::spawn_blocking(move || {
+            idle.block_on(tokio::time::sleep(Duration::from_millis(300)));
+            idle
+        })
+        .await
+        .unwrap();
+        // Read 2 is still the one in progress: a caller waits for it, and makes no other.
+        let third = tokio::time::timeout(Duration::from_millis(300), snapshot.current()).await;
+        assert!(third.is_err(), "waits for read 2: {third:?}");
+        assert_eq!(registry.listings.load(Ordering::SeqCst), 2);
+        registry.release.notify_one();
+        assert!(second.await.unwrap().is_ok());
+        idle.shutdown_background();
+    }
+
+    #[tokio::test]
+    async fn a_young_successful_read_is_taken_over_a_later_failed_one() {
+        let registry = Arc::new(Counting::default());
+        let snapshot = AgentsSnapshot::new(Discovery::new(registry.clone()));
+        assert!(snapshot.current().await.is_ok());
+        registry.failing.store(true, Ordering::SeqCst);
+        assert!(snapshot.current().await.is_err());
+        assert!(snapshot.recent(Duration::from_secs(60)).await.is_ok());
+        assert_eq!(registry.listings.load(Ordering::SeqCst), 2);
+    }
+
+    #[tokio::test]
+    async fn a_failed_read_is_the_answer_when_a_young_read_is_wanted() {
+        let registry = Arc::new(Counting::default());
+        registry.failing.store(true, Ordering::SeqCst);
+        let snapshot = AgentsSnapshot::new(Discovery::new(registry.clone()));
+        let read = snapshot
+            .recent_with(Duration::from_secs(60), |_| false)
+            .await;
+        assert!(read.is_err());
+        assert_eq!(registry.listings.load(Ordering::SeqCst), 1);
     }
 
     #[tokio::test]

@@ -145,7 +145,8 @@ impl RequestValidator {
         let snapshot = Arc::new(Snapshot::of(&read));
         let mut cache = self.lock();
         match &cache.last_good {
-            Some((taken, newer)) if taken.began() > read.began() => newer.clone(),
+            // Another caller took this read (or a newer one) meanwhile: its tables stay.
+            Some((taken, newer)) if taken.began() >= read.began() => newer.clone(),
             _ => {
                 cache.last_good = Some((read, snapshot.clone()));
                 snapshot
@@ -327,9 +328,9 @@ mod tests {
         }
     }
 
-    /// A platform on `registry`: its shared snapshot and its request checks.
-    fn validator(registry: &Arc<SlowRegistry>) -> (AgentsSnapshot, Arc<RequestValidator>) {
-        let platform = crate::Platform::from_parts(crate::EngineParts::new(
+    /// A platform on `registry`: its shared snapshot and its own request checks.
+    fn platform_validator(registry: &Arc<SlowRegistry>) -> (AgentsSnapshot, Arc<RequestValidator>) {
+        let platform = crate::platform::Platform::from_parts(crate::engine::EngineParts::new(
             "embedded",
             Arc::new(crate::engine::embedded::EmbeddedBus::new()),
             Arc::new(crate::engine::embedded::MemoryStore::new()),
@@ -338,28 +339,47 @@ mod tests {
         (platform.agents().clone(), platform.validator().clone())
     }
 
+    /// Request checks on a platform's snapshot, answering from a read while under 60 s old
+    /// (so that counted reads do not depend on how fast the test runs).
+    fn validator(registry: &Arc<SlowRegistry>) -> (AgentsSnapshot, Arc<RequestValidator>) {
+        let (agents, _) = platform_validator(registry);
+        let validator = RequestValidator::new(agents.clone()).with_refresh(Duration::from_secs(60));
+        (agents, Arc::new(validator))
+    }
+
+    /// `test`, failed when it does not end within 10 s (instead of hanging).
+    async fn within<T>(test: impl std::future::Future<Output = T>) -> T {
+        tokio::time::timeout(Duration::from_secs(10), test)
+            .await
+            .expect("the test ends within 10 s")
+    }
+
     #[tokio::test]
     async fn callers_missing_at_once_share_registry_reads() {
-        let registry = Arc::new(SlowRegistry::default());
-        let (_, validator) = validator(&registry);
-        let mut misses = tokio::task::JoinSet::new();
-        for _ in 0..10 {
-            let validator = validator.clone();
-            misses
-                .spawn(async move { validator.has_consumer("nobody.requested", "default").await });
-        }
-        while let Some(found) = misses.join_next().await {
-            assert!(!found.unwrap());
-        }
-        // One read for the snapshot; the ten misses each need a read begun after they missed:
-        // the first miss starts one, and the others (missing a moment after it began) share
-        // the next.
-        let reads = registry.reads.load(Ordering::SeqCst);
-        assert!(reads <= 3, "ten callers made {reads} registry reads");
+        within(async {
+            let registry = Arc::new(SlowRegistry::default());
+            let (_, validator) = validator(&registry);
+            let mut misses = tokio::task::JoinSet::new();
+            for _ in 0..10 {
+                let validator = validator.clone();
+                misses.spawn(
+                    async move { validator.has_consumer("nobody.requested", "default").await },
+                );
+            }
+            while let Some(found) = misses.join_next().await {
+                assert!(!found.unwrap());
+            }
+            // One read for the snapshot; the ten misses each need a read begun after they missed:
+            // the first miss starts one, and the others (missing a moment after it began) share
+            // the next.
+            let reads = registry.reads.load(Ordering::SeqCst);
+            assert!(reads <= 3, "ten callers made {reads} registry reads");
 
-        // A miss after that reads again: an agent may have registered since.
-        assert!(!validator.has_consumer("nobody.requested", "default").await);
-        assert_eq!(registry.reads.load(Ordering::SeqCst), reads + 1);
+            // A miss after that reads again: an agent may have registered since.
+            assert!(!validator.has_consumer("nobody.requested", "default").await);
+            assert_eq!(registry.reads.load(Ordering::SeqCst), reads + 1);
+        })
+        .await;
     }
 
     /// The registry `calc` (consuming `add.requested`, whose payload must have an `a`) is in.
@@ -389,71 +409,80 @@ mod tests {
 
     #[tokio::test]
     async fn requests_are_checked_from_the_platforms_shared_read() {
-        let registry = with_calc().await;
-        let (agents, validator) = validator(&registry);
+        within(async {
+            let registry = with_calc().await;
+            let (agents, validator) = platform_validator(&registry);
 
-        // A read made by another user of the snapshot (the gateway, the MCP server) serves
-        // the request checks: no read of their own.
-        assert_eq!(agents.current().await.unwrap().len(), 1);
-        assert!(validator.has_consumer("add.requested", "default").await);
-        assert_eq!(
-            validator.capability_event("add").await.as_deref(),
-            Some("add.requested")
-        );
-        let good = add_request(serde_json::json!({"a": 1}));
-        assert!(validator.check(&good).await.is_ok());
-        assert!(refused(
-            validator
-                .check(&add_request(serde_json::json!({"b": 1})))
-                .await
-        ));
-        assert_eq!(registry.reads.load(Ordering::SeqCst), 1);
+            // A read made by another user of the snapshot (the gateway, the MCP server) serves
+            // the request checks: no read of their own.
+            assert_eq!(agents.current().await.unwrap().len(), 1);
+            assert!(validator.has_consumer("add.requested", "default").await);
+            assert_eq!(
+                validator.capability_event("add").await.as_deref(),
+                Some("add.requested")
+            );
+            let good = add_request(serde_json::json!({"a": 1}));
+            assert!(validator.check(&good).await.is_ok());
+            assert!(refused(
+                validator
+                    .check(&add_request(serde_json::json!({"b": 1})))
+                    .await
+            ));
+            assert_eq!(registry.reads.load(Ordering::SeqCst), 1);
+        })
+        .await;
     }
 
     #[tokio::test]
     async fn a_newer_read_replaces_what_requests_are_checked_against() {
-        let registry = Arc::new(SlowRegistry::default());
-        let (_, validator) = validator(&registry);
-        assert!(
-            validator
-                .check(&add_request(serde_json::json!({"b": 1})))
-                .await
-                .is_ok()
-        );
-        let empty = registry.reads.load(Ordering::SeqCst);
+        within(async {
+            let registry = Arc::new(SlowRegistry::default());
+            let (_, validator) = validator(&registry);
+            assert!(
+                validator
+                    .check(&add_request(serde_json::json!({"b": 1})))
+                    .await
+                    .is_ok()
+            );
+            let empty = registry.reads.load(Ordering::SeqCst);
 
-        // calc registers: its consumer is found (a miss reads again), and from then on its
-        // schema is enforced, without a read per request.
-        let calc = with_calc().await;
-        let agents = calc.agents.lock().unwrap().clone();
-        registry.agents.lock().unwrap().extend(agents);
-        assert!(validator.has_consumer("add.requested", "default").await);
-        let bad = add_request(serde_json::json!({"b": 1}));
-        for _ in 0..10 {
-            assert!(refused(validator.check(&bad).await));
-        }
-        assert_eq!(registry.reads.load(Ordering::SeqCst), empty + 1);
+            // calc registers: its consumer is found (a miss reads again), and from then on its
+            // schema is enforced, without a read per request.
+            let calc = with_calc().await;
+            let agents = calc.agents.lock().unwrap().clone();
+            registry.agents.lock().unwrap().extend(agents);
+            assert!(validator.has_consumer("add.requested", "default").await);
+            let bad = add_request(serde_json::json!({"b": 1}));
+            for _ in 0..10 {
+                assert!(refused(validator.check(&bad).await));
+            }
+            assert_eq!(registry.reads.load(Ordering::SeqCst), empty + 1);
+        })
+        .await;
     }
 
     #[tokio::test]
     async fn a_registry_that_cannot_be_read_leaves_the_last_good_read_in_force() {
-        let registry = with_calc().await;
-        // Every check reads the registry again (no read is young enough).
-        let agents =
-            AgentsSnapshot::new(crate::platform::discovery::Discovery::new(registry.clone()));
-        let validator = RequestValidator::new(agents).with_refresh(Duration::ZERO);
-        assert!(validator.has_consumer("add.requested", "default").await);
+        within(async {
+            let registry = with_calc().await;
+            // Every check reads the registry again (no read is young enough).
+            let agents =
+                AgentsSnapshot::new(crate::platform::discovery::Discovery::new(registry.clone()));
+            let validator = RequestValidator::new(agents).with_refresh(Duration::ZERO);
+            assert!(validator.has_consumer("add.requested", "default").await);
 
-        registry.failing.store(true, Ordering::SeqCst);
-        let before = registry.reads.load(Ordering::SeqCst);
-        let bad = add_request(serde_json::json!({"b": 1}));
-        assert!(refused(validator.check(&bad).await));
-        assert!(validator.has_consumer("add.requested", "default").await);
-        assert_eq!(
-            validator.capability_event("add").await.as_deref(),
-            Some("add.requested")
-        );
-        // Those answers came after failed reads, not from a young read.
-        assert!(registry.reads.load(Ordering::SeqCst) >= before + 3);
+            registry.failing.store(true, Ordering::SeqCst);
+            let before = registry.reads.load(Ordering::SeqCst);
+            let bad = add_request(serde_json::json!({"b": 1}));
+            assert!(refused(validator.check(&bad).await));
+            assert!(validator.has_consumer("add.requested", "default").await);
+            assert_eq!(
+                validator.capability_event("add").await.as_deref(),
+                Some("add.requested")
+            );
+            // Those answers came after failed reads, not from a young read.
+            assert!(registry.reads.load(Ordering::SeqCst) >= before + 3);
+        })
+        .await;
     }
 }
