@@ -453,12 +453,22 @@ mod tests {
         assert!(waited.is_ok(), "{waited:?}");
     }
 
-    /// A registry counting its listings: the first never answers, the second waits for
-    /// `release`, the others answer at once.
+    /// A registry counting its listings: the first never answers (`first_dropped` is set
+    /// when it is given up), the second waits for `release`, the others answer at once.
     #[derive(Default)]
     struct Scripted {
         listings: AtomicUsize,
+        first_dropped: Arc<std::sync::atomic::AtomicBool>,
         release: tokio::sync::Notify,
+    }
+
+    /// Sets its flag when dropped.
+    struct SetOnDrop(Arc<std::sync::atomic::AtomicBool>);
+
+    impl Drop for SetOnDrop {
+        fn drop(&mut self) {
+            self.0.store(true, Ordering::SeqCst);
+        }
     }
 
     impl Registry for Scripted {
@@ -470,9 +480,13 @@ mod tests {
         }
         fn agents(&self) -> BoxFuture<'_, Result<Vec<AgentDefinition>>> {
             let listing = self.listings.fetch_add(1, Ordering::SeqCst) + 1;
+            let dropped = (listing == 1).then(|| SetOnDrop(self.first_dropped.clone()));
             Box::pin(async move {
                 match listing {
-                    1 => std::future::pending::<()>().await,
+                    1 => {
+                        let _dropped = dropped;
+                        std::future::pending::<()>().await
+                    }
                     2 => self.release.notified().await,
                     _ => {}
                 }
@@ -484,32 +498,63 @@ mod tests {
     #[tokio::test]
     async fn a_read_given_up_on_does_not_end_the_next_one_when_it_answers_late() {
         let registry = Arc::new(Scripted::default());
-        // Long enough for read 2 to outlive what follows; read 1 is given up on after 3 s.
+        // Read 1 is given up on after 4 s; read 2 then has 3 s, to outlive what follows.
         let snapshot = AgentsSnapshot::new(Discovery::new(registry.clone()))
-            .with_read_timeout(Duration::from_secs(2));
+            .with_read_timeout(Duration::from_secs(3));
         let idle = read_started_on_another_runtime(&snapshot);
-        // A caller gives up on read 1 (its runtime is idle), and makes read 2, which waits.
-        let second = tokio::spawn({
-            let snapshot = snapshot.clone();
-            async move { snapshot.current().await }
-        });
-        while registry.listings.load(Ordering::SeqCst) < 2 {
-            tokio::time::sleep(Duration::from_millis(10)).await;
-        }
-        // Read 1's runtime runs again: read 1 fails at last, and is recorded by nobody.
-        let idle = tokio::task::spawn_blocking(move || {
-            idle.block_on(tokio::time::sleep(Duration::from_millis(300)));
+        let test = async {
+            // A caller gives up on read 1 (its runtime is idle) and makes read 2, which waits.
+            let second = tokio::spawn({
+                let snapshot = snapshot.clone();
+                async move { snapshot.current().await }
+            });
+            while registry.listings.load(Ordering::SeqCst) < 2 {
+                tokio::time::sleep(Duration::from_millis(10)).await;
+            }
+            // Read 1's runtime runs again until read 1 has failed at last and its result has
+            // been handed on (to nobody: it ended).
+            let first_dropped = registry.first_dropped.clone();
+            let idle = tokio::task::spawn_blocking(move || {
+                idle.block_on(async {
+                    while !first_dropped.load(Ordering::SeqCst) {
+                        tokio::time::sleep(Duration::from_millis(5)).await;
+                    }
+                    tokio::time::sleep(Duration::from_millis(50)).await;
+                });
+                idle
+            })
+            .await
+            .unwrap();
+            // Read 2 is still the one in progress: a caller waits for it, and makes no other.
+            let third = tokio::time::timeout(Duration::from_millis(300), snapshot.current()).await;
+            assert!(third.is_err(), "waits for read 2: {third:?}");
+            assert_eq!(registry.listings.load(Ordering::SeqCst), 2);
+            registry.release.notify_one();
+            assert!(second.await.unwrap().is_ok());
             idle
-        })
-        .await
-        .unwrap();
-        // Read 2 is still the one in progress: a caller waits for it, and makes no other.
-        let third = tokio::time::timeout(Duration::from_millis(300), snapshot.current()).await;
-        assert!(third.is_err(), "waits for read 2: {third:?}");
+        };
+        tokio::time::timeout(Duration::from_secs(20), test)
+            .await
+            .expect("the test ends within 20 s")
+            .shutdown_background();
+    }
+
+    #[tokio::test]
+    async fn callers_that_join_a_read_begun_before_them_take_the_next_however_young_they_want_it() {
+        let registry = Arc::new(Counting::default());
+        let snapshot = AgentsSnapshot::new(Discovery::new(registry.clone()));
+        let callers: Vec<_> = (0..3)
+            .map(|_| {
+                let snapshot = snapshot.clone();
+                tokio::spawn(async move { snapshot.recent(Duration::ZERO).await })
+            })
+            .collect();
+        for caller in callers {
+            let read = tokio::time::timeout(Duration::from_secs(5), caller).await;
+            assert!(read.expect("answered").unwrap().is_ok());
+        }
+        // The first caller's read, then one begun after the two others asked: theirs.
         assert_eq!(registry.listings.load(Ordering::SeqCst), 2);
-        registry.release.notify_one();
-        assert!(second.await.unwrap().is_ok());
-        idle.shutdown_background();
     }
 
     #[tokio::test]
