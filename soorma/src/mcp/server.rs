@@ -24,7 +24,7 @@ mod stdio;
 
 use std::future::IntoFuture;
 use std::net::SocketAddr;
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::time::Duration;
 
 use rmcp::model::CustomRequest;
@@ -46,7 +46,7 @@ use crate::client::Client;
 use crate::error::{Error, Result};
 use crate::http::{Admission, ErrorStyle, HttpConfig, HttpServer};
 use crate::platform::Platform;
-use crate::platform::snapshot::{AgentsRead, AgentsSnapshot};
+use crate::platform::snapshot::{AgentsRead, AgentsSnapshot, PerRead};
 use crate::util::new_id;
 use catalog::{Catalog, INPUT, Route, Scope};
 use gate::{CappedSessions, Gate, StaticToken};
@@ -551,8 +551,8 @@ struct Shared {
     config: McpServer,
     client: Client,
     reply_event: String,
-    /// The catalog of the last registry read it was built from.
-    catalog: Mutex<Option<(AgentsRead, Arc<Catalog>)>>,
+    /// The tools of the registry reads, built once per read.
+    catalog: PerRead<Catalog>,
     /// The registry's agents: `tools/list` and unknown names share reads of it.
     registry: AgentsSnapshot,
     progress: ProgressRouter,
@@ -573,7 +573,7 @@ impl McpService {
             shared: Arc::new(Shared {
                 client,
                 reply_event: format!("mcp-server.replied.{}", new_id()),
-                catalog: Mutex::default(),
+                catalog: PerRead::default(),
                 registry: config.platform.agents().clone(),
                 progress: ProgressRouter::default(),
                 calls: Arc::new(tokio::sync::Semaphore::new(config.max_calls)),
@@ -590,32 +590,14 @@ impl Shared {
         Ok(self.catalog_of(self.registry.current().await?))
     }
 
-    /// The catalog of the registry read `agents`, built once per read.
+    /// The catalog of the registry read `agents` (or of a newer one already built).
     fn catalog_of(&self, agents: AgentsRead) -> Arc<Catalog> {
-        let mut cached = self
-            .catalog
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner);
-        if let Some((read, catalog)) = &*cached
-            && Arc::ptr_eq(read, &agents)
-        {
-            return catalog.clone();
-        }
-        let catalog = Arc::new(Catalog::build(
-            &agents,
-            &Scope {
-                agents: &self.config.agents,
-                tenant: self.config.tenant.as_deref(),
-            },
-        ));
-        // The newest read's catalog is kept (a caller holding an older read builds its own).
-        if cached
-            .as_ref()
-            .is_none_or(|(read, _)| read.began() <= agents.began())
-        {
-            *cached = Some((agents, catalog.clone()));
-        }
-        catalog
+        let scope = Scope {
+            agents: &self.config.agents,
+            tenant: self.config.tenant.as_deref(),
+        };
+        self.catalog
+            .of(agents, |agents| Catalog::build(agents, &scope))
     }
 
     /// Where the tool `name` goes: from a registry read at most [`CATALOG_FRESH`] old that

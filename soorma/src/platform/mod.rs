@@ -4,6 +4,8 @@
 pub(crate) mod discovery;
 pub(crate) mod fanin;
 pub(crate) mod snapshot;
+#[cfg(test)]
+pub(crate) mod test_registries;
 pub(crate) mod timers;
 pub(crate) mod validation;
 

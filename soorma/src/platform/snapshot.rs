@@ -38,6 +38,61 @@ impl Deref for Read {
 /// users hold the same read).
 pub(crate) type AgentsRead = Arc<Read>;
 
+/// A value derived from registry reads (the request checks' tables, the MCP catalog), built
+/// once per read: a read no newer than the one last derived from gets that one's value.
+pub(crate) struct PerRead<T> {
+    last: Mutex<Option<(AgentsRead, Arc<T>)>>,
+}
+
+impl<T> Default for PerRead<T> {
+    fn default() -> Self {
+        Self {
+            last: Mutex::default(),
+        }
+    }
+}
+
+impl<T> PerRead<T> {
+    /// The value derived from `read` (by `derive`, unless it or a newer read was derived from
+    /// already: callers racing on one read may derive it a few times alike, and the first
+    /// stored stays).
+    pub(crate) fn of(
+        &self,
+        read: AgentsRead,
+        derive: impl FnOnce(&[AgentDefinition]) -> T,
+    ) -> Arc<T> {
+        if let Some(value) = self.at_least(&read) {
+            return value;
+        }
+        let value = Arc::new(derive(&read));
+        let mut last = self.lock();
+        match &*last {
+            Some((taken, newer)) if taken.began >= read.began => newer.clone(),
+            _ => {
+                *last = Some((read, value.clone()));
+                value
+            }
+        }
+    }
+
+    /// The last value derived, with the read it came from.
+    pub(crate) fn last(&self) -> Option<(AgentsRead, Arc<T>)> {
+        self.lock().clone()
+    }
+
+    /// The last value derived, if its read is `read` or newer.
+    fn at_least(&self, read: &Read) -> Option<Arc<T>> {
+        self.lock()
+            .as_ref()
+            .filter(|(taken, _)| taken.began >= read.began)
+            .map(|(_, value)| value.clone())
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, Option<(AgentsRead, Arc<T>)>> {
+        self.last.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+}
+
 /// The registered agents as one read found them, or why it failed.
 pub(crate) type Agents = std::result::Result<AgentsRead, String>;
 
@@ -291,43 +346,13 @@ impl AgentsSnapshot {
 
 #[cfg(test)]
 mod tests {
-    use std::sync::atomic::{AtomicUsize, Ordering};
+    use std::sync::atomic::Ordering;
 
     use soorma_common::AgentKind;
 
     use super::*;
-    use crate::error::Result;
+    use crate::platform::test_registries::{Counting, Panicking, Scripted};
     use crate::spi::registry::Registry;
-    use crate::util::BoxFuture;
-
-    /// A registry counting its listings, each taking 20 ms.
-    #[derive(Default)]
-    struct Counting {
-        listings: AtomicUsize,
-        agents: std::sync::Mutex<Vec<AgentDefinition>>,
-        /// Every listing fails once set.
-        failing: std::sync::atomic::AtomicBool,
-    }
-
-    impl Registry for Counting {
-        fn register(&self, agent: AgentDefinition) -> BoxFuture<'_, Result<()>> {
-            self.agents.lock().unwrap().push(agent);
-            Box::pin(async { Ok(()) })
-        }
-        fn deregister<'a>(&'a self, _: &'a str) -> BoxFuture<'a, Result<()>> {
-            Box::pin(async { Ok(()) })
-        }
-        fn agents(&self) -> BoxFuture<'_, Result<Vec<AgentDefinition>>> {
-            Box::pin(async {
-                self.listings.fetch_add(1, Ordering::SeqCst);
-                tokio::time::sleep(Duration::from_millis(20)).await;
-                if self.failing.load(Ordering::SeqCst) {
-                    return Err(crate::error::Error::Config("the registry is down".into()));
-                }
-                Ok(self.agents.lock().unwrap().clone())
-            })
-        }
-    }
 
     #[tokio::test]
     async fn concurrent_requests_share_reads_and_see_what_came_before_them() {
@@ -383,30 +408,6 @@ mod tests {
         assert_eq!(registry.listings.load(Ordering::SeqCst), 1);
     }
 
-    /// A registry whose first listing never answers; the others answer at once.
-    #[derive(Default)]
-    struct StallsFirst {
-        listed: std::sync::atomic::AtomicBool,
-    }
-
-    impl Registry for StallsFirst {
-        fn register(&self, _: AgentDefinition) -> BoxFuture<'_, Result<()>> {
-            Box::pin(async { Ok(()) })
-        }
-        fn deregister<'a>(&'a self, _: &'a str) -> BoxFuture<'a, Result<()>> {
-            Box::pin(async { Ok(()) })
-        }
-        fn agents(&self) -> BoxFuture<'_, Result<Vec<AgentDefinition>>> {
-            let first = !self.listed.swap(true, Ordering::SeqCst);
-            Box::pin(async move {
-                if first {
-                    std::future::pending::<()>().await;
-                }
-                Ok(Vec::new())
-            })
-        }
-    }
-
     /// Starts a read of `snapshot` on a runtime of its own, on another thread, and returns
     /// that runtime once the read is under way there, no longer driven.
     fn read_started_on_another_runtime(snapshot: &AgentsSnapshot) -> tokio::runtime::Runtime {
@@ -428,8 +429,10 @@ mod tests {
 
     #[tokio::test]
     async fn a_read_whose_runtime_is_no_longer_driven_fails_in_time_for_the_others() {
-        let snapshot = AgentsSnapshot::new(Discovery::new(Arc::new(StallsFirst::default())))
-            .with_read_timeout(Duration::from_millis(100));
+        let snapshot = AgentsSnapshot::new(Discovery::new(Arc::new(
+            Scripted::answering_after_the_first(),
+        )))
+        .with_read_timeout(Duration::from_millis(100));
         let idle = read_started_on_another_runtime(&snapshot);
         // Waiting for that read: it fails once its time (and the grace) is up, not never.
         let waited = tokio::time::timeout(Duration::from_secs(5), snapshot.recent(Duration::MAX))
@@ -444,55 +447,15 @@ mod tests {
 
     #[tokio::test]
     async fn a_read_whose_runtime_shut_down_is_made_again_by_its_waiters() {
-        let snapshot = AgentsSnapshot::new(Discovery::new(Arc::new(StallsFirst::default())));
+        let snapshot = AgentsSnapshot::new(Discovery::new(Arc::new(
+            Scripted::answering_after_the_first(),
+        )));
         read_started_on_another_runtime(&snapshot).shutdown_background();
         // Not a registry failure: the waiter reads again, on its own runtime.
         let waited = tokio::time::timeout(Duration::from_secs(5), snapshot.recent(Duration::MAX))
             .await
             .expect("answered at once");
         assert!(waited.is_ok(), "{waited:?}");
-    }
-
-    /// A registry counting its listings: the first never answers (`first_dropped` is set
-    /// when it is given up), the second waits for `release`, the others answer at once.
-    #[derive(Default)]
-    struct Scripted {
-        listings: AtomicUsize,
-        first_dropped: Arc<std::sync::atomic::AtomicBool>,
-        release: tokio::sync::Notify,
-    }
-
-    /// Sets its flag when dropped.
-    struct SetOnDrop(Arc<std::sync::atomic::AtomicBool>);
-
-    impl Drop for SetOnDrop {
-        fn drop(&mut self) {
-            self.0.store(true, Ordering::SeqCst);
-        }
-    }
-
-    impl Registry for Scripted {
-        fn register(&self, _: AgentDefinition) -> BoxFuture<'_, Result<()>> {
-            Box::pin(async { Ok(()) })
-        }
-        fn deregister<'a>(&'a self, _: &'a str) -> BoxFuture<'a, Result<()>> {
-            Box::pin(async { Ok(()) })
-        }
-        fn agents(&self) -> BoxFuture<'_, Result<Vec<AgentDefinition>>> {
-            let listing = self.listings.fetch_add(1, Ordering::SeqCst) + 1;
-            let dropped = (listing == 1).then(|| SetOnDrop(self.first_dropped.clone()));
-            Box::pin(async move {
-                match listing {
-                    1 => {
-                        let _dropped = dropped;
-                        std::future::pending::<()>().await
-                    }
-                    2 => self.release.notified().await,
-                    _ => {}
-                }
-                Ok(Vec::new())
-            })
-        }
     }
 
     #[tokio::test]
@@ -621,21 +584,6 @@ mod tests {
                 tokio::time::timeout(Duration::from_secs(5), snapshot.recent(Duration::ZERO));
             assert!(read.await.expect("one read, taken").is_ok());
             assert_eq!(registry.listings.load(Ordering::SeqCst), reads);
-        }
-    }
-
-    /// A registry whose listing panics.
-    struct Panicking;
-
-    impl Registry for Panicking {
-        fn register(&self, _: AgentDefinition) -> BoxFuture<'_, Result<()>> {
-            Box::pin(async { Ok(()) })
-        }
-        fn deregister<'a>(&'a self, _: &'a str) -> BoxFuture<'a, Result<()>> {
-            Box::pin(async { Ok(()) })
-        }
-        fn agents(&self) -> BoxFuture<'_, Result<Vec<AgentDefinition>>> {
-            Box::pin(async { panic!("a registry that panics") })
         }
     }
 

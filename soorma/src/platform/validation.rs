@@ -2,19 +2,20 @@
 //!
 //! `request`, `invoke` and `delegate` look up the requested event in the registry (a read at
 //! most [`REFRESH`] old, from the platform's shared [`AgentsSnapshot`]) and, when a consumer
-//! registered a payload schema for it, validate the payload before publishing: a mismatch fails the call with
-//! [`Error::SchemaViolation`] listing every violation, and nothing is published. Events no
+//! registered a payload schema for it, validate the payload before publishing: a mismatch
+//! fails the call with [`Error::SchemaViolation`] listing every violation, and nothing is
+//! published. Events no
 //! registered agent describes are published unchecked. Opt out per call with
 //! `skip_validation()`, or build without the `schema-validation` feature.
 
 use std::collections::HashMap;
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::time::Duration;
 
 use serde_json::Value;
 use soorma_common::{AgentDefinition, EventEnvelope, Topic};
 
-use super::snapshot::{AgentsRead, AgentsSnapshot};
+use super::snapshot::{AgentsSnapshot, PerRead};
 use crate::error::{Error, Result, SchemaViolation};
 
 /// How old a registry read may be for a request's check to use it.
@@ -26,15 +27,11 @@ pub(crate) struct RequestValidator {
     agents: AgentsSnapshot,
     /// How old a read may be for a check ([`REFRESH`]).
     refresh: Duration,
-    cache: Mutex<Cache>,
-}
-
-#[derive(Default)]
-struct Cache {
-    /// The last registry read that succeeded, and what it says about action requests.
-    last_good: Option<(AgentsRead, Arc<Snapshot>)>,
+    /// What the last registry read that succeeded says about action requests.
+    tables: PerRead<Snapshot>,
+    /// Event type → its schema's compiled validator.
     #[cfg(feature = "schema-validation")]
-    compiled: HashMap<String, Compiled>,
+    compiled: std::sync::Mutex<HashMap<String, Compiled>>,
 }
 
 #[cfg(feature = "schema-validation")]
@@ -56,7 +53,9 @@ impl RequestValidator {
         Self {
             agents,
             refresh: REFRESH,
-            cache: Mutex::default(),
+            tables: PerRead::default(),
+            #[cfg(feature = "schema-validation")]
+            compiled: std::sync::Mutex::default(),
         }
     }
 
@@ -116,53 +115,31 @@ impl RequestValidator {
         let read = if current {
             self.agents.current().await
         } else {
-            if let Some((read, snapshot)) = &self.lock().last_good
+            if let Some((read, tables)) = self.tables.last()
                 && read.began().elapsed() <= self.refresh
             {
-                return snapshot.clone();
+                return tables;
             }
             self.agents.recent(self.refresh).await
         };
-        let read = match read {
-            Ok(read) => read,
+        match read {
+            Ok(read) => self.tables.of(read, Snapshot::of),
             Err(e) => {
                 // The failed read itself is logged once, where it ran.
                 tracing::debug!(error = %e, "requests are checked against the last registry read that succeeded");
-                return self
-                    .lock()
-                    .last_good
-                    .as_ref()
-                    .map(|(_, s)| s.clone())
-                    .unwrap_or_default();
-            }
-        };
-        if let Some((taken, snapshot)) = &self.lock().last_good
-            && taken.began() >= read.began()
-        {
-            return snapshot.clone();
-        }
-        // A newer read: derived (by callers racing on it, a few times alike; the newest wins).
-        let snapshot = Arc::new(Snapshot::of(&read));
-        let mut cache = self.lock();
-        match &cache.last_good {
-            // Another caller took this read (or a newer one) meanwhile: its tables stay.
-            Some((taken, newer)) if taken.began() >= read.began() => newer.clone(),
-            _ => {
-                cache.last_good = Some((read, snapshot.clone()));
-                snapshot
+                self.tables
+                    .last()
+                    .map(|(_, tables)| tables)
+                    .unwrap_or_default()
             }
         }
-    }
-
-    fn lock(&self) -> std::sync::MutexGuard<'_, Cache> {
-        self.cache.lock().unwrap_or_else(|p| p.into_inner())
     }
 
     #[cfg(feature = "schema-validation")]
     fn violations(&self, event: &str, schema: &Arc<Value>, data: &Value) -> Vec<SchemaViolation> {
         let validator = {
-            let mut cache = self.lock();
-            match cache.compiled.get_mut(event) {
+            let mut compiled = self.compiled.lock().unwrap_or_else(|p| p.into_inner());
+            match compiled.get_mut(event) {
                 // Compared by pointer while the snapshot is the same (no deep comparison per
                 // request); a new snapshot with the same schema keeps the compiled validator.
                 Some(c) if Arc::ptr_eq(&c.schema, schema) => c.validator.clone(),
@@ -178,7 +155,7 @@ impl RequestValidator {
                             None
                         }
                     };
-                    cache.compiled.insert(
+                    compiled.insert(
                         event.to_owned(),
                         Compiled {
                             schema: schema.clone(),
@@ -289,47 +266,16 @@ impl Snapshot {
 
 #[cfg(test)]
 mod tests {
-    use std::sync::atomic::{AtomicUsize, Ordering};
+    use std::sync::atomic::Ordering;
 
     use soorma_common::{AgentCapability, AgentKind, EventDefinition};
 
     use super::*;
+    use crate::platform::test_registries::Counting;
     use crate::spi::registry::Registry;
-    use crate::util::BoxFuture;
-
-    /// A registry whose reads take a while and are counted.
-    #[derive(Default)]
-    struct SlowRegistry {
-        reads: AtomicUsize,
-        agents: Mutex<Vec<AgentDefinition>>,
-        /// Every read fails once set.
-        failing: std::sync::atomic::AtomicBool,
-    }
-
-    impl Registry for SlowRegistry {
-        fn register(&self, agent: AgentDefinition) -> BoxFuture<'_, Result<()>> {
-            self.agents.lock().unwrap().push(agent);
-            Box::pin(async { Ok(()) })
-        }
-
-        fn deregister<'a>(&'a self, _agent_id: &'a str) -> BoxFuture<'a, Result<()>> {
-            Box::pin(async { Ok(()) })
-        }
-
-        fn agents(&self) -> BoxFuture<'_, Result<Vec<AgentDefinition>>> {
-            Box::pin(async {
-                self.reads.fetch_add(1, Ordering::SeqCst);
-                tokio::time::sleep(Duration::from_millis(20)).await;
-                if self.failing.load(Ordering::SeqCst) {
-                    return Err(Error::Config("the registry is down".into()));
-                }
-                Ok(self.agents.lock().unwrap().clone())
-            })
-        }
-    }
 
     /// A platform on `registry`: its shared snapshot and its own request checks.
-    fn platform_validator(registry: &Arc<SlowRegistry>) -> (AgentsSnapshot, Arc<RequestValidator>) {
+    fn platform_validator(registry: &Arc<Counting>) -> (AgentsSnapshot, Arc<RequestValidator>) {
         let platform = crate::platform::Platform::from_parts(crate::engine::EngineParts::new(
             "embedded",
             Arc::new(crate::engine::embedded::EmbeddedBus::new()),
@@ -341,7 +287,7 @@ mod tests {
 
     /// Request checks on a platform's snapshot, answering from a read while under 60 s old
     /// (so that counted reads do not depend on how fast the test runs).
-    fn validator(registry: &Arc<SlowRegistry>) -> (AgentsSnapshot, Arc<RequestValidator>) {
+    fn validator(registry: &Arc<Counting>) -> (AgentsSnapshot, Arc<RequestValidator>) {
         let (agents, _) = platform_validator(registry);
         let validator = RequestValidator::new(agents.clone()).with_refresh(Duration::from_secs(60));
         (agents, Arc::new(validator))
@@ -357,7 +303,7 @@ mod tests {
     #[tokio::test]
     async fn callers_missing_at_once_share_registry_reads() {
         within(async {
-            let registry = Arc::new(SlowRegistry::default());
+            let registry = Arc::new(Counting::default());
             let (_, validator) = validator(&registry);
             let mut misses = tokio::task::JoinSet::new();
             for _ in 0..10 {
@@ -372,19 +318,19 @@ mod tests {
             // One read for the snapshot; the ten misses each need a read begun after they missed:
             // the first miss starts one, and the others (missing a moment after it began) share
             // the next.
-            let reads = registry.reads.load(Ordering::SeqCst);
+            let reads = registry.listings.load(Ordering::SeqCst);
             assert!(reads <= 3, "ten callers made {reads} registry reads");
 
             // A miss after that reads again: an agent may have registered since.
             assert!(!validator.has_consumer("nobody.requested", "default").await);
-            assert_eq!(registry.reads.load(Ordering::SeqCst), reads + 1);
+            assert_eq!(registry.listings.load(Ordering::SeqCst), reads + 1);
         })
         .await;
     }
 
     /// The registry `calc` (consuming `add.requested`, whose payload must have an `a`) is in.
-    async fn with_calc() -> Arc<SlowRegistry> {
-        let registry = Arc::new(SlowRegistry::default());
+    async fn with_calc() -> Arc<Counting> {
+        let registry = Arc::new(Counting::default());
         let schema = serde_json::json!({"type": "object", "required": ["a"]});
         let add = AgentCapability::new(
             "add",
@@ -428,7 +374,7 @@ mod tests {
                     .check(&add_request(serde_json::json!({"b": 1})))
                     .await
             ));
-            assert_eq!(registry.reads.load(Ordering::SeqCst), 1);
+            assert_eq!(registry.listings.load(Ordering::SeqCst), 1);
         })
         .await;
     }
@@ -436,7 +382,7 @@ mod tests {
     #[tokio::test]
     async fn a_newer_read_replaces_what_requests_are_checked_against() {
         within(async {
-            let registry = Arc::new(SlowRegistry::default());
+            let registry = Arc::new(Counting::default());
             let (_, validator) = validator(&registry);
             assert!(
                 validator
@@ -444,7 +390,7 @@ mod tests {
                     .await
                     .is_ok()
             );
-            let empty = registry.reads.load(Ordering::SeqCst);
+            let empty = registry.listings.load(Ordering::SeqCst);
 
             // calc registers: its consumer is found (a miss reads again), and from then on its
             // schema is enforced, without a read per request.
@@ -456,7 +402,7 @@ mod tests {
             for _ in 0..10 {
                 assert!(refused(validator.check(&bad).await));
             }
-            assert_eq!(registry.reads.load(Ordering::SeqCst), empty + 1);
+            assert_eq!(registry.listings.load(Ordering::SeqCst), empty + 1);
         })
         .await;
     }
@@ -472,7 +418,7 @@ mod tests {
             assert!(validator.has_consumer("add.requested", "default").await);
 
             registry.failing.store(true, Ordering::SeqCst);
-            let before = registry.reads.load(Ordering::SeqCst);
+            let before = registry.listings.load(Ordering::SeqCst);
             let bad = add_request(serde_json::json!({"b": 1}));
             assert!(refused(validator.check(&bad).await));
             assert!(validator.has_consumer("add.requested", "default").await);
@@ -481,7 +427,7 @@ mod tests {
                 Some("add.requested")
             );
             // Those answers came after failed reads, not from a young read.
-            assert!(registry.reads.load(Ordering::SeqCst) >= before + 3);
+            assert!(registry.listings.load(Ordering::SeqCst) >= before + 3);
         })
         .await;
     }
