@@ -8,8 +8,7 @@ use soorma_common::{ActionReply, AgentCapability, EventEnvelope, PlanRecord, Pla
 
 use super::definition::Plan;
 use super::machine::{self, Effects};
-use crate::error::{Error, Result};
-use crate::platform::discovery::Requirements;
+use crate::error::{EngineError, EngineErrorKind, Error, Result};
 use crate::platform::timers;
 use crate::protocol::reply::{ReplyRoute, publish_reply, send_reply};
 use crate::runtime::extract::{AgentRuntime, HandlerInput};
@@ -733,24 +732,30 @@ impl PlanContext {
 }
 
 /// The action-request capabilities of the other agents registered on the platform, for
-/// `tenant` (agents of another tenant are left out), one per request event.
+/// `tenant` (agents of another tenant are left out), one per request event: the first by agent
+/// name (instances of one agent by id). From a registry read begun after this call, shared with
+/// the platform's other users (planning calls at once, request checks, the gateway): a flood
+/// of goals costs one registry read at a time.
 async fn discover_capabilities(
     runtime: &AgentRuntime,
     tenant: &str,
 ) -> Result<Vec<AgentCapability>> {
-    let agents = runtime
-        .platform
-        .discovery()
-        .discover(&Requirements::new())
-        .await?;
+    let read = runtime.platform.agents().current().await.map_err(|e| {
+        EngineError::new(EngineErrorKind::Registry, "list agents for planning").with_source(e)
+    })?;
+    let mut agents: Vec<_> = read
+        .iter()
+        .filter(|a| a.name != *runtime.name)
+        .filter(|a| a.tenant_id.as_deref().is_none_or(|t| t == tenant))
+        .collect();
+    agents.sort_by(|a, b| (&a.name, &a.agent_id).cmp(&(&b.name, &b.agent_id)));
     let mut seen = std::collections::BTreeSet::new();
     Ok(agents
         .into_iter()
-        .filter(|a| a.name != *runtime.name)
-        .filter(|a| a.tenant_id.as_deref().is_none_or(|t| t == tenant))
-        .flat_map(|a| a.capabilities)
+        .flat_map(|a| &a.capabilities)
         .filter(|c| c.consumed_event.topic == Topic::ActionRequests)
-        .filter(|c| seen.insert(c.consumed_event.event_name.clone()))
+        .filter(|c| seen.insert(&c.consumed_event.event_name))
+        .cloned()
         .collect())
 }
 
