@@ -1999,6 +1999,75 @@ async fn public_card_requests_share_registry_reads() {
 /// agent cards: each reads the registry) leave the server's consumer count where it was. Before
 /// registry reads stopped creating consumers, about 1,000 gateway calls left every registry
 /// reader on the server failing with "maximum consumers limit reached".
+/// Gateways started on a platform and gone again (stopped, or their handle dropped) leave no
+/// consumer on the server, and a dropped gateway stops serving.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn gateways_that_come_and_go_leave_no_consumer_behind() {
+    let server = NatsServer::start();
+    let platform = nats(&server).await;
+    let s = Setup::start(&platform, None).await;
+    // The first message creates the streams; the agents' consumers exist already.
+    let first = s.send("multi", json!([{"text": "first"}]), json!({})).await;
+    assert_eq!(
+        first["result"]["task"]["status"]["state"], "TASK_STATE_COMPLETED",
+        "{first}"
+    );
+    let before = consumer_count(&platform).await;
+    for round in 0..4 {
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let gateway = Gateway::new(&platform)
+            .agent("multi")
+            .spawn(listener)
+            .await
+            .unwrap();
+        let message = json!({"messageId": format!("m-{round}"), "role": "ROLE_USER",
+            "parts": [{"text": format!("round {round}")}]});
+        let done: Value = s
+            .http
+            .post(format!("{}/agents/multi", gateway.url()))
+            .header("A2A-Version", "1.0")
+            .json(&json!({"jsonrpc": "2.0", "id": 1, "method": "SendMessage",
+                "params": {"message": message}}))
+            .send()
+            .await
+            .unwrap()
+            .json()
+            .await
+            .unwrap();
+        assert_eq!(
+            done["result"]["task"]["artifacts"][0]["parts"][0]["text"],
+            json!(format!("round {round}")),
+            "{done}"
+        );
+        if round % 2 == 0 {
+            gateway.shutdown().await;
+        } else {
+            let url = gateway.url().to_owned();
+            drop(gateway);
+            // The listener goes with the aborted server task (at its next poll).
+            let refused = tokio::time::timeout(Duration::from_secs(10), async {
+                while s
+                    .http
+                    .get(format!("{url}/.well-known/agent-card.json"))
+                    .send()
+                    .await
+                    .is_ok()
+                {
+                    tokio::time::sleep(Duration::from_millis(50)).await;
+                }
+            })
+            .await;
+            assert!(refused.is_ok(), "a dropped gateway still answers at {url}");
+        }
+    }
+    assert_eq!(
+        consumer_count(&platform).await,
+        before,
+        "four gateways came and went"
+    );
+    s.shutdown().await;
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn ten_thousand_gateway_calls_leave_no_consumer_behind() {
     let started = std::time::Instant::now();

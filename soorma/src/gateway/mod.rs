@@ -294,7 +294,8 @@ impl Gateway {
     }
 }
 
-/// A running gateway.
+/// A running gateway. Dropping the handle stops it too, as [`shutdown`](Self::shutdown) does
+/// but without waiting for open requests.
 ///
 /// ```
 /// # #[tokio::main(flavor = "current_thread")] async fn main() -> soorma::Result<()> {
@@ -309,7 +310,20 @@ pub struct GatewayHandle {
     addr: SocketAddr,
     url: String,
     http: HttpServer,
-    background: Vec<tokio::task::JoinHandle<()>>,
+    background: Background,
+}
+
+/// The gateway's background tasks (reply and progress routing, task expiry): they end with
+/// its handle, stopped or dropped, or when it fails to start.
+#[derive(Debug)]
+struct Background(Vec<tokio::task::JoinHandle<()>>);
+
+impl Drop for Background {
+    fn drop(&mut self) {
+        for task in &self.0 {
+            task.abort();
+        }
+    }
 }
 
 impl GatewayHandle {
@@ -351,9 +365,7 @@ impl GatewayHandle {
     /// ```
     pub async fn shutdown(self) {
         self.http.stop().await;
-        for task in &self.background {
-            task.abort();
-        }
+        drop(self.background);
     }
 }
 
@@ -394,13 +406,16 @@ impl GatewayState {
     async fn start(
         gateway: Gateway,
         url: String,
-    ) -> Result<(Arc<Self>, Vec<tokio::task::JoinHandle<()>>)> {
+    ) -> Result<(Arc<Self>, Background)> {
         let reply_event = format!("a2a-gateway.replied.{}", new_id());
         let spec = SubscriptionSpec::new(
             format!("a2a-gateway-{}", new_id()),
             soorma_common::Topic::ActionResults,
             EventFilter::only([reply_event.as_str()]),
-        );
+        )
+        // The reply event is this gateway's own: listened to like a client's, without a
+        // durable consumer that would outlive it.
+        .ephemeral();
         let replies = gateway.platform.bus().subscribe(spec).await?;
         let state = Arc::new(Self {
             bus: gateway.platform.bus_client("a2a-gateway"),
@@ -412,11 +427,11 @@ impl GatewayState {
             gateway,
             stopping: watch::Sender::new(false),
         });
-        let background = vec![
+        let background = Background(vec![
             tokio::spawn(stream::route_replies(state.clone(), replies)),
             tokio::spawn(stream::route_progress(state.clone())),
             tokio::spawn(stream::expire_tasks(state.clone())),
-        ];
+        ]);
         Ok((state, background))
     }
 

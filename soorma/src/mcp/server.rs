@@ -740,14 +740,14 @@ impl McpService {
             .client
             .request(&route.event, payload, &shared.reply_event)
             .correlation_id(new_id());
-        let request_id = match call.envelope() {
-            Ok(envelope) => envelope.id.clone(),
+        let (tenant, request_id) = match call.envelope() {
+            Ok(envelope) => (envelope.tenant().to_owned(), envelope.id.clone()),
             Err(e) => return Ok(failure(e.to_string())),
         };
         let mut progress = match context.meta.get_progress_token() {
             Some(token) => shared
                 .progress
-                .subscribe(&shared.config.platform, &request_id)
+                .subscribe(&shared.config.platform, &tenant, &request_id)
                 .await
                 .map(|sub| Progress::new(token, sub, context.peer.clone())),
             None => None,

@@ -9,7 +9,14 @@ use tokio::task::AbortHandle;
 
 use crate::platform::Platform;
 
-type RouteMap = HashMap<String, mpsc::UnboundedSender<TaskProgress>>;
+/// A request's progress route, by its tenant and event id: another tenant's `task.progress`
+/// naming the same id is not forwarded.
+type RouteKey = (String, String);
+type RouteMap = HashMap<RouteKey, mpsc::Sender<TaskProgress>>;
+
+/// Progress events held for one call, not yet forwarded to its client: past that, new ones are
+/// dropped (progress is a hint; the reply still comes).
+const HELD_PER_CALL: usize = 64;
 type Routes = Arc<Mutex<RouteMap>>;
 
 /// One observer of `system-events` per server, started on the first call that wants progress.
@@ -29,9 +36,9 @@ impl Drop for ProgressRouter {
 
 /// The progress of one request, until dropped.
 pub(super) struct Subscription {
-    key: String,
+    key: RouteKey,
     routes: Routes,
-    pub rx: mpsc::UnboundedReceiver<TaskProgress>,
+    pub rx: mpsc::Receiver<TaskProgress>,
 }
 
 impl Drop for Subscription {
@@ -47,9 +54,14 @@ fn lock(routes: &Mutex<RouteMap>) -> std::sync::MutexGuard<'_, RouteMap> {
 }
 
 impl ProgressRouter {
-    /// The progress events of the request whose event id is `request_id`; `None` (logged) when
-    /// the platform cannot be observed.
-    pub async fn subscribe(&self, platform: &Platform, request_id: &str) -> Option<Subscription> {
+    /// The progress events of `tenant`'s request whose event id is `request_id`; `None`
+    /// (logged) when the platform cannot be observed.
+    pub async fn subscribe(
+        &self,
+        platform: &Platform,
+        tenant: &str,
+        request_id: &str,
+    ) -> Option<Subscription> {
         {
             let mut observer = self.observer.lock().await;
             // Started on first use, and again if its subscription ended.
@@ -66,10 +78,11 @@ impl ProgressRouter {
                 }
             }
         }
-        let (tx, rx) = mpsc::unbounded_channel();
-        lock(&self.routes).insert(request_id.to_owned(), tx);
+        let (tx, rx) = mpsc::channel(HELD_PER_CALL);
+        let key = (tenant.to_owned(), request_id.to_owned());
+        lock(&self.routes).insert(key.clone(), tx);
         Some(Subscription {
-            key: request_id.to_owned(),
+            key,
             routes: self.routes.clone(),
             rx,
         })
@@ -84,9 +97,19 @@ async fn route(mut sub: Box<dyn crate::spi::bus::Subscription>, routes: Weak<Mut
         let Some(routes) = routes.upgrade() else {
             return;
         };
-        let tx = lock(&routes).get(&progress.task_id).cloned();
-        if let Some(tx) = tx {
-            let _ = tx.send(progress);
+        let key = (
+            delivery.envelope.tenant().to_owned(),
+            progress.task_id.clone(),
+        );
+        let tx = lock(&routes).get(&key).cloned();
+        if let Some(tx) = tx
+            && let Err(mpsc::error::TrySendError::Full(progress)) = tx.try_send(progress)
+        {
+            tracing::debug!(
+                task_id = %key.1,
+                progress = progress.progress,
+                "an MCP call's client is behind on progress; this one is dropped"
+            );
         }
     }
     tracing::warn!(
