@@ -1091,6 +1091,89 @@ async fn a_dead_letter_that_cannot_be_stored_is_terminated_not_looped() {
     t.shutdown().await.unwrap();
 }
 
+/// `MAX_DELIVERIES` advisories that do not describe a message this consumer gave up on (not
+/// JSON, another consumer's, not a last delivery, a message acknowledged here, one being
+/// handled here) dead-letter nothing.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn max_deliveries_advisories_that_do_not_fit_dead_letter_nothing() {
+    soorma_tests::init_tracing();
+    let server = NatsServer::start();
+    let platform = connect(&server).await;
+    let t = TestPlatform::with_platform(platform.clone()).await.unwrap();
+    let spec = SubscriptionSpec::new("settles", Topic::BusinessFacts, EventFilter::All)
+        .with_max_deliver(2);
+    let mut sub = platform.bus().subscribe(spec).await.unwrap();
+    // A consumer of the same stream that takes none of the messages.
+    let spec = SubscriptionSpec::new(
+        "idle",
+        Topic::BusinessFacts,
+        EventFilter::only(["order.cancelled"]),
+    )
+    .with_max_deliver(2);
+    let mut idle = platform.bus().subscribe(spec).await.unwrap();
+    for id in 1..=2 {
+        t.client()
+            .publish(Topic::BusinessFacts, "order.placed", json!({"id": id}))
+            .await
+            .unwrap();
+    }
+    let acked = tokio::time::timeout(WAIT, sub.next())
+        .await
+        .unwrap()
+        .unwrap();
+    acked.settle(Settlement::Ack).await.unwrap();
+    // The second is held, being handled, while the advisories come.
+    let handling = tokio::time::timeout(WAIT, sub.next())
+        .await
+        .unwrap()
+        .unwrap();
+    // Another connection (the platform's does not hear its own messages).
+    let nats = async_nats::connect(server.url()).await.unwrap();
+    // The consumers' names: `<group>__<topic>`.
+    let subject = |group: &str| {
+        format!(
+            "$JS.EVENT.ADVISORY.CONSUMER.MAX_DELIVERIES.SOORMA_BUSINESS_FACTS.{group}__business-facts"
+        )
+    };
+    let advisory = |group: &str, seq: u64, deliveries: u64| {
+        json!({"type": "io.nats.jetstream.advisory.v1.max_deliver", "stream": "SOORMA_BUSINESS_FACTS",
+            "consumer": format!("{group}__business-facts"), "stream_seq": seq, "deliveries": deliveries})
+        .to_string()
+    };
+    for (to, body) in [
+        ("settles", "not json".to_owned()),
+        // Acknowledged here, and being handled here.
+        ("settles", advisory("settles", 1, 2)),
+        ("settles", advisory("settles", 2, 2)),
+        // Another consumer's, not a last delivery, a message the consumer does not take.
+        ("idle", advisory("another", 1, 2)),
+        ("idle", advisory("idle", 1, 1)),
+        ("idle", advisory("idle", 1, 2)),
+    ] {
+        nats.publish(subject(to), body.into()).await.unwrap();
+    }
+    nats.flush().await.unwrap();
+    // The subscriptions read advisories while they wait for their next message.
+    let (next, nothing) = tokio::join!(
+        tokio::time::timeout(Duration::from_millis(1500), sub.next()),
+        tokio::time::timeout(Duration::from_millis(1500), idle.next()),
+    );
+    assert!(next.is_err(), "nothing more to deliver: {next:?}");
+    assert!(nothing.is_err(), "nothing to deliver: {nothing:?}");
+    handling.settle(Settlement::Ack).await.unwrap();
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    assert!(
+        t.events_of_type("event.dead_lettered").is_empty(),
+        "{:?}",
+        t.events_of_type("event.dead_lettered")
+    );
+    let js = jetstream::new(nats);
+    // No dead-letter stream yet: nothing was dead-lettered.
+    assert!(js.get_stream("SOORMA_DLQ").await.is_err());
+    assert_nothing_pending(&js).await;
+    t.shutdown().await.unwrap();
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_message_whose_last_delivery_is_never_settled_is_dead_lettered() {
     soorma_tests::init_tracing();

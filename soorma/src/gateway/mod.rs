@@ -403,10 +403,7 @@ fn find_agent<'a>(agents: &'a [AgentDefinition], agent: &str) -> Option<&'a Agen
 impl GatewayState {
     /// The state, and its background tasks: reply and progress routing, task expiry. The
     /// reply subscription is in place before any request can be sent.
-    async fn start(
-        gateway: Gateway,
-        url: String,
-    ) -> Result<(Arc<Self>, Background)> {
+    async fn start(gateway: Gateway, url: String) -> Result<(Arc<Self>, Background)> {
         let reply_event = format!("a2a-gateway.replied.{}", new_id());
         let spec = SubscriptionSpec::new(
             format!("a2a-gateway-{}", new_id()),

@@ -435,6 +435,7 @@ impl NatsBus {
         let cfg = &self.inner.config;
         let stream = self.stream(spec.topic, EngineErrorKind::Subscribe).await?;
         let mut filter_subjects = filters(cfg, &spec)?;
+        let takes = filter_subjects.clone();
         // A single filter goes in `filter_subject` (the server's simplest, fastest path).
         let filter_subject = if filter_subjects.len() == 1 {
             filter_subjects.pop().unwrap_or_default()
@@ -525,6 +526,7 @@ impl NatsBus {
             again: Arc::new(Again::new(again_capacity(cfg.max_ack_pending))),
             closed: false,
             max_deliver: spec.max_deliver.max(1),
+            filters: takes,
             messages,
             advisories,
             stream,
@@ -846,8 +848,19 @@ struct Original {
 /// deliveries that were not settled (the process died or hung on the last one).
 #[derive(serde::Deserialize)]
 struct MaxDeliveries {
+    stream: String,
+    consumer: String,
     stream_seq: u64,
     deliveries: u64,
+}
+
+impl MaxDeliveries {
+    /// Whether it tells of the last delivery of a message of `stream` by `consumer`.
+    fn is_last_of(&self, stream: &str, consumer: &str, max_deliver: u32) -> bool {
+        self.stream == stream
+            && self.consumer == consumer
+            && self.deliveries >= u64::from(max_deliver)
+    }
 }
 
 /// The next advisory, or never when there is no advisory subscription.
@@ -871,6 +884,8 @@ struct DurableSubscription {
     /// Whether [`Subscription::close`] was called: it hands out nothing more.
     closed: bool,
     max_deliver: u32,
+    /// The subjects its consumer takes (every subject of the stream when empty).
+    filters: Vec<String>,
     messages: MessageStream,
     /// The consumer's `MAX_DELIVERIES` advisories (`None` when they cannot be subscribed to).
     advisories: Option<async_nats::Subscriber>,
@@ -1149,9 +1164,24 @@ impl DurableSubscription {
     /// streams keep one copy.
     async fn abandoned(&self, advisory: &[u8]) {
         let Ok(advisory) = serde_json::from_slice::<MaxDeliveries>(advisory) else {
-            tracing::debug!(consumer = %self.consumer, "ignoring an undecodable advisory");
+            tracing::warn!(consumer = %self.consumer, "ignoring an undecodable max-deliveries advisory");
             return;
         };
+        if !advisory.is_last_of(
+            &self.stream.cached_info().config.name,
+            &self.consumer,
+            self.max_deliver,
+        ) {
+            tracing::warn!(
+                consumer = %self.consumer,
+                advisory_stream = %bounded(&advisory.stream, 64),
+                advisory_consumer = %bounded(&advisory.consumer, 64),
+                deliveries = advisory.deliveries,
+                max_deliver = self.max_deliver,
+                "ignoring a max-deliveries advisory that is not this consumer's, or not of a last delivery"
+            );
+            return;
+        }
         let stored = match self.stream.get_raw_message(advisory.stream_seq).await {
             Ok(stored) => stored,
             Err(e) => {
@@ -1159,18 +1189,40 @@ impl DurableSubscription {
                 return;
             }
         };
-        let attempt = u32::try_from(advisory.deliveries).unwrap_or(u32::MAX);
+        if !self.filters.is_empty()
+            && !self
+                .filters
+                .iter()
+                .any(|f| names::filter_takes(f, &stored.subject))
+        {
+            tracing::warn!(consumer = %self.consumer, sequence = advisory.stream_seq, "ignoring a max-deliveries advisory for a message this consumer does not take");
+            return;
+        }
+        // One this subscription is handling is settled by its handling (which now counts it as
+        // on its last delivery); one it settled for good is not dead-lettered.
+        match self
+            .held
+            .copy((advisory.stream_seq, stored.time), advisory.deliveries)
+        {
+            Redelivered::New => {}
+            seen => {
+                tracing::debug!(consumer = %self.consumer, sequence = advisory.stream_seq, ?seen, "the message the server gave up on is handled here");
+                return;
+            }
+        }
+        let attempt = self.max_deliver;
         let original = Original {
             consumer: self.consumer.clone(),
             subject: stored.subject.to_string(),
             payload: stored.payload,
             // Its last delivery: storing the dead letter is not retried by redelivery.
-            attempt: attempt.max(self.max_deliver),
+            attempt,
             max_deliver: self.max_deliver,
+            // Its last delivery's number, as the instance that failed on it would name it.
             dedup_id: Some(last_delivery_id(
                 &self.consumer,
                 advisory.stream_seq,
-                advisory.deliveries,
+                u64::from(self.max_deliver),
             )),
         };
         let reason = format!(
@@ -1827,6 +1879,21 @@ impl Subscription for CoreSubscription {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_max_deliveries_advisory_counts_only_for_its_consumers_last_delivery() {
+        let advisory = |stream: &str, consumer: &str, deliveries| MaxDeliveries {
+            stream: stream.into(),
+            consumer: consumer.into(),
+            stream_seq: 7,
+            deliveries,
+        };
+        assert!(advisory("S", "c", 3).is_last_of("S", "c", 3));
+        assert!(advisory("S", "c", 4).is_last_of("S", "c", 3));
+        assert!(!advisory("S", "c", 2).is_last_of("S", "c", 3));
+        assert!(!advisory("S", "other", 3).is_last_of("S", "c", 3));
+        assert!(!advisory("T", "c", 3).is_last_of("S", "c", 3));
+    }
 
     #[test]
     fn the_subjects_tenant_is_authoritative() {
