@@ -844,6 +844,24 @@ authorization {
     NatsServer::start_with(&["-js", "-c", conf.to_str().unwrap()])
 }
 
+/// A user without the JetStream API is told so at connect, not that JetStream is off.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_user_without_the_jetstream_api_is_told_what_it_may_be_missing() {
+    let server = server_with_tenant_users();
+    let err = soorma::nats::connect(NatsConfig::new(server.url()).with_auth(
+        NatsAuth::UserPassword {
+            user: "acme".into(),
+            password: "acme-secret".into(),
+        },
+    ))
+    .await
+    .err()
+    .expect("acme may not use the JetStream API");
+    let message = err.to_string();
+    assert!(message.contains("`$JS.API.INFO`"), "{message}");
+    assert!(!message.contains("start nats-server with"), "{message}");
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_tenant_limited_to_its_subjects_cannot_act_reply_write_or_suppress_as_another() {
     soorma_tests::init_tracing();

@@ -167,11 +167,19 @@ pub(crate) fn usable_stream(
     Ok(())
 }
 
-/// What the SDK needs of an event stream: [`usable_stream`], and not a work queue (every
-/// consumer group gets every event).
+/// The smallest `max_msg_size` an event stream may have: a batch of envelopes
+/// ([`batch::MAX_BATCH_BYTES`](super::batch::MAX_BATCH_BYTES)) with room for its headers.
+const MIN_EVENT_MSG_SIZE: usize = super::batch::MAX_BATCH_BYTES + 16 * 1024;
+
+/// What the SDK needs of an event stream: [`usable_stream`]; not a work queue (every consumer
+/// group gets every event); no rollups a publisher could purge it with (any tenant that may
+/// publish on one of its subjects); a de-duplication window at least as long as a publish is
+/// retried through a failover (`retried_for`), so a retried publish is stored once; messages
+/// as large as a batch.
 pub(crate) fn usable_event_stream(
     config: &stream::Config,
     subject: &str,
+    retried_for: std::time::Duration,
 ) -> std::result::Result<(), String> {
     usable_stream(config, subject)?;
     if config.retention == stream::RetentionPolicy::WorkQueue {
@@ -180,6 +188,30 @@ pub(crate) fn usable_event_stream(
              use `limits` or `interest`"
                 .into(),
         );
+    }
+    if config.allow_rollup && !config.deny_purge {
+        return Err(
+            "field `allow_rollup_hdrs` is true (and `deny_purge` false): a publisher on any of \
+             its subjects, of any tenant, could purge every tenant's events with a \
+             `Nats-Rollup` header"
+                .into(),
+        );
+    }
+    if config.duplicate_window < retried_for {
+        return Err(format!(
+            "field `duplicate_window` ({:?}) is shorter than a publish is retried through a \
+             failover ({retried_for:?}, SOORMA_NATS_FAILOVER_RETRY): a retried publish could be \
+             stored twice",
+            config.duplicate_window
+        ));
+    }
+    if usize::try_from(config.max_message_size).is_ok_and(|max| max < MIN_EVENT_MSG_SIZE) {
+        return Err(format!(
+            "field `max_msg_size` ({}) is below {MIN_EVENT_MSG_SIZE} bytes: soorma stores \
+             envelopes in batches of up to {} bytes",
+            config.max_message_size,
+            super::batch::MAX_BATCH_BYTES
+        ));
     }
     Ok(())
 }
@@ -226,6 +258,8 @@ pub(crate) fn usable_bucket(config: &stream::Config) -> std::result::Result<(), 
 
 #[cfg(test)]
 mod tests {
+    use std::time::Duration;
+
     use super::*;
 
     #[test]
@@ -250,18 +284,44 @@ mod tests {
         let mut config = stream::Config {
             name: "SOORMA_ACTION_REQUESTS".into(),
             subjects: vec![subject.into()],
+            duplicate_window: Duration::from_secs(120),
+            max_message_size: -1,
             ..Default::default()
         };
-        assert_eq!(usable_event_stream(&config, subject), Ok(()));
+        let retried = Duration::from_secs(15);
+        assert_eq!(usable_event_stream(&config, subject, retried), Ok(()));
         config.retention = stream::RetentionPolicy::WorkQueue;
         assert!(
-            usable_event_stream(&config, subject)
+            usable_event_stream(&config, subject, retried)
                 .unwrap_err()
                 .contains("`retention`")
         );
         config.retention = stream::RetentionPolicy::Interest;
+        config.allow_rollup = true;
+        assert!(
+            usable_event_stream(&config, subject, retried)
+                .unwrap_err()
+                .contains("`allow_rollup_hdrs`")
+        );
+        config.deny_purge = true;
+        assert_eq!(usable_event_stream(&config, subject, retried), Ok(()));
+        config.duplicate_window = Duration::from_secs(10);
+        assert!(
+            usable_event_stream(&config, subject, retried)
+                .unwrap_err()
+                .contains("`duplicate_window`")
+        );
+        config.duplicate_window = retried;
+        config.max_message_size = 64 * 1024;
+        assert!(
+            usable_event_stream(&config, subject, retried)
+                .unwrap_err()
+                .contains("`max_msg_size`")
+        );
+        config.max_message_size = 1 << 20;
+        assert_eq!(usable_event_stream(&config, subject, retried), Ok(()));
         config.subjects = vec!["soorma.acme.action-requests.>".into()];
-        let err = usable_event_stream(&config, subject).unwrap_err();
+        let err = usable_event_stream(&config, subject, retried).unwrap_err();
         assert!(err.contains("`subjects`") && err.contains(subject), "{err}");
         config.subjects = vec!["soorma.>".into()];
         config.no_ack = true;

@@ -115,11 +115,12 @@ impl NatsBus {
             max_age: cfg.event_max_age,
             storage: cfg.storage,
             num_replicas: cfg.replicas,
-            duplicate_window: std::time::Duration::from_secs(120),
+            duplicate_window: super::DUPLICATE_WINDOW,
             description: Some(format!("soorma `{topic}` events")),
             ..Default::default()
         };
-        let check = |c: &stream::Config| assets::usable_event_stream(c, &subject);
+        let check =
+            |c: &stream::Config| assets::usable_event_stream(c, &subject, cfg.failover_retry);
         let s = Arc::new(assets::open_stream(&self.inner.js, wanted, &check, kind).await?);
         self.inner
             .streams
@@ -1193,7 +1194,7 @@ impl DurableSubscription {
             && !self
                 .filters
                 .iter()
-                .any(|f| names::filter_takes(f, &stored.subject))
+                .any(|f| assets::covers(f, &stored.subject))
         {
             tracing::warn!(consumer = %self.consumer, sequence = advisory.stream_seq, "ignoring a max-deliveries advisory for a message this consumer does not take");
             return;

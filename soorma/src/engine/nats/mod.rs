@@ -452,6 +452,12 @@ impl NatsConfig {
                 self.dead_letter_max_bytes
             )));
         }
+        if self.event_max_age < DUPLICATE_WINDOW {
+            return Err(Error::Config(format!(
+                "the NATS event max age ({:?}) must be at least {DUPLICATE_WINDOW:?}, the event streams' de-duplication window",
+                self.event_max_age
+            )));
+        }
         if self.failover_retry >= MAX_FAILOVER_RETRY {
             return Err(Error::Config(format!(
                 "the NATS failover retry ({:?}) must be shorter than {MAX_FAILOVER_RETRY:?}: a publish sent again later than the streams' de-duplication window (120 s) could be stored twice",
@@ -509,6 +515,8 @@ const DLQ_MAX_AGE_ENV: &str = "SOORMA_NATS_DLQ_MAX_AGE";
 const DLQ_MAX_BYTES_ENV: &str = "SOORMA_NATS_DLQ_MAX_BYTES";
 /// `SOORMA_NATS_ACK_WAIT`: how long a delivery may stay unacknowledged.
 const ACK_WAIT_ENV: &str = "SOORMA_NATS_ACK_WAIT";
+/// The de-duplication window of the event streams soorma creates.
+pub(super) const DUPLICATE_WINDOW: Duration = Duration::from_secs(120);
 /// The longest failover retry: its last attempt (plus an acknowledgement timeout) stays inside
 /// the de-duplication window (120 s) of the streams soorma creates.
 const MAX_FAILOVER_RETRY: Duration = Duration::from_secs(100);
@@ -549,7 +557,7 @@ pub(crate) async fn connect(config: NatsConfig) -> Result<EngineParts> {
     // Fail early and clearly when JetStream is off.
     js.query_account()
         .await
-        .map_err(|e| jetstream_unavailable(&redacted_url(&config.url), e))?;
+        .map_err(|e| account_error(&redacted_url(&config.url), e))?;
     let config = Arc::new(config);
     let bus = NatsBus::new(client.clone(), js.clone(), config.clone(), link_rx);
     let state = NatsStore::new(js.clone(), config.clone());
@@ -674,6 +682,35 @@ fn is_no_responders(error: &(dyn std::error::Error + 'static)) -> bool {
         current = e.source();
     }
     false
+}
+
+/// Why JetStream's account query failed: JetStream off (for the server or the account) is a
+/// configuration error; no answer in time may be a busy server or a user not allowed to ask
+/// (`$JS.API.INFO`), and is said so.
+fn account_error(url: &str, e: async_nats::jetstream::context::AccountError) -> Error {
+    use async_nats::jetstream::context::AccountErrorKind;
+    /// "JetStream not enabled for account".
+    const NOT_ENABLED_FOR_ACCOUNT: u64 = 10039;
+    match e.kind() {
+        AccountErrorKind::JetStreamUnavailable => jetstream_unavailable(url, e),
+        AccountErrorKind::JetStream(js) if js.error_code().0 == NOT_ENABLED_FOR_ACCOUNT => {
+            Error::Config(format!(
+                "JetStream is not enabled for this user's account on the NATS server at {url} ({e}); enable it in the account's configuration"
+            ))
+        }
+        AccountErrorKind::TimedOut => engine_error(
+            EngineErrorKind::Connect,
+            format!(
+                "the NATS server at {url} did not answer JetStream's account query in time: it may be busy, or this user may not publish to `$JS.API.INFO` (see docs/nats.md for the permissions an agent needs)"
+            ),
+            e,
+        ),
+        _ => engine_error(
+            EngineErrorKind::Connect,
+            format!("JetStream's account query failed on the NATS server at {url}"),
+            e,
+        ),
+    }
 }
 
 pub(crate) fn jetstream_unavailable(url: &str, e: impl std::fmt::Display) -> Error {
@@ -833,8 +870,16 @@ mod tests {
             let dlq = ok.clone().with_dead_letter_limits(Duration::ZERO, bytes);
             assert!(matches!(dlq.validate(), Err(Error::Config(m)) if m.contains("byte limit")));
         }
-        let retry = ok.with_failover_retry(Duration::from_secs(120));
+        let retry = ok.clone().with_failover_retry(Duration::from_secs(120));
         assert!(matches!(retry.validate(), Err(Error::Config(m)) if m.contains("failover retry")));
+        let young = ok.clone().with_event_max_age(Duration::from_secs(60));
+        assert!(matches!(young.validate(), Err(Error::Config(m)) if m.contains("event max age")));
+        assert!(
+            ok.clone()
+                .with_event_max_age(DUPLICATE_WINDOW)
+                .validate()
+                .is_ok()
+        );
     }
 
     #[test]

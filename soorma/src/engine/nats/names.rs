@@ -212,21 +212,6 @@ pub(crate) fn traceparent(trace_id: &str, span_seed: &str) -> Option<String> {
     ))
 }
 
-/// Whether `subject` is one the subject `filter` takes (`*` takes one token, a last `>` one or
-/// more), as the server matches a consumer's filter.
-pub(super) fn filter_takes(filter: &str, subject: &str) -> bool {
-    let mut tokens = subject.split('.');
-    for wanted in filter.split('.') {
-        match (wanted, tokens.next()) {
-            (">", Some(_)) => return true,
-            ("*", Some(_)) => {}
-            (wanted, Some(token)) if wanted == token => {}
-            _ => return false,
-        }
-    }
-    tokens.next().is_none()
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -333,25 +318,5 @@ mod tests {
         assert!(tp.starts_with("00-0123456789abcdef0123456789abcdef-") && tp.ends_with("-01"));
         assert_eq!(tp.len(), 55);
         assert!(traceparent("short", "e").is_none());
-    }
-
-    #[test]
-    fn a_filter_takes_the_subjects_the_server_would_deliver() {
-        assert!(filter_takes(
-            "soorma.acme.action-requests.>",
-            "soorma.acme.action-requests.a.b"
-        ));
-        assert!(!filter_takes(
-            "soorma.acme.action-requests.>",
-            "soorma.acme.action-requests"
-        ));
-        assert!(filter_takes("soorma.*.facts.x", "soorma.acme.facts.x"));
-        assert!(!filter_takes("soorma.*.facts.x", "soorma.acme.facts.x.y"));
-        assert!(!filter_takes("soorma.*.facts.x", "soorma.acme.facts"));
-        assert!(!filter_takes(
-            "soorma.globex.facts.x",
-            "soorma.acme.facts.x"
-        ));
-        assert!(filter_takes("a.b", "a.b"));
     }
 }
