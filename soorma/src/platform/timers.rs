@@ -172,6 +172,15 @@ impl Shared {
                 return self.retry(key, failures);
             }
         };
+        // A timer fires in its own tenant only: one stored under a tenant for another's event
+        // (which only a writer of the state bucket could store) is dropped.
+        if record.envelope.tenant() != key.tenant {
+            tracing::warn!(timer = %key, event_tenant = %record.envelope.tenant(), "dropping a timer whose event is another tenant's");
+            if let Err(e) = self.state.delete(&key).await {
+                tracing::debug!(error = %e, timer = %key, "could not delete a foreign timer");
+            }
+            return;
+        }
         // Scheduled again meanwhile, for later.
         if record.due_at_ms > now_ms() {
             return self.arm(key, record.due_at_ms, 0);
@@ -472,6 +481,28 @@ mod tests {
         assert_eq!(platform.timers().armed(), 0);
         // Tried once (the bus refused it), not again.
         assert_eq!(bus.published().len(), 1);
+    }
+
+    #[tokio::test]
+    async fn a_timer_stored_under_one_tenant_for_anothers_event_is_dropped_unfired() {
+        let (bus, store) = (Arc::new(Recording::default()), MemoryStore::new());
+        let record = TimerRecord {
+            due_at_ms: now_ms() - 10,
+            envelope: timer("globex", "forged"),
+        };
+        store
+            .put(
+                &key("acme", "forged"),
+                state::encode("timer", &record).unwrap(),
+            )
+            .await
+            .unwrap();
+        stored(&store, "acme", "own", now_ms() - 10).await;
+        let platform = platform(&bus, &store);
+        ensure_running(&platform).await;
+        tokio::time::sleep(Duration::from_millis(300)).await;
+        assert_eq!(bus.published(), ["own"]);
+        assert!(store.keys(TIMERS_BUCKET, "acme").await.unwrap().is_empty());
     }
 
     #[tokio::test]

@@ -1863,7 +1863,7 @@ impl Subscription for CoreSubscription {
                 };
                 for part in parts {
                     match decode(&self.prefix, &msg.subject, part) {
-                        Ok(env) if !self.catch_up.deliver(&env.id, replayed) => {}
+                        Ok(env) if !self.catch_up.deliver(env.tenant(), &env.id, replayed) => {}
                         Ok(env) => self
                             .pending
                             .push_back(Delivery::new(Arc::new(env), 1, None)),

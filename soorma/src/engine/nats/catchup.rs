@@ -151,13 +151,14 @@ impl CatchUp {
         }
     }
 
-    /// Whether the message with `id` is to be delivered: always for clients; for observers,
-    /// a replayed message is skipped when it was delivered already, and a live one when it
-    /// was replayed already (a copy the server published twice is still delivered twice).
-    pub(super) fn deliver(&mut self, id: &str, replayed: bool) -> bool {
+    /// Whether `tenant`'s message with `id` is to be delivered: always for clients; for
+    /// observers, a replayed message is skipped when it was delivered already, and a live one
+    /// when it was replayed already (a copy the server published twice is still delivered
+    /// twice). Another tenant's message with the same id is another message.
+    pub(super) fn deliver(&mut self, tenant: &str, id: &str, replayed: bool) -> bool {
         self.seen
             .as_mut()
-            .is_none_or(|seen| seen.first_sight(id, replayed))
+            .is_none_or(|seen| seen.first_sight(tenant, id, replayed))
     }
 
     /// Starts a replay after a reconnect (superseding one under way, from the earlier start).
@@ -298,10 +299,11 @@ async fn replay_source(
     // consumer count stays as it was (one whose deletion fails goes when inactive).
     let mut tried = Vec::new();
     let outcome =
-        match create_consumer(js, &source.stream, config, window.deadline, &mut tried).await {
+        match create_consumer(js, &source.stream, config, window.deadline, tx, &mut tried).await {
             Ok(Some(consumer)) => read(consumer, window, tx, budget).await,
-            // No stream: nothing was created, nothing to delete.
-            Ok(None) => return Ok(0),
+            // No stream, or nobody to replay to (a creation tried before may have been made
+            // all the same: its name is deleted below).
+            Ok(None) => Ok(0),
             Err(e) => Err(e),
         };
     for name in tried {
@@ -314,16 +316,21 @@ async fn replay_source(
 
 /// Creates the replay consumer, repeating while the stream has no leader (right after a
 /// server was lost) with a new name each time (recorded in `tried`); `None` when the stream
-/// does not exist (nothing was ever published).
+/// does not exist (nothing was ever published) or the replay's subscriber is gone (`tx`
+/// closed: superseded or dropped).
 async fn create_consumer(
     js: &jetstream::Context,
     stream: &str,
     mut config: consumer::pull::Config,
     deadline: Instant,
+    tx: &mpsc::Sender<async_nats::Message>,
     tried: &mut Vec<String>,
 ) -> std::result::Result<Option<consumer::PullConsumer>, String> {
     let mut delay = Duration::from_millis(100);
     loop {
+        if tx.is_closed() {
+            return Ok(None);
+        }
         let name = format!("soorma_catchup_{}", new_id());
         config.name = Some(name.clone());
         tried.push(name);
@@ -424,8 +431,8 @@ struct Seen {
 }
 
 impl Seen {
-    fn first_sight(&mut self, id: &str, replayed: bool) -> bool {
-        let key = self.hasher.hash_one(id);
+    fn first_sight(&mut self, tenant: &str, id: &str, replayed: bool) -> bool {
+        let key = self.hasher.hash_one((tenant, id));
         match self.replayed.get(&key) {
             // Seen before: a replayed copy is skipped, and so is a live copy of a replayed one.
             Some(&was_replayed) if replayed || was_replayed => return false,
@@ -451,25 +458,32 @@ mod tests {
     #[test]
     fn observers_skip_replayed_copies_and_keep_live_duplicates() {
         let mut seen = Seen::default();
-        assert!(seen.first_sight("a", false));
+        assert!(seen.first_sight("acme", "a", false));
         assert!(
-            !seen.first_sight("a", true),
+            seen.first_sight("globex", "a", true),
+            "another tenant's event with the same id is another event"
+        );
+        assert!(
+            !seen.first_sight("acme", "a", true),
             "a replayed copy of a live one"
         );
-        assert!(seen.first_sight("a", false), "the server's own duplicate");
-        assert!(seen.first_sight("b", true));
         assert!(
-            !seen.first_sight("b", false),
+            seen.first_sight("acme", "a", false),
+            "the server's own duplicate"
+        );
+        assert!(seen.first_sight("acme", "b", true));
+        assert!(
+            !seen.first_sight("acme", "b", false),
             "a live copy of a replayed one"
         );
-        assert!(!seen.first_sight("b", true));
+        assert!(!seen.first_sight("acme", "b", true));
         // Bounded: the oldest ids are forgotten first.
         for i in 0..REMEMBERED {
-            assert!(seen.first_sight(&i.to_string(), true));
+            assert!(seen.first_sight("acme", &i.to_string(), true));
         }
         assert_eq!(seen.order.len(), REMEMBERED);
         assert_eq!(seen.replayed.len(), REMEMBERED);
-        assert!(seen.first_sight("b", true), "forgotten");
+        assert!(seen.first_sight("acme", "b", true), "forgotten");
     }
 
     #[test]
