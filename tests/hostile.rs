@@ -1262,3 +1262,54 @@ async fn a_message_whose_last_delivery_is_never_settled_is_dead_lettered() {
         instance.abort();
     }
 }
+
+/// Large events wait for their bytes: a subscription holds at most
+/// `max_in_flight_bytes` of received events (here 1 MiB: two requests of 400 KB at a time,
+/// whatever the agent's concurrency), and every one is handled.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn large_events_are_admitted_within_the_in_flight_byte_budget() {
+    soorma_tests::init_tracing();
+    let server = NatsServer::start();
+    let config = NatsConfig::new(server.url()).with_max_in_flight_bytes(1 << 20);
+    let platform = soorma::nats::connect(config).await.unwrap();
+    let t = TestPlatform::with_platform(platform.clone()).await.unwrap();
+    let tracked = agents::Tracked::default();
+    let tool = agents::sleeper("napper", "nap.requested", &tracked)
+        .start(&platform)
+        .await
+        .unwrap();
+    let padding = "x".repeat(400_000);
+    let client = t.client();
+    let calls = (0..6).map(|_| {
+        client.invoke(
+            "nap.requested",
+            json!({"nap_ms": 400, "padding": padding}),
+            "nap.done",
+        )
+    });
+    let most = std::sync::Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    let watch = {
+        let (tracked, most) = (tracked.clone(), most.clone());
+        tokio::spawn(async move {
+            loop {
+                let running = tracked.started() - tracked.finished() - tracked.dropped();
+                most.fetch_max(running, std::sync::atomic::Ordering::SeqCst);
+                tokio::time::sleep(Duration::from_millis(5)).await;
+            }
+        })
+    };
+    let replies: Vec<Value> = tokio::time::timeout(WAIT, futures_util::future::try_join_all(calls))
+        .await
+        .expect("every call answered")
+        .unwrap();
+    watch.abort();
+    assert!(replies.iter().all(|r| r == "woke up"), "{replies:?}");
+    assert_eq!(tracked.finished(), 6);
+    let most = most.load(std::sync::atomic::Ordering::SeqCst);
+    assert!(
+        (1..=2).contains(&most),
+        "{most} requests of 400 KB held at once within 1 MiB"
+    );
+    tool.shutdown().await.unwrap();
+    t.shutdown().await.unwrap();
+}

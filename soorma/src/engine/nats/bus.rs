@@ -534,6 +534,10 @@ impl NatsBus {
             // Well inside `ack_wait`, so a slow handler's event is not redelivered meanwhile.
             keep_alive: cfg.ack_wait / 3,
             held: Arc::default(),
+            in_flight: Arc::new(tokio::sync::Semaphore::new(
+                cfg.max_in_flight_bytes as usize,
+            )),
+            admitting: None,
         }))
     }
 
@@ -895,6 +899,25 @@ struct DurableSubscription {
     /// The messages handed out and not settled, and those settled for good lately (see
     /// [`held`](super::held)).
     held: Arc<Held>,
+    /// The bytes of messages received and not settled it may hold
+    /// ([`NatsConfig::max_in_flight_bytes`](super::NatsConfig::max_in_flight_bytes)): one
+    /// permit per byte, taken for each message as it is received.
+    in_flight: Arc<tokio::sync::Semaphore>,
+    /// A message received that waits for its bytes to be admitted (kept here, so that `next`
+    /// dropped meanwhile loses nothing).
+    admitting: Option<jetstream::Message>,
+}
+
+/// A received message's place in its subscription's byte budget, held until it is settled
+/// (a batch's until all its envelopes are).
+type Admitted = tokio::sync::OwnedSemaphorePermit;
+
+/// The permits a message of `bytes` takes from a budget of `budget` bytes: one per byte, and
+/// at most the whole budget, so that a message larger than it is taken alone.
+fn admission(bytes: usize, budget: u32) -> u32 {
+    u32::try_from(bytes)
+        .unwrap_or(u32::MAX)
+        .clamp(1, budget.max(1))
 }
 
 /// How many envelopes a subscription's [`Again`] holds at most: as many as the messages its
@@ -956,29 +979,53 @@ impl Subscription for DurableSubscription {
                 if let Some(delivery) = self.again.pop().or_else(|| self.pending.pop_front()) {
                     return Some(delivery);
                 }
-                // All branches are cancel-safe: nothing is lost when `next` is dropped (and
-                // the queue is looked at again on the next call).
-                let next = tokio::select! {
-                    () = self.again.queued.notified() => continue,
-                    m = self.messages.next() => Ok(m),
-                    a = next_advisory(&mut self.advisories) => Err(a),
-                };
-                let next = match next {
-                    Ok(next) => next?,
-                    Err(Some(advisory)) => {
-                        self.abandoned(&advisory.payload).await;
-                        continue;
+                let msg = match self.admitting.take() {
+                    Some(msg) => msg,
+                    None => {
+                        // All branches are cancel-safe: nothing is lost when `next` is dropped
+                        // (and the queue is looked at again on the next call).
+                        let next = tokio::select! {
+                            () = self.again.queued.notified() => continue,
+                            m = self.messages.next() => Ok(m),
+                            a = next_advisory(&mut self.advisories) => Err(a),
+                        };
+                        let next = match next {
+                            Ok(next) => next?,
+                            Err(Some(advisory)) => {
+                                self.abandoned(&advisory.payload).await;
+                                continue;
+                            }
+                            Err(None) => {
+                                self.advisories = None;
+                                continue;
+                            }
+                        };
+                        match next {
+                            Ok(m) => m,
+                            Err(e) => {
+                                tracing::warn!(consumer = %self.consumer, error = %e, "consumer stream error; continuing");
+                                continue;
+                            }
+                        }
                     }
-                    Err(None) => {
-                        self.advisories = None;
-                        continue;
-                    }
                 };
-                let msg = match next {
-                    Ok(m) => m,
-                    Err(e) => {
-                        tracing::warn!(consumer = %self.consumer, error = %e, "consumer stream error; continuing");
-                        continue;
+                // Its bytes are admitted before it is decoded: received events, waiting for a
+                // handler or being handled, hold at most the budget.
+                let permits =
+                    admission(msg.payload.len(), self.bus.inner.config.max_in_flight_bytes);
+                let (msg, admitted) = match self.in_flight.clone().try_acquire_many_owned(permits) {
+                    Ok(admitted) => (msg, admitted),
+                    Err(_) => {
+                        self.admitting = Some(msg);
+                        // The semaphore is never closed.
+                        let Ok(admitted) = self.in_flight.clone().acquire_many_owned(permits).await
+                        else {
+                            return None;
+                        };
+                        let Some(msg) = self.admitting.take() else {
+                            continue;
+                        };
+                        (msg, admitted)
                     }
                 };
                 let (seq, delivered) = msg.info().map_or((None, 1), |i| {
@@ -994,7 +1041,7 @@ impl Subscription for DurableSubscription {
                 }
                 let held = seq.map(|seq| (self.held.clone(), seq));
                 if batch::is_batch(msg.headers.as_ref()) {
-                    self.unpack(msg, acker, attempt, held).await;
+                    self.unpack(msg, acker, attempt, held, admitted).await;
                     continue;
                 }
                 let original = Original {
@@ -1014,6 +1061,7 @@ impl Subscription for DurableSubscription {
                             settles: Settles::Message(acker),
                             keep_alive: self.keep_alive,
                             holding: held.as_ref().map(Holding::new),
+                            _admitted: Some(admitted),
                         };
                         return Some(Delivery::new(
                             Arc::new(envelope),
@@ -1066,6 +1114,7 @@ impl DurableSubscription {
         acker: jetstream::message::Acker,
         attempt: u32,
         held: Option<HeldMessage>,
+        admitted: Admitted,
     ) {
         let whole = Original {
             consumer: self.consumer.clone(),
@@ -1099,6 +1148,7 @@ impl DurableSubscription {
             held: held.clone(),
             again: self.again.clone(),
             keep_alive: self.keep_alive,
+            _admitted: admitted,
         });
         let prefix = &self.bus.inner.config.subject_prefix;
         let mut rejected = Vec::new();
@@ -1296,6 +1346,9 @@ struct NatsAcker {
     /// Its message as being handled by the subscription, until this is dropped (when the
     /// message's stream sequence is known).
     holding: Option<Holding>,
+    /// Its message's bytes in its subscription's budget, until this is dropped (a batch's
+    /// envelopes: the batch holds them).
+    _admitted: Option<Admitted>,
 }
 
 /// The de-duplication id of the dead letter of the message at stream `sequence` that
@@ -1354,6 +1407,8 @@ struct BatchSettlement {
     again: Arc<Again>,
     /// How often the message is kept alive while envelopes wait to be handed out again.
     keep_alive: Duration,
+    /// The batch's bytes in its subscription's budget, until all its envelopes are settled.
+    _admitted: Admitted,
 }
 
 struct BatchProgress {
@@ -1388,6 +1443,7 @@ impl BatchSettlement {
             settles: Settles::Part(self.clone(), index),
             keep_alive: self.keep_alive,
             holding: self.held.as_ref().map(Holding::new),
+            _admitted: None,
         };
         Delivery::new(Arc::new(envelope), attempt, Some(Box::new(acker)))
     }
@@ -1880,6 +1936,15 @@ impl Subscription for CoreSubscription {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_message_takes_its_bytes_of_the_budget_and_never_more_than_all_of_it() {
+        assert_eq!(admission(400, 1 << 20), 400);
+        assert_eq!(admission(0, 1 << 20), 1);
+        assert_eq!(admission(5 << 20, 1 << 20), 1 << 20);
+        assert_eq!(admission(usize::MAX, u32::MAX), u32::MAX);
+        assert_eq!(admission(10, 0), 1);
+    }
 
     #[test]
     fn a_max_deliveries_advisory_counts_only_for_its_consumers_last_delivery() {

@@ -148,6 +148,11 @@ pub struct NatsConfig {
     /// (default 15 s; zero: not retried; at most 100 s, inside the streams' 120 s
     /// de-duplication window).
     pub failover_retry: Duration,
+    /// How many bytes of received events (as stored) one subscription holds at most, waiting
+    /// for a handler or being handled (default 16 MiB; an event larger than that is taken
+    /// alone). Bounds what large payloads, hostile ones too, take in memory: a decoded event
+    /// takes up to about 16 times its stored size.
+    pub max_in_flight_bytes: u32,
 }
 
 impl std::fmt::Debug for NatsConfig {
@@ -168,6 +173,7 @@ impl std::fmt::Debug for NatsConfig {
             .field("registry_ttl", &self.registry_ttl)
             .field("heartbeat", &self.heartbeat)
             .field("failover_retry", &self.failover_retry)
+            .field("max_in_flight_bytes", &self.max_in_flight_bytes)
             .finish()
     }
 }
@@ -191,6 +197,7 @@ impl NatsConfig {
             registry_ttl: Duration::from_secs(30),
             heartbeat: Duration::from_secs(10),
             failover_retry: Duration::from_secs(15),
+            max_in_flight_bytes: 16 << 20,
         }
     }
 
@@ -198,7 +205,8 @@ impl NatsConfig {
     /// (`SOORMA_NATS_TOKEN`, or `SOORMA_NATS_USER` + `SOORMA_NATS_PASSWORD`, or
     /// `SOORMA_NATS_CREDS`) and the storage settings (`SOORMA_NATS_REPLICAS`,
     /// `SOORMA_NATS_STORAGE`, `SOORMA_NATS_EVENT_MAX_AGE`, `SOORMA_NATS_ACK_WAIT`,
-    /// `SOORMA_NATS_DLQ_MAX_AGE`, `SOORMA_NATS_DLQ_MAX_BYTES`, `SOORMA_NATS_FAILOVER_RETRY`; see
+    /// `SOORMA_NATS_DLQ_MAX_AGE`, `SOORMA_NATS_DLQ_MAX_BYTES`, `SOORMA_NATS_FAILOVER_RETRY`,
+    /// `SOORMA_NATS_MAX_IN_FLIGHT_BYTES`; see
     /// `docs/nats.md`); `None` when the URL is unset. A value that does not parse is an
     /// [`Error::Config`] naming the variable.
     ///
@@ -275,6 +283,19 @@ impl NatsConfig {
                 .ok_or_else(|| {
                     Error::Config(format!(
                         "{DLQ_MAX_BYTES_ENV}=`{v}`: use a positive number of bytes"
+                    ))
+                })?;
+        }
+        if let Some(v) = var(MAX_IN_FLIGHT_BYTES_ENV) {
+            config.max_in_flight_bytes = v
+                .trim()
+                .parse::<u32>()
+                .ok()
+                .filter(|b| *b > 0)
+                .ok_or_else(|| {
+                    Error::Config(format!(
+                        "{MAX_IN_FLIGHT_BYTES_ENV}=`{v}`: use a number of bytes from 1 to {}",
+                        u32::MAX
                     ))
                 })?;
         }
@@ -414,6 +435,20 @@ impl NatsConfig {
         self
     }
 
+    /// Sets how many bytes of received events one subscription holds at most (see
+    /// [`max_in_flight_bytes`](Self::max_in_flight_bytes)).
+    ///
+    /// ```
+    /// let config = soorma::nats::NatsConfig::new("nats://127.0.0.1:4222")
+    ///     .with_max_in_flight_bytes(64 << 20);
+    /// assert_eq!(config.max_in_flight_bytes, 64 << 20);
+    /// ```
+    #[must_use]
+    pub fn with_max_in_flight_bytes(mut self, bytes: u32) -> Self {
+        self.max_in_flight_bytes = bytes;
+        self
+    }
+
     /// Sets the registry TTL and heartbeat interval (the TTL must be longer; it is the `max_age`
     /// of the registry bucket when soorma creates it).
     #[must_use]
@@ -451,6 +486,11 @@ impl NatsConfig {
                 "the NATS dead-letter stream's byte limit ({}) must be positive: it bounds the dead letters a flood of bad input leaves",
                 self.dead_letter_max_bytes
             )));
+        }
+        if self.max_in_flight_bytes == 0 {
+            return Err(Error::Config(
+                "the NATS in-flight byte limit must be positive: no event could be received".into(),
+            ));
         }
         if self.event_max_age < DUPLICATE_WINDOW {
             return Err(Error::Config(format!(
@@ -520,6 +560,8 @@ pub(super) const DUPLICATE_WINDOW: Duration = Duration::from_secs(120);
 /// The longest failover retry: its last attempt (plus an acknowledgement timeout) stays inside
 /// the de-duplication window (120 s) of the streams soorma creates.
 const MAX_FAILOVER_RETRY: Duration = Duration::from_secs(100);
+/// `SOORMA_NATS_MAX_IN_FLIGHT_BYTES`: the bytes of received events a subscription holds.
+const MAX_IN_FLIGHT_BYTES_ENV: &str = "SOORMA_NATS_MAX_IN_FLIGHT_BYTES";
 /// `SOORMA_NATS_FAILOVER_RETRY`: how long publishes are retried through a failover.
 const FAILOVER_RETRY_ENV: &str = "SOORMA_NATS_FAILOVER_RETRY";
 
@@ -814,9 +856,12 @@ mod tests {
             ("SOORMA_NATS_DLQ_MAX_AGE", "30d"),
             ("SOORMA_NATS_DLQ_MAX_BYTES", "1048576"),
             ("SOORMA_NATS_FAILOVER_RETRY", "0"),
+            ("SOORMA_NATS_MAX_IN_FLIGHT_BYTES", "1048576"),
         ])
         .unwrap()
         .unwrap();
+        assert_eq!(config.max_in_flight_bytes, 1 << 20);
+        assert_eq!(defaults.max_in_flight_bytes, 16 << 20);
         assert_eq!(config.dead_letter_max_age, Duration::from_secs(30 * 86_400));
         assert_eq!(config.dead_letter_max_bytes, 1 << 20);
         assert_eq!(
@@ -842,6 +887,9 @@ mod tests {
             ("SOORMA_NATS_DLQ_MAX_BYTES", "0"),
             ("SOORMA_NATS_DLQ_MAX_BYTES", "1GB"),
             ("SOORMA_NATS_FAILOVER_RETRY", "soon"),
+            ("SOORMA_NATS_MAX_IN_FLIGHT_BYTES", "0"),
+            ("SOORMA_NATS_MAX_IN_FLIGHT_BYTES", "16MiB"),
+            ("SOORMA_NATS_MAX_IN_FLIGHT_BYTES", "99999999999"),
         ] {
             let err = from_vars(&[url, (var, value)]).unwrap_err();
             assert!(
