@@ -855,8 +855,7 @@ async fn a_user_without_the_jetstream_api_is_told_what_it_may_be_missing() {
         },
     ))
     .await
-    .err()
-    .expect("acme may not use the JetStream API");
+    .expect_err("acme may not use the JetStream API");
     let message = err.to_string();
     assert!(message.contains("`$JS.API.INFO`"), "{message}");
     assert!(!message.contains("start nats-server with"), "{message}");
