@@ -221,6 +221,72 @@ pub(crate) fn panic_message(payload: &(dyn Any + Send)) -> String {
     }
 }
 
+/// A set remembering the last `capacity` values inserted (the oldest forgotten first): which
+/// event ids a read model applied already, say, within a bound.
+#[derive(Debug)]
+pub(crate) struct RecentSet<T> {
+    set: std::collections::HashSet<T>,
+    order: std::collections::VecDeque<T>,
+    capacity: usize,
+}
+
+impl<T: std::hash::Hash + Eq + Clone> RecentSet<T> {
+    /// An empty set remembering at most `capacity` values (at least one).
+    pub(crate) fn new(capacity: usize) -> Self {
+        Self {
+            set: std::collections::HashSet::new(),
+            order: std::collections::VecDeque::new(),
+            capacity: capacity.max(1),
+        }
+    }
+
+    /// How many values it remembers.
+    #[cfg_attr(not(test), allow(dead_code))]
+    pub(crate) fn len(&self) -> usize {
+        self.order.len()
+    }
+
+    /// Inserts `value`; whether it was not remembered already.
+    pub(crate) fn insert(&mut self, value: T) -> bool {
+        if self.set.contains(&value) {
+            return false;
+        }
+        if self.order.len() == self.capacity
+            && let Some(oldest) = self.order.pop_front()
+        {
+            self.set.remove(&oldest);
+        }
+        self.set.insert(value.clone());
+        self.order.push_back(value);
+        true
+    }
+}
+
+/// The length of `value`'s JSON when it is at most `max` bytes (`None` when longer; the
+/// counting stops there, so a huge value costs no more than `max` bytes of writing).
+pub(crate) fn json_len_within(value: &serde_json::Value, max: usize) -> Option<usize> {
+    struct Counter {
+        written: usize,
+        max: usize,
+    }
+    impl std::io::Write for Counter {
+        fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+            self.written += buf.len();
+            if self.written > self.max {
+                return Err(std::io::Error::other("over the limit"));
+            }
+            Ok(buf.len())
+        }
+        fn flush(&mut self) -> std::io::Result<()> {
+            Ok(())
+        }
+    }
+    let mut counter = Counter { written: 0, max };
+    serde_json::to_writer(&mut counter, value)
+        .ok()
+        .map(|()| counter.written)
+}
+
 #[cfg(test)]
 mod tests {
     #[test]
@@ -316,5 +382,25 @@ mod tests {
         let fut: BoxFuture<'static, ()> = Box::pin(async { panic!("boom {}", 1) });
         let err = rt.block_on(CatchUnwind(fut));
         assert_eq!(err, Err("boom 1".to_owned()));
+    }
+
+    #[test]
+    fn a_recent_set_remembers_the_last_values_inserted() {
+        let mut seen = RecentSet::new(2);
+        assert!(seen.insert("a"));
+        assert!(!seen.insert("a"));
+        assert!(seen.insert("b"));
+        assert!(seen.insert("c"), "past the capacity");
+        assert!(seen.insert("a"), "the oldest was forgotten");
+        assert!(!seen.insert("c"));
+    }
+
+    #[test]
+    fn json_length_is_counted_up_to_a_limit() {
+        let value = serde_json::json!({"a": [1, 2, 3]});
+        assert_eq!(json_len_within(&value, 100), Some(value.to_string().len()));
+        assert_eq!(json_len_within(&value, 5), None);
+        let huge = serde_json::Value::String("x".repeat(1 << 20));
+        assert_eq!(json_len_within(&huge, 1024), None);
     }
 }

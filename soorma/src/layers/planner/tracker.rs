@@ -12,7 +12,7 @@
 //! from its start, [`Tracker::plan`] answers from the stored plan record (status, state,
 //! history) and adds whatever tasks it saw.
 
-use std::collections::{HashMap, HashSet};
+use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -28,6 +28,7 @@ use crate::error::{Error, Result};
 use crate::platform::Platform;
 use crate::protocol::progress::progress_report;
 use crate::spi::bus::Subscription;
+use crate::util::RecentSet;
 use soorma_common::events::TASK_PROGRESS as TASK_PROGRESS_EVENT;
 
 /// At most this many plans are kept by default (the least recently updated finished plans go
@@ -215,10 +216,14 @@ pub struct PlanView {
     pub result: Option<Value>,
     /// Its error, once failed.
     pub error: Option<String>,
-    /// Its lifecycle events, in order.
+    /// Its lifecycle events, in order (the tracker keeps the last 256).
     pub events: Vec<PlanEvent>,
-    /// The tasks it ran, in the order they were first seen.
+    /// How many of its earliest events the tracker no longer keeps.
+    pub events_dropped: usize,
+    /// The tasks it ran, in the order they were first seen (the tracker keeps the first 1,024).
     pub tasks: Vec<TaskView>,
+    /// How many more tasks the tracker saw and does not keep.
+    pub tasks_dropped: usize,
     /// Where these answers come from.
     pub source: ViewSource,
 }
@@ -239,7 +244,9 @@ impl PlanView {
             result: None,
             error: None,
             events: Vec::new(),
+            events_dropped: 0,
             tasks: Vec::new(),
+            tasks_dropped: 0,
             source: ViewSource::Partial,
         }
     }
@@ -348,25 +355,95 @@ impl PlanView {
         self.tasks.iter().find(|t| t.task_id == task_id)
     }
 
-    fn task_mut(&mut self, task_id: &str) -> &mut TaskView {
+    /// The task `task_id`, added when new (`None`, counted, when the plan has as many tasks
+    /// as the tracker keeps).
+    fn task_mut(&mut self, task_id: &str) -> Option<&mut TaskView> {
         let at = match self.tasks.iter().position(|t| t.task_id == task_id) {
             Some(at) => at,
+            None if self.tasks.len() >= MAX_TASKS_PER_PLAN => {
+                self.tasks_dropped += 1;
+                return None;
+            }
             None => {
                 self.tasks.push(TaskView::new(task_id));
                 self.tasks.len() - 1
             }
         };
-        &mut self.tasks[at]
+        Some(&mut self.tasks[at])
     }
+}
+
+/// What the tracker keeps of a plan at most: events published on a tenant's subjects (by
+/// anyone who may publish there) must not grow its memory without bound.
+const MAX_EVENTS_PER_PLAN: usize = 256;
+const MAX_TASKS_PER_PLAN: usize = 1024;
+const MAX_SUB_PLANS: usize = 1024;
+/// Event ids remembered per plan (a duplicate delivery changes nothing).
+const SEEN_PER_PLAN: usize = 4096;
+/// An event's data longer than this (as JSON) is kept as `{"truncated": true, "bytes": n}`.
+const MAX_EVENT_DATA_BYTES: usize = 2048;
+/// A plan's result longer than this (as JSON) is kept the same way.
+const MAX_RESULT_BYTES: usize = 64 * 1024;
+/// Texts (errors, progress messages) are cut to this.
+const MAX_TEXT_BYTES: usize = 1024;
+/// What the whole model keeps, counted as JSON bytes: past it, the least recently updated
+/// plans (finished ones first) are dropped.
+const MODEL_BYTES: usize = 32 << 20;
+/// What a plan and a task count for besides their events and result (ids, times, texts).
+const PLAN_COST: usize = 1024;
+const TASK_COST: usize = 2 * MAX_TEXT_BYTES + 512;
+
+/// `value`, or a marker saying how long it was when its JSON is over `max` bytes; with what it
+/// counts for.
+fn kept(value: Value, max: usize) -> (Value, usize) {
+    match crate::util::json_len_within(&value, max) {
+        Some(len) => (value, len),
+        None => (json!({"truncated": true, "over_bytes": max}), 64),
+    }
+}
+
+fn bounded_text(value: Option<String>) -> Option<String> {
+    value.map(|t| crate::util::bounded(&t, MAX_TEXT_BYTES))
 }
 
 /// One plan in the model.
 struct Entry {
     view: PlanView,
     /// Event ids applied (a duplicate delivery changes nothing).
-    seen: HashSet<String>,
+    seen: RecentSet<String>,
+    /// What each kept event's data counts for, in order.
+    event_costs: std::collections::VecDeque<usize>,
+    /// What its result counts for.
+    result_cost: usize,
+    /// What the entry counts for in the model's budget.
+    cost: usize,
     /// The model's clock when the entry last changed (for eviction).
     touched: u64,
+}
+
+impl Entry {
+    /// Keeps one more event (the oldest goes past [`MAX_EVENTS_PER_PLAN`]).
+    fn push_event(&mut self, mut event: PlanEvent) {
+        let (data, cost) = kept(std::mem::take(&mut event.data), MAX_EVENT_DATA_BYTES);
+        event.data = data;
+        self.view.events.push(event);
+        self.event_costs.push_back(cost);
+        if self.view.events.len() > MAX_EVENTS_PER_PLAN {
+            self.view.events.remove(0);
+            self.event_costs.pop_front();
+            self.view.events_dropped += 1;
+        }
+    }
+
+    /// What it counts for now.
+    fn recount(&mut self) -> usize {
+        self.cost = PLAN_COST
+            + self.view.tasks.len() * TASK_COST
+            + self.view.sub_plans.len() * 64
+            + self.event_costs.iter().sum::<usize>()
+            + self.result_cost;
+        self.cost
+    }
 }
 
 /// The read model: plans by id, and workflow runs by task id, for one tenant.
@@ -376,6 +453,8 @@ struct Model {
     workflows: WorkflowViews,
     clock: u64,
     max_plans: usize,
+    /// What the plans count for together ([`MODEL_BYTES`] at most, past an event).
+    cost: usize,
 }
 
 const LIFECYCLE: [&str; 6] = [
@@ -395,11 +474,34 @@ impl Model {
             workflows: WorkflowViews::new(max_plans),
             clock: 0,
             max_plans: max_plans.max(1),
+            cost: 0,
         }
     }
 
+    /// Counts what `plan_id`'s entry holds now, and drops the least recently updated other
+    /// plans (finished ones first) while the model holds more than [`MODEL_BYTES`].
+    fn recount(&mut self, plan_id: &str) {
+        if let Some(entry) = self.plans.get_mut(plan_id) {
+            let before = entry.cost;
+            self.cost = self.cost - before + entry.recount();
+        }
+        while self.cost > MODEL_BYTES {
+            let Some(id) = self.least_recent(plan_id) else {
+                break;
+            };
+            if let Some(gone) = self.plans.remove(&id) {
+                self.cost -= gone.cost;
+            }
+        }
+    }
+
+    /// The least recently updated plan other than `keep`, a finished one first.
+    fn least_recent(&self, keep: &str) -> Option<String> {
+        super::workflow_view::least_recent(&self.plans, keep, |e| (e.view.is_finished(), e.touched))
+    }
+
     /// The entry of `plan_id`, if the event is new to it; `None` for a duplicate delivery.
-    fn entry(&mut self, plan_id: &str, event_id: &str) -> Option<&mut PlanView> {
+    fn entry(&mut self, plan_id: &str, event_id: &str) -> Option<&mut Entry> {
         self.clock += 1;
         let clock = self.clock;
         let tenant = self.tenant.clone();
@@ -411,14 +513,17 @@ impl Model {
             .entry(plan_id.to_owned())
             .or_insert_with(|| Entry {
                 view: PlanView::new(plan_id, &tenant),
-                seen: HashSet::new(),
+                seen: RecentSet::new(SEEN_PER_PLAN),
+                event_costs: std::collections::VecDeque::new(),
+                result_cost: 0,
+                cost: 0,
                 touched: clock,
             });
         if !entry.seen.insert(event_id.to_owned()) {
             return None;
         }
         entry.touched = clock;
-        Some(&mut entry.view)
+        Some(entry)
     }
 
     /// Makes room for one more plan: drops the least recently updated finished plan, or else
@@ -427,15 +532,10 @@ impl Model {
         if self.plans.len() < self.max_plans {
             return;
         }
-        let oldest = |finished_only: bool| {
-            self.plans
-                .iter()
-                .filter(|(id, e)| *id != incoming && (!finished_only || e.view.is_finished()))
-                .min_by_key(|(_, e)| e.touched)
-                .map(|(id, _)| id.clone())
-        };
-        if let Some(id) = oldest(true).or_else(|| oldest(false)) {
-            self.plans.remove(&id);
+        if let Some(id) = self.least_recent(incoming)
+            && let Some(gone) = self.plans.remove(&id)
+        {
+            self.cost -= gone.cost;
         }
     }
 
@@ -462,14 +562,26 @@ impl Model {
 
     fn apply_lifecycle(&mut self, env: &EventEnvelope) -> bool {
         let data = &env.data;
-        let text = |field: &str| data.get(field).and_then(Value::as_str).map(str::to_owned);
-        let Some(plan_id) = text("plan_id").or_else(|| env.plan_id.clone()) else {
+        let text = |field: &str| {
+            data.get(field)
+                .and_then(Value::as_str)
+                .map(|t| crate::util::bounded(t, MAX_TEXT_BYTES))
+        };
+        // Ids longer than any the SDK makes name no plan.
+        let id = |field: &str| {
+            data.get(field)
+                .and_then(Value::as_str)
+                .filter(|id| id.len() <= crate::spi::envelope::MAX_ID_LEN)
+                .map(str::to_owned)
+        };
+        let Some(plan_id) = id("plan_id").or_else(|| env.plan_id.clone()) else {
             return false;
         };
-        let parent = text("parent_plan_id");
-        let Some(view) = self.entry(&plan_id, &env.id) else {
+        let parent = id("parent_plan_id");
+        let Some(entry) = self.entry(&plan_id, &env.id) else {
             return false;
         };
+        let view = &mut entry.view;
         let state = match env.event_type.as_str() {
             "plan.state_changed" => text("to"),
             _ => text("state"),
@@ -490,7 +602,15 @@ impl Model {
             "plan.resumed" if moves => view.status = PlanStatus::Running,
             "plan.completed" => {
                 view.status = PlanStatus::Completed;
-                view.result = data.get("result").cloned();
+                let (result, cost) = match data.get("result") {
+                    Some(result) => {
+                        let (result, cost) = kept(result.clone(), MAX_RESULT_BYTES);
+                        (Some(result), cost)
+                    }
+                    None => (None, 0),
+                };
+                view.result = result;
+                entry.result_cost = cost;
             }
             "plan.failed" => {
                 view.status = PlanStatus::Failed;
@@ -507,38 +627,48 @@ impl Model {
             }
             view.updated_at.clone_from(&env.time);
         }
-        view.events.push(PlanEvent {
+        entry.push_event(PlanEvent {
             event_id: Some(env.id.clone()),
             event_type: env.event_type.clone(),
             at: env.time.clone(),
             state,
             data: data.clone(),
         });
+        self.recount(&plan_id);
         if let Some(parent) = parent.filter(|_| env.event_type == "plan.started") {
             let child_event = format!("{}#sub-plan", env.id);
-            if let Some(parent_view) = self.entry(&parent, &child_event)
-                && !parent_view.sub_plans.contains(&plan_id)
+            if let Some(parent_entry) = self.entry(&parent, &child_event)
+                && parent_entry.view.sub_plans.len() < MAX_SUB_PLANS
+                && !parent_entry.view.sub_plans.contains(&plan_id)
             {
-                parent_view.sub_plans.push(plan_id);
+                parent_entry.view.sub_plans.push(plan_id);
             }
+            self.recount(&parent);
         }
         true
     }
 
     fn apply_progress(&mut self, env: &EventEnvelope) -> bool {
-        let Some(progress) = progress_report(env) else {
+        let Some(progress) = progress_report(env).filter(|p| {
+            p.task_id.len() <= crate::spi::envelope::MAX_ID_LEN
+                && p.plan_id
+                    .as_ref()
+                    .is_none_or(|id| id.len() <= crate::spi::envelope::MAX_ID_LEN)
+        }) else {
             return false;
         };
         let Some(plan_id) = progress.plan_id.clone().or_else(|| env.plan_id.clone()) else {
             return false;
         };
-        let Some(view) = self.entry(&plan_id, &env.id) else {
+        let Some(entry) = self.entry(&plan_id, &env.id) else {
             return false;
         };
-        let task = view.task_mut(&progress.task_id);
-        task.agent = Some(progress.agent);
+        let Some(task) = entry.view.task_mut(&progress.task_id) else {
+            return false;
+        };
+        task.agent = Some(crate::util::bounded(&progress.agent, MAX_TEXT_BYTES));
         if progress.message.is_some() {
-            task.message = progress.message;
+            task.message = bounded_text(progress.message);
         }
         // A report handled after the reply (another process may publish it late) does not
         // reopen the task.
@@ -547,6 +677,7 @@ impl Model {
             task.progress = Some(progress.progress);
         }
         task.updated_at.clone_from(&env.time);
+        self.recount(&plan_id);
         true
     }
 
@@ -557,15 +688,18 @@ impl Model {
         if env.response_event.is_none() {
             return false;
         }
-        let Some(view) = self.entry(&plan_id, &env.id) else {
+        let Some(entry) = self.entry(&plan_id, &env.id) else {
             return false;
         };
-        let task = view.task_mut(&env.id);
+        let Some(task) = entry.view.task_mut(&env.id) else {
+            return false;
+        };
         task.event_type = Some(env.event_type.clone());
         task.requested_at.clone_from(&env.time);
         if task.updated_at.is_none() {
             task.updated_at.clone_from(&env.time);
         }
+        self.recount(&plan_id);
         true
     }
 
@@ -579,19 +713,25 @@ impl Model {
         let Ok(reply) = serde_json::from_value::<ActionReply>(env.data.clone()) else {
             return false;
         };
-        let Some(view) = self.entry(&plan_id, &env.id) else {
+        if reply.request_id.len() > crate::spi::envelope::MAX_ID_LEN {
+            return false;
+        }
+        let Some(entry) = self.entry(&plan_id, &env.id) else {
             return false;
         };
-        let task = view.task_mut(&reply.request_id);
+        let Some(task) = entry.view.task_mut(&reply.request_id) else {
+            return false;
+        };
         task.agent.get_or_insert_with(|| env.source.clone());
         if reply.success {
             task.state = TaskState::Completed;
             task.progress = Some(1.0);
         } else {
             task.state = TaskState::Failed;
-            task.error = reply.error;
+            task.error = bounded_text(reply.error);
         }
         task.updated_at.clone_from(&env.time);
+        self.recount(&plan_id);
         true
     }
 }
@@ -1101,6 +1241,64 @@ mod tests {
         assert_eq!(v.session_id.as_deref(), Some("s"));
         assert_eq!(v.events.len(), 6);
         assert_eq!(v.updated_at, v.events[5].at);
+    }
+
+    #[test]
+    fn one_plan_hammered_with_events_keeps_a_bounded_view() {
+        let mut m = Model::new("default".into(), 10);
+        let padding = "x".repeat(100_000);
+        for i in 0..2 * MAX_EVENTS_PER_PLAN {
+            let e = lifecycle(
+                &format!("e{i}"),
+                "plan.state_changed",
+                json!({"plan_id": "p", "to": "s", "padding": padding}),
+            );
+            assert!(m.apply(&e));
+        }
+        for i in 0..MAX_TASKS_PER_PLAN + 10 {
+            let reply = env(
+                &format!("r{i}"),
+                Topic::ActionResults,
+                "x.done",
+                json!({"request_id": format!("t{i}"), "success": false, "error": padding}),
+            )
+            .with_plan_id("p");
+            m.apply(&reply);
+        }
+        let v = &m.plans["p"].view;
+        assert_eq!(v.events.len(), MAX_EVENTS_PER_PLAN);
+        assert_eq!(v.events_dropped, MAX_EVENTS_PER_PLAN);
+        assert_eq!(v.events[0].event_id.as_deref(), Some("e256"));
+        assert_eq!(v.events[0].data["truncated"], true);
+        assert_eq!(v.tasks.len(), MAX_TASKS_PER_PLAN);
+        assert_eq!(v.tasks_dropped, 10);
+        assert!(v.tasks[0].error.as_ref().unwrap().len() <= MAX_TEXT_BYTES);
+        assert!(m.cost <= MODEL_BYTES, "{}", m.cost);
+        // Event ids seen are remembered within a bound too.
+        assert!(m.plans["p"].seen.len() <= SEEN_PER_PLAN);
+    }
+
+    #[test]
+    fn the_model_drops_the_least_recent_plans_past_its_byte_budget() {
+        let mut m = Model::new("default".into(), 100_000);
+        let result = json!("r".repeat(MAX_RESULT_BYTES - 16));
+        let plans = MODEL_BYTES / MAX_RESULT_BYTES + 50;
+        for i in 0..plans {
+            m.apply(&lifecycle(
+                &format!("c{i}"),
+                "plan.completed",
+                json!({"plan_id": format!("p{i}"), "state": "done", "result": result}),
+            ));
+            assert!(m.cost <= MODEL_BYTES, "{} after plan {i}", m.cost);
+        }
+        assert!(m.plans.len() < plans, "some plans were dropped");
+        assert!(
+            m.plans.contains_key(&format!("p{}", plans - 1)),
+            "the latest stays"
+        );
+        assert!(!m.plans.contains_key("p0"), "the oldest went first");
+        let counted: usize = m.plans.values().map(|e| e.cost).sum();
+        assert_eq!(counted, m.cost);
     }
 
     #[test]

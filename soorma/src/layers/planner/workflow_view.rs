@@ -1,7 +1,7 @@
 //! The tracker's view of workflow runs, fed by their `workflow.step.*` progress events and the
 //! reply that ends their task.
 
-use std::collections::{BTreeMap, HashMap, HashSet};
+use std::collections::{BTreeMap, HashMap};
 
 use serde::Serialize;
 use soorma_common::{ActionReply, EventEnvelope, StepStatus, WorkflowStepProgress};
@@ -94,9 +94,18 @@ impl WorkflowView {
     }
 }
 
+/// What the model keeps of a run at most (step events come from anyone who may publish on the
+/// tenant's subjects): its steps, and the event ids it remembers.
+const MAX_STEPS_PER_RUN: usize = 256;
+const SEEN_PER_RUN: usize = 4096;
+/// The steps all runs keep together: past it the least recently updated runs go.
+const MAX_STEPS: usize = 65_536;
+/// Texts (errors, names) are cut to this.
+const MAX_TEXT_BYTES: usize = 1024;
+
 struct Entry {
     view: WorkflowView,
-    seen: HashSet<String>,
+    seen: crate::util::RecentSet<String>,
     touched: u64,
 }
 
@@ -105,6 +114,8 @@ pub(super) struct WorkflowViews {
     runs: HashMap<String, Entry>,
     clock: u64,
     max: usize,
+    /// The steps the runs keep together.
+    steps: usize,
 }
 
 impl WorkflowViews {
@@ -113,6 +124,7 @@ impl WorkflowViews {
             runs: HashMap::new(),
             clock: 0,
             max: max.max(1),
+            steps: 0,
         }
     }
 
@@ -133,6 +145,10 @@ impl WorkflowViews {
         let Ok(p) = serde_json::from_value::<WorkflowStepProgress>(env.data.clone()) else {
             return false;
         };
+        // Ids and names longer than any the SDK makes name no run or step.
+        if p.task_id.len() > crate::spi::envelope::MAX_ID_LEN || p.step.len() > MAX_TEXT_BYTES {
+            return false;
+        }
         self.clock += 1;
         let clock = self.clock;
         if !self.runs.contains_key(&p.task_id) {
@@ -140,7 +156,7 @@ impl WorkflowViews {
         }
         let entry = self.runs.entry(p.task_id.clone()).or_insert_with(|| Entry {
             view: WorkflowView::new(&p.task_id),
-            seen: HashSet::new(),
+            seen: crate::util::RecentSet::new(SEEN_PER_RUN),
             touched: clock,
         });
         if !entry.seen.insert(env.id.clone()) {
@@ -148,8 +164,13 @@ impl WorkflowViews {
         }
         entry.touched = clock;
         let view = &mut entry.view;
-        view.agent.get_or_insert(p.agent);
+        view.agent
+            .get_or_insert_with(|| crate::util::bounded(&p.agent, MAX_TEXT_BYTES));
         view.updated_at.clone_from(&env.time);
+        let new_step = !view.steps.contains_key(&p.step);
+        if new_step && view.steps.len() >= MAX_STEPS_PER_RUN {
+            return false;
+        }
         let step = view
             .steps
             .entry(p.step)
@@ -175,8 +196,18 @@ impl WorkflowViews {
         if p.sub_task_id.is_some() {
             step.sub_task_id = p.sub_task_id;
         }
-        step.error = p.error;
+        step.error = p.error.map(|e| crate::util::bounded(&e, MAX_TEXT_BYTES));
         step.updated_at.clone_from(&env.time);
+        if new_step {
+            self.steps += 1;
+            let keep = p.task_id;
+            while self.steps > MAX_STEPS {
+                let Some(id) = self.least_recent(&keep) else {
+                    break;
+                };
+                self.remove(&id);
+            }
+        }
         true
     }
 
@@ -199,7 +230,9 @@ impl WorkflowViews {
         } else {
             TaskState::Failed
         };
-        view.error = reply.error;
+        view.error = reply
+            .error
+            .map(|e| crate::util::bounded(&e, MAX_TEXT_BYTES));
         view.updated_at.clone_from(&env.time);
         true
     }
@@ -208,17 +241,38 @@ impl WorkflowViews {
         if self.runs.len() < self.max {
             return;
         }
-        let oldest = |finished_only: bool| {
-            self.runs
-                .iter()
-                .filter(|(id, e)| *id != incoming && (!finished_only || e.view.is_finished()))
-                .min_by_key(|(_, e)| e.touched)
-                .map(|(id, _)| id.clone())
-        };
-        if let Some(id) = oldest(true).or_else(|| oldest(false)) {
-            self.runs.remove(&id);
+        if let Some(id) = self.least_recent(incoming) {
+            self.remove(&id);
         }
     }
+
+    /// The least recently updated run other than `keep`, a finished one first.
+    fn least_recent(&self, keep: &str) -> Option<String> {
+        least_recent(&self.runs, keep, |e| (e.view.is_finished(), e.touched))
+    }
+
+    fn remove(&mut self, task_id: &str) {
+        if let Some(gone) = self.runs.remove(task_id) {
+            self.steps -= gone.view.steps.len();
+        }
+    }
+}
+
+/// The key of the least recently touched entry other than `keep`, a finished one first
+/// (`state` says whether an entry is finished, and when it was last touched).
+pub(super) fn least_recent<E>(
+    entries: &HashMap<String, E>,
+    keep: &str,
+    state: impl Fn(&E) -> (bool, u64),
+) -> Option<String> {
+    let oldest = |finished_only: bool| {
+        entries
+            .iter()
+            .filter(|(id, e)| *id != keep && (!finished_only || state(e).0))
+            .min_by_key(|(_, e)| state(e).1)
+            .map(|(id, _)| id.clone())
+    };
+    oldest(true).or_else(|| oldest(false))
 }
 
 #[cfg(test)]
@@ -312,5 +366,47 @@ mod tests {
         }
         assert!(v.get("t1").is_none(), "the finished run went first");
         assert!(v.get("t2").is_some() && v.get("t3").is_some());
+    }
+
+    #[test]
+    fn runs_keep_a_bounded_number_of_steps() {
+        let mut v = WorkflowViews::new(100_000);
+        for i in 0..MAX_STEPS_PER_RUN + 5 {
+            v.apply(&step(
+                &format!("e{i}"),
+                "workflow.step.started",
+                &format!("s{i}"),
+                StepStatus::Running,
+                1,
+            ));
+        }
+        assert_eq!(v.get("t1").unwrap().steps.len(), MAX_STEPS_PER_RUN);
+        // Many runs: past the model's steps, the least recent runs go.
+        let runs = MAX_STEPS / MAX_STEPS_PER_RUN + 3;
+        for r in 0..runs {
+            for i in 0..MAX_STEPS_PER_RUN {
+                let mut p = WorkflowStepProgress::new(
+                    format!("r{r}"),
+                    "runner",
+                    format!("s{i}"),
+                    StepStatus::Running,
+                );
+                p.attempt = 1;
+                v.apply(
+                    &EventEnvelope::new(
+                        format!("r{r}-{i}"),
+                        "runner",
+                        Topic::SystemEvents,
+                        "workflow.step.started",
+                    )
+                    .with_data(serde_json::to_value(p).unwrap()),
+                );
+            }
+        }
+        assert!(v.steps <= MAX_STEPS, "{}", v.steps);
+        assert!(v.get("t1").is_none(), "the least recent run went");
+        assert!(v.get(&format!("r{}", runs - 1)).is_some());
+        let counted: usize = v.runs.values().map(|e| e.view.steps.len()).sum();
+        assert_eq!(counted, v.steps);
     }
 }
