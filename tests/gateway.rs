@@ -1995,10 +1995,6 @@ async fn public_card_requests_share_registry_reads() {
     s.shutdown().await;
 }
 
-/// 10,000 gateway calls over HTTP on NATS (messages for 7 tenants, task reads and listings,
-/// agent cards: each reads the registry) leave the server's consumer count where it was. Before
-/// registry reads stopped creating consumers, about 1,000 gateway calls left every registry
-/// reader on the server failing with "maximum consumers limit reached".
 /// Gateways started on a platform and gone again (stopped, or their handle dropped) leave no
 /// consumer on the server, and a dropped gateway stops serving.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -2044,7 +2040,7 @@ async fn gateways_that_come_and_go_leave_no_consumer_behind() {
         } else {
             let url = gateway.url().to_owned();
             drop(gateway);
-            // The listener goes with the aborted server task (at its next poll).
+            // Dropping the handle stops the server (as a stop would, without waiting).
             let refused = tokio::time::timeout(Duration::from_secs(10), async {
                 while s
                     .http
@@ -2068,6 +2064,10 @@ async fn gateways_that_come_and_go_leave_no_consumer_behind() {
     s.shutdown().await;
 }
 
+/// 10,000 gateway calls over HTTP on NATS (messages for 7 tenants, task reads and listings,
+/// agent cards: each reads the registry) leave the server's consumer count where it was. Before
+/// registry reads stopped creating consumers, about 1,000 gateway calls left every registry
+/// reader on the server failing with "maximum consumers limit reached".
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn ten_thousand_gateway_calls_leave_no_consumer_behind() {
     let started = std::time::Instant::now();

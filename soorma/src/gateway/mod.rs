@@ -294,8 +294,8 @@ impl Gateway {
     }
 }
 
-/// A running gateway. Dropping the handle stops it too, as [`shutdown`](Self::shutdown) does
-/// but without waiting for open requests.
+/// A running gateway. Dropping the handle stops it too, without waiting: requests still open
+/// get no answer from their agents (use [`shutdown`](Self::shutdown) to let them finish).
 ///
 /// ```
 /// # #[tokio::main(flavor = "current_thread")] async fn main() -> soorma::Result<()> {

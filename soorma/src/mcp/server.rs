@@ -846,9 +846,13 @@ impl Progress {
         }
     }
 
-    /// Forwards what has arrived already (before the reply was seen).
+    /// Forwards what has arrived already (before the reply was seen): the latest report.
     async fn drain(&mut self) {
-        while let Ok(progress) = self.sub.rx.try_recv() {
+        if !self.sub.rx.has_changed().unwrap_or(false) {
+            return;
+        }
+        let latest = self.sub.rx.borrow_and_update().clone();
+        if let Some(progress) = latest {
             self.notify(progress).await;
         }
     }
@@ -857,8 +861,12 @@ impl Progress {
 /// Forwards progress for as long as it is polled (never completes).
 async fn forward(progress: Option<&mut Progress>) {
     if let Some(progress) = progress {
-        while let Some(event) = progress.sub.rx.recv().await {
-            progress.notify(event).await;
+        // A client slower than the reports gets the latest one each time it is ready.
+        while progress.sub.rx.changed().await.is_ok() {
+            let latest = progress.sub.rx.borrow_and_update().clone();
+            if let Some(event) = latest {
+                progress.notify(event).await;
+            }
         }
     }
     std::future::pending::<()>().await;

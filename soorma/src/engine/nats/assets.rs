@@ -167,19 +167,19 @@ pub(crate) fn usable_stream(
     Ok(())
 }
 
-/// The smallest `max_msg_size` an event stream may have: a batch of envelopes
-/// ([`batch::MAX_BATCH_BYTES`](super::batch::MAX_BATCH_BYTES)) with room for its headers.
-const MIN_EVENT_MSG_SIZE: usize = super::batch::MAX_BATCH_BYTES + 16 * 1024;
+/// Room beyond a batch's envelopes an event stream's `max_msg_size` must allow (its headers).
+const BATCH_HEADROOM: usize = 16 * 1024;
 
 /// What the SDK needs of an event stream: [`usable_stream`]; not a work queue (every consumer
 /// group gets every event); no rollups a publisher could purge it with (any tenant that may
-/// publish on one of its subjects); a de-duplication window at least as long as a publish is
-/// retried through a failover (`retried_for`), so a retried publish is stored once; messages
-/// as large as a batch.
+/// publish on one of its subjects); a de-duplication window longer than a publish is retried
+/// through a failover (`retried_for`, plus its last acknowledgement's timeout), so a retried
+/// publish is stored once; messages as large as a batch (`batch_bytes` of envelopes).
 pub(crate) fn usable_event_stream(
     config: &stream::Config,
     subject: &str,
     retried_for: std::time::Duration,
+    batch_bytes: usize,
 ) -> std::result::Result<(), String> {
     usable_stream(config, subject)?;
     if config.retention == stream::RetentionPolicy::WorkQueue {
@@ -197,20 +197,22 @@ pub(crate) fn usable_event_stream(
                 .into(),
         );
     }
-    if config.duplicate_window < retried_for {
+    let window = retried_for + super::DUPLICATE_WINDOW_MARGIN;
+    if config.duplicate_window < window {
         return Err(format!(
-            "field `duplicate_window` ({:?}) is shorter than a publish is retried through a \
-             failover ({retried_for:?}, SOORMA_NATS_FAILOVER_RETRY): a retried publish could be \
-             stored twice",
-            config.duplicate_window
+            "field `duplicate_window` ({:?}) is shorter than {window:?}: a publish is retried \
+             through a failover for {retried_for:?} (SOORMA_NATS_FAILOVER_RETRY), and its last \
+             acknowledgement may take {:?} more; a retried publish could be stored twice",
+            config.duplicate_window,
+            super::DUPLICATE_WINDOW_MARGIN
         ));
     }
-    if usize::try_from(config.max_message_size).is_ok_and(|max| max < MIN_EVENT_MSG_SIZE) {
+    let smallest = batch_bytes + BATCH_HEADROOM;
+    if usize::try_from(config.max_message_size).is_ok_and(|max| max < smallest) {
         return Err(format!(
-            "field `max_msg_size` ({}) is below {MIN_EVENT_MSG_SIZE} bytes: soorma stores \
-             envelopes in batches of up to {} bytes",
-            config.max_message_size,
-            super::batch::MAX_BATCH_BYTES
+            "field `max_msg_size` ({}) is below {smallest} bytes: soorma stores envelopes in \
+             batches of up to {batch_bytes} bytes",
+            config.max_message_size
         ));
     }
     Ok(())
@@ -289,39 +291,65 @@ mod tests {
             ..Default::default()
         };
         let retried = Duration::from_secs(15);
-        assert_eq!(usable_event_stream(&config, subject, retried), Ok(()));
+        assert_eq!(
+            usable_event_stream(&config, subject, retried, 256 * 1024),
+            Ok(())
+        );
         config.retention = stream::RetentionPolicy::WorkQueue;
         assert!(
-            usable_event_stream(&config, subject, retried)
+            usable_event_stream(&config, subject, retried, 256 * 1024)
                 .unwrap_err()
                 .contains("`retention`")
         );
         config.retention = stream::RetentionPolicy::Interest;
         config.allow_rollup = true;
         assert!(
-            usable_event_stream(&config, subject, retried)
+            usable_event_stream(&config, subject, retried, 256 * 1024)
                 .unwrap_err()
                 .contains("`allow_rollup_hdrs`")
         );
         config.deny_purge = true;
-        assert_eq!(usable_event_stream(&config, subject, retried), Ok(()));
+        assert_eq!(
+            usable_event_stream(&config, subject, retried, 256 * 1024),
+            Ok(())
+        );
         config.duplicate_window = Duration::from_secs(10);
         assert!(
-            usable_event_stream(&config, subject, retried)
+            usable_event_stream(&config, subject, retried, 256 * 1024)
                 .unwrap_err()
                 .contains("`duplicate_window`")
         );
-        config.duplicate_window = retried;
+        config.duplicate_window = retried + Duration::from_secs(19);
+        assert!(
+            usable_event_stream(&config, subject, retried, 256 * 1024)
+                .unwrap_err()
+                .contains("`duplicate_window`"),
+            "the last retry's acknowledgement needs room too"
+        );
+        config.duplicate_window = retried + Duration::from_secs(20);
+        assert_eq!(
+            usable_event_stream(&config, subject, retried, 100 * 1024),
+            Ok(()),
+            "a small server's batches"
+        );
+        config.max_message_size = 200 * 1024;
+        assert_eq!(
+            usable_event_stream(&config, subject, retried, 128 * 1024),
+            Ok(())
+        );
         config.max_message_size = 64 * 1024;
         assert!(
-            usable_event_stream(&config, subject, retried)
+            usable_event_stream(&config, subject, retried, 256 * 1024)
                 .unwrap_err()
                 .contains("`max_msg_size`")
         );
         config.max_message_size = 1 << 20;
-        assert_eq!(usable_event_stream(&config, subject, retried), Ok(()));
+        assert_eq!(
+            usable_event_stream(&config, subject, retried, 256 * 1024),
+            Ok(())
+        );
         config.subjects = vec!["soorma.acme.action-requests.>".into()];
-        let err = usable_event_stream(&config, subject, retried).unwrap_err();
+        let err = usable_event_stream(&config, subject, retried, 256 * 1024).unwrap_err();
         assert!(err.contains("`subjects`") && err.contains(subject), "{err}");
         config.subjects = vec!["soorma.>".into()];
         config.no_ack = true;

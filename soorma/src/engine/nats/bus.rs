@@ -119,8 +119,10 @@ impl NatsBus {
             description: Some(format!("soorma `{topic}` events")),
             ..Default::default()
         };
-        let check =
-            |c: &stream::Config| assets::usable_event_stream(c, &subject, cfg.failover_retry);
+        let batch_bytes = self.max_batch_bytes();
+        let check = |c: &stream::Config| {
+            assets::usable_event_stream(c, &subject, cfg.failover_retry, batch_bytes)
+        };
         let s = Arc::new(assets::open_stream(&self.inner.js, wanted, &check, kind).await?);
         self.inner
             .streams
@@ -495,9 +497,14 @@ impl NatsBus {
         // No more fetched ahead than the subscriber can handle at once: a message waiting in
         // the client's buffer is not kept alive, and would be redelivered after `ack_wait`.
         let batch = spec.prefetch.map_or(MAX_BATCH, |p| p.clamp(1, MAX_BATCH));
+        // The client buffers no more bytes ahead than the subscription's budget (and never
+        // less than the largest message, which a smaller pull would refuse).
+        let max_bytes = (budget_of(cfg.max_in_flight_bytes) as usize)
+            .max(self.inner.client.max_payload() + PULL_BYTES_HEADROOM);
         let messages = consumer
             .stream()
             .max_messages_per_batch(batch)
+            .max_bytes_per_batch(max_bytes)
             .expires(PULL_EXPIRES)
             .messages()
             .await
@@ -535,7 +542,7 @@ impl NatsBus {
             keep_alive: cfg.ack_wait / 3,
             held: Arc::default(),
             in_flight: Arc::new(tokio::sync::Semaphore::new(
-                cfg.max_in_flight_bytes as usize,
+                budget_of(cfg.max_in_flight_bytes) as usize,
             )),
             admitting: None,
         }))
@@ -904,8 +911,8 @@ struct DurableSubscription {
     /// permit per byte, taken for each message as it is received.
     in_flight: Arc<tokio::sync::Semaphore>,
     /// A message received that waits for its bytes to be admitted (kept here, so that `next`
-    /// dropped meanwhile loses nothing).
-    admitting: Option<jetstream::Message>,
+    /// dropped meanwhile loses nothing), and when it was last kept alive.
+    admitting: Option<(jetstream::Message, tokio::time::Instant)>,
 }
 
 /// A received message's place in its subscription's byte budget, held until it is settled
@@ -918,6 +925,15 @@ fn admission(bytes: usize, budget: u32) -> u32 {
     u32::try_from(bytes)
         .unwrap_or(u32::MAX)
         .clamp(1, budget.max(1))
+}
+
+/// Room beyond the largest payload a pull must allow for a message's subject and headers.
+const PULL_BYTES_HEADROOM: usize = 64 * 1024;
+
+/// A configured budget as a semaphore holds it (tokio's limit is lower on 32-bit targets).
+fn budget_of(configured: u32) -> u32 {
+    let most = u32::try_from(tokio::sync::Semaphore::MAX_PERMITS).unwrap_or(u32::MAX);
+    configured.clamp(1, most)
 }
 
 /// How many envelopes a subscription's [`Again`] holds at most: as many as the messages its
@@ -936,11 +952,37 @@ impl DurableSubscription {
     /// Closes the subscription; returns what it holds that no handler will take now, each to
     /// be settled with [`settle_unhandled`]: the envelopes to hand out again, and those of a
     /// received batch not handed out yet.
-    fn unhandled(&mut self) -> Vec<Delivery> {
+    fn unhandled(&mut self) -> Unhandled {
         self.closed = true;
         let mut left = self.again.close();
         left.extend(self.pending.drain(..));
-        left
+        Unhandled {
+            deliveries: left,
+            waiting: self.admitting.take().map(|(msg, _)| msg),
+        }
+    }
+}
+
+/// What a closed subscription holds that no handler will take now.
+struct Unhandled {
+    /// Envelopes to hand out again, and those of a received batch not handed out yet.
+    deliveries: Vec<Delivery>,
+    /// The message that waited for its bytes: redelivered at once (to another instance).
+    waiting: Option<jetstream::Message>,
+}
+
+impl Unhandled {
+    fn is_empty(&self) -> bool {
+        self.deliveries.is_empty() && self.waiting.is_none()
+    }
+
+    async fn settle(self) {
+        settle_unhandled(self.deliveries).await;
+        if let Some(msg) = self.waiting
+            && let Err(e) = msg.ack_with(AckKind::Nak(None)).await
+        {
+            tracing::debug!(error = %e, "could not hand back a message that waited for bytes; it is redelivered after ack_wait");
+        }
     }
 }
 
@@ -953,10 +995,10 @@ impl Drop for DurableSubscription {
         }
         match tokio::runtime::Handle::try_current() {
             Ok(runtime) => {
-                runtime.spawn(settle_unhandled(left));
+                runtime.spawn(left.settle());
             }
             Err(_) => {
-                tracing::warn!(consumer = %self.consumer, envelopes = left.len(), "a subscription dropped outside a runtime leaves envelopes on their last delivery unsettled; the server's advisory dead-letters their batches");
+                tracing::warn!(consumer = %self.consumer, envelopes = left.deliveries.len(), "a subscription dropped outside a runtime leaves envelopes on their last delivery unsettled; the server's advisory dead-letters their batches");
             }
         }
     }
@@ -966,7 +1008,7 @@ impl Subscription for DurableSubscription {
     /// Hands out nothing more, and settles what it holds that no handler will take now (see
     /// [`settle_unhandled`]).
     fn close(&mut self) -> BoxFuture<'_, ()> {
-        Box::pin(async move { settle_unhandled(self.unhandled()).await })
+        Box::pin(async move { self.unhandled().settle().await })
     }
 
     fn next(&mut self) -> BoxFuture<'_, Option<Delivery>> {
@@ -979,117 +1021,158 @@ impl Subscription for DurableSubscription {
                 if let Some(delivery) = self.again.pop().or_else(|| self.pending.pop_front()) {
                     return Some(delivery);
                 }
-                let msg = match self.admitting.take() {
-                    Some(msg) => msg,
-                    None => {
-                        // All branches are cancel-safe: nothing is lost when `next` is dropped
-                        // (and the queue is looked at again on the next call).
-                        let next = tokio::select! {
-                            () = self.again.queued.notified() => continue,
-                            m = self.messages.next() => Ok(m),
-                            a = next_advisory(&mut self.advisories) => Err(a),
-                        };
-                        let next = match next {
-                            Ok(next) => next?,
-                            Err(Some(advisory)) => {
-                                self.abandoned(&advisory.payload).await;
-                                continue;
-                            }
-                            Err(None) => {
-                                self.advisories = None;
-                                continue;
-                            }
-                        };
-                        match next {
-                            Ok(m) => m,
-                            Err(e) => {
-                                tracing::warn!(consumer = %self.consumer, error = %e, "consumer stream error; continuing");
-                                continue;
-                            }
-                        }
+                if self.admitting.is_some() {
+                    match self.admit().await {
+                        Some(Some(delivery)) => return Some(delivery),
+                        Some(None) => continue,
+                        None => return None,
+                    }
+                }
+                // All branches are cancel-safe: nothing is lost when `next` is dropped (and
+                // the queue is looked at again on the next call).
+                let next = tokio::select! {
+                    () = self.again.queued.notified() => continue,
+                    m = self.messages.next() => Ok(m),
+                    a = next_advisory(&mut self.advisories) => Err(a),
+                };
+                let next = match next {
+                    Ok(next) => next?,
+                    Err(advisory) => {
+                        self.on_advisory(advisory).await;
+                        continue;
                     }
                 };
-                // Its bytes are admitted before it is decoded: received events, waiting for a
-                // handler or being handled, hold at most the budget.
-                let permits =
-                    admission(msg.payload.len(), self.bus.inner.config.max_in_flight_bytes);
-                let (msg, admitted) = match self.in_flight.clone().try_acquire_many_owned(permits) {
-                    Ok(admitted) => (msg, admitted),
-                    Err(_) => {
-                        self.admitting = Some(msg);
-                        // The semaphore is never closed.
-                        let Ok(admitted) = self.in_flight.clone().acquire_many_owned(permits).await
-                        else {
-                            return None;
-                        };
-                        let Some(msg) = self.admitting.take() else {
-                            continue;
-                        };
-                        (msg, admitted)
+                let msg = match next {
+                    Ok(m) => m,
+                    Err(e) => {
+                        tracing::warn!(consumer = %self.consumer, error = %e, "consumer stream error; continuing");
+                        continue;
                     }
                 };
-                let (seq, delivered) = msg.info().map_or((None, 1), |i| {
-                    let delivered = u64::try_from(i.delivered).unwrap_or(1);
-                    (Some((i.stream_sequence, i.published)), delivered)
-                });
-                let attempt = u32::try_from(delivered).unwrap_or(u32::MAX);
-                let (msg, acker) = msg.split();
-                if let Some(key) = seq.filter(|_| delivered > 1)
-                    && self.stale_copy(key, delivered, &acker).await
+                // A stale copy of a message handled or settled here takes no bytes.
+                if let Some(info) = msg.info().ok().filter(|i| i.delivered > 1)
+                    && self
+                        .stale_copy(
+                            (info.stream_sequence, info.published),
+                            u64::try_from(info.delivered).unwrap_or(1),
+                            &msg,
+                        )
+                        .await
                 {
                     continue;
                 }
-                let held = seq.map(|seq| (self.held.clone(), seq));
-                if batch::is_batch(msg.headers.as_ref()) {
-                    self.unpack(msg, acker, attempt, held, admitted).await;
-                    continue;
-                }
-                let original = Original {
-                    consumer: self.consumer.clone(),
-                    subject: msg.subject.to_string(),
-                    payload: msg.payload,
-                    attempt,
-                    max_deliver: self.max_deliver,
-                    dedup_id: None,
-                };
-                let prefix = &self.bus.inner.config.subject_prefix;
-                match decode(prefix, &original.subject, &original.payload) {
-                    Ok(envelope) => {
-                        let acker = NatsAcker {
-                            bus: self.bus.clone(),
-                            original,
-                            settles: Settles::Message(acker),
-                            keep_alive: self.keep_alive,
-                            holding: held.as_ref().map(Holding::new),
-                            _admitted: Some(admitted),
-                        };
-                        return Some(Delivery::new(
-                            Arc::new(envelope),
-                            attempt,
-                            Some(Box::new(acker)),
-                        ));
-                    }
-                    Err(reason) => {
-                        let kind = self.bus.reject(&original, &reason).await;
-                        if let Err(e) = settle_message(&acker, kind, held.as_ref()).await {
-                            tracing::warn!(consumer = %self.consumer, error = %e, "could not settle a rejected message");
-                        }
-                    }
-                }
+                self.admitting = Some((msg, tokio::time::Instant::now()));
             }
         })
     }
 }
 
 impl DurableSubscription {
+    /// Admits the bytes of the message received last and takes it in: `Some(Some(_))` a
+    /// delivery to hand out, `Some(None)` nothing to hand out yet (look again), `None` the
+    /// subscription is done. While the budget is spent it waits for bytes, handing out what is
+    /// queued again meanwhile (whose settling may free them), acting on advisories and keeping
+    /// the waiting message alive; every branch is cancel-safe (the message stays here).
+    async fn admit(&mut self) -> Option<Option<Delivery>> {
+        let (msg, _) = self.admitting.as_ref()?;
+        let permits = admission(msg.payload.len(), self.budget());
+        let admitted = match self.in_flight.clone().try_acquire_many_owned(permits) {
+            Ok(admitted) => admitted,
+            Err(_) => {
+                let kept_alive = self.admitting.as_ref().map(|(_, at)| *at)?;
+                tokio::select! {
+                    admitted = self.in_flight.clone().acquire_many_owned(permits) => {
+                        // The semaphore is never closed.
+                        admitted.ok()?
+                    }
+                    () = self.again.queued.notified() => return Some(None),
+                    a = next_advisory(&mut self.advisories) => {
+                        self.on_advisory(a).await;
+                        return Some(None);
+                    }
+                    () = tokio::time::sleep_until(kept_alive + self.keep_alive) => {
+                        if let Some((msg, at)) = self.admitting.as_mut() {
+                            *at = tokio::time::Instant::now();
+                            if let Err(e) = msg.ack_with(AckKind::Progress).await {
+                                tracing::debug!(consumer = %self.consumer, error = %e, "could not keep a message waiting for bytes alive");
+                            }
+                        }
+                        return Some(None);
+                    }
+                }
+            }
+        };
+        let (msg, _) = self.admitting.take()?;
+        Some(self.take_in(msg, admitted).await)
+    }
+
+    /// The budget in bytes (at most what a semaphore holds on this platform).
+    fn budget(&self) -> u32 {
+        budget_of(self.bus.inner.config.max_in_flight_bytes)
+    }
+
+    /// Acts on the next advisory (`None`: the advisories ended, not looked at again).
+    async fn on_advisory(&mut self, advisory: Option<async_nats::Message>) {
+        match advisory {
+            Some(advisory) => self.abandoned(&advisory.payload).await,
+            None => self.advisories = None,
+        }
+    }
+
+    /// Takes in a received message whose bytes are `admitted`: its delivery, or `None` when
+    /// it is a batch (queued in `pending`) or was rejected.
+    async fn take_in(&mut self, msg: jetstream::Message, admitted: Admitted) -> Option<Delivery> {
+        let (seq, delivered) = msg.info().map_or((None, 1), |i| {
+            let delivered = u64::try_from(i.delivered).unwrap_or(1);
+            (Some((i.stream_sequence, i.published)), delivered)
+        });
+        let attempt = u32::try_from(delivered).unwrap_or(u32::MAX);
+        let (msg, acker) = msg.split();
+        let held = seq.map(|seq| (self.held.clone(), seq));
+        if batch::is_batch(msg.headers.as_ref()) {
+            self.unpack(msg, acker, attempt, held, admitted).await;
+            return None;
+        }
+        let original = Original {
+            consumer: self.consumer.clone(),
+            subject: msg.subject.to_string(),
+            payload: msg.payload,
+            attempt,
+            max_deliver: self.max_deliver,
+            dedup_id: None,
+        };
+        let prefix = &self.bus.inner.config.subject_prefix;
+        match decode(prefix, &original.subject, &original.payload) {
+            Ok(envelope) => {
+                let acker = NatsAcker {
+                    bus: self.bus.clone(),
+                    original,
+                    settles: Settles::Message(acker),
+                    keep_alive: self.keep_alive,
+                    holding: held.as_ref().map(Holding::new),
+                    _admitted: Some(admitted),
+                };
+                Some(Delivery::new(
+                    Arc::new(envelope),
+                    attempt,
+                    Some(Box::new(acker)),
+                ))
+            }
+            Err(reason) => {
+                let kind = self.bus.reject(&original, &reason).await;
+                if let Err(e) = settle_message(&acker, kind, held.as_ref()).await {
+                    tracing::warn!(consumer = %self.consumer, error = %e, "could not settle a rejected message");
+                }
+                None
+            }
+        }
+    }
+}
+
+impl DurableSubscription {
     /// Whether the redelivered message (`delivered` > 1) is a stale copy of one handled or
     /// settled here (see [`held`](super::held)); one settled for good is acknowledged again.
-    async fn stale_copy(
-        &self,
-        key: MessageKey,
-        delivered: u64,
-        acker: &jetstream::message::Acker,
-    ) -> bool {
+    async fn stale_copy(&self, key: MessageKey, delivered: u64, msg: &jetstream::Message) -> bool {
         match self.held.copy(key, delivered) {
             Redelivered::New => false,
             Redelivered::Handling => {
@@ -1098,7 +1181,7 @@ impl DurableSubscription {
             }
             Redelivered::Settled => {
                 tracing::debug!(consumer = %self.consumer, sequence = key.0, delivered, "acknowledging again a redelivered copy of a message settled here");
-                if let Err(e) = acker.ack_with(AckKind::Ack).await {
+                if let Err(e) = msg.ack_with(AckKind::Ack).await {
                     tracing::warn!(consumer = %self.consumer, error = %e, "could not acknowledge a redelivered copy");
                 }
                 true

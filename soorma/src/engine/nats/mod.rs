@@ -121,7 +121,8 @@ pub struct NatsConfig {
     pub stream_prefix: String,
     /// KV bucket name prefix (`soorma`).
     pub bucket_prefix: String,
-    /// How long streams keep events (default 24 h).
+    /// How long streams keep events (default 24 h; zero: unlimited; else at least 2 min, their
+    /// de-duplication window).
     pub event_max_age: Duration,
     /// How long a delivery may stay unacknowledged before redelivery (default 30 s).
     pub ack_wait: Duration,
@@ -148,9 +149,10 @@ pub struct NatsConfig {
     /// (default 15 s; zero: not retried; at most 100 s, inside the streams' 120 s
     /// de-duplication window).
     pub failover_retry: Duration,
-    /// How many bytes of received events (as stored) one subscription holds at most, waiting
-    /// for a handler or being handled (default 16 MiB; an event larger than that is taken
-    /// alone). Bounds what large payloads, hostile ones too, take in memory: a decoded event
+    /// How many bytes of events (as stored) one agent subscription decodes and holds at most,
+    /// waiting for a handler or being handled (default 16 MiB; an event larger than that is
+    /// taken alone); its pulls fetch no more bytes ahead (or the server's `max_payload`, when
+    /// larger). Bounds what large payloads, hostile ones too, take in memory: a decoded event
     /// takes up to about 16 times its stored size.
     pub max_in_flight_bytes: u32,
 }
@@ -492,9 +494,9 @@ impl NatsConfig {
                 "the NATS in-flight byte limit must be positive: no event could be received".into(),
             ));
         }
-        if self.event_max_age < DUPLICATE_WINDOW {
+        if !self.event_max_age.is_zero() && self.event_max_age < DUPLICATE_WINDOW {
             return Err(Error::Config(format!(
-                "the NATS event max age ({:?}) must be at least {DUPLICATE_WINDOW:?}, the event streams' de-duplication window",
+                "the NATS event max age ({:?}) must be 0 (unlimited) or at least {DUPLICATE_WINDOW:?}, the event streams' de-duplication window",
                 self.event_max_age
             )));
         }
@@ -557,9 +559,13 @@ const DLQ_MAX_BYTES_ENV: &str = "SOORMA_NATS_DLQ_MAX_BYTES";
 const ACK_WAIT_ENV: &str = "SOORMA_NATS_ACK_WAIT";
 /// The de-duplication window of the event streams soorma creates.
 pub(super) const DUPLICATE_WINDOW: Duration = Duration::from_secs(120);
+/// How much longer than the failover retry a stream's de-duplication window must be: the
+/// last retry's acknowledgement timeout (as [`MAX_FAILOVER_RETRY`] leaves inside
+/// [`DUPLICATE_WINDOW`]).
+pub(super) const DUPLICATE_WINDOW_MARGIN: Duration = Duration::from_secs(20);
 /// The longest failover retry: its last attempt (plus an acknowledgement timeout) stays inside
 /// the de-duplication window (120 s) of the streams soorma creates.
-const MAX_FAILOVER_RETRY: Duration = Duration::from_secs(100);
+const MAX_FAILOVER_RETRY: Duration = DUPLICATE_WINDOW.saturating_sub(DUPLICATE_WINDOW_MARGIN);
 /// `SOORMA_NATS_MAX_IN_FLIGHT_BYTES`: the bytes of received events a subscription holds.
 const MAX_IN_FLIGHT_BYTES_ENV: &str = "SOORMA_NATS_MAX_IN_FLIGHT_BYTES";
 /// `SOORMA_NATS_FAILOVER_RETRY`: how long publishes are retried through a failover.
@@ -730,12 +736,16 @@ fn is_no_responders(error: &(dyn std::error::Error + 'static)) -> bool {
 /// configuration error; no answer in time may be a busy server or a user not allowed to ask
 /// (`$JS.API.INFO`), and is said so.
 fn account_error(url: &str, e: async_nats::jetstream::context::AccountError) -> Error {
+    use async_nats::jetstream::ErrorCode;
     use async_nats::jetstream::context::AccountErrorKind;
-    /// "JetStream not enabled for account".
-    const NOT_ENABLED_FOR_ACCOUNT: u64 = 10039;
     match e.kind() {
         AccountErrorKind::JetStreamUnavailable => jetstream_unavailable(url, e),
-        AccountErrorKind::JetStream(js) if js.error_code().0 == NOT_ENABLED_FOR_ACCOUNT => {
+        AccountErrorKind::JetStream(js) if js.error_code() == ErrorCode::JETSTREAM_NOT_ENABLED => {
+            jetstream_unavailable(url, e)
+        }
+        AccountErrorKind::JetStream(js)
+            if js.error_code() == ErrorCode::JETSTREAM_NOT_ENABLED_FOR_ACCOUNT =>
+        {
             Error::Config(format!(
                 "JetStream is not enabled for this user's account on the NATS server at {url} ({e}); enable it in the account's configuration"
             ))
@@ -922,12 +932,9 @@ mod tests {
         assert!(matches!(retry.validate(), Err(Error::Config(m)) if m.contains("failover retry")));
         let young = ok.clone().with_event_max_age(Duration::from_secs(60));
         assert!(matches!(young.validate(), Err(Error::Config(m)) if m.contains("event max age")));
-        assert!(
-            ok.clone()
-                .with_event_max_age(DUPLICATE_WINDOW)
-                .validate()
-                .is_ok()
-        );
+        for kept in [DUPLICATE_WINDOW, Duration::ZERO] {
+            assert!(ok.clone().with_event_max_age(kept).validate().is_ok());
+        }
     }
 
     #[test]

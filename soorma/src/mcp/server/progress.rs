@@ -4,7 +4,7 @@ use std::collections::HashMap;
 use std::sync::{Arc, Mutex, Weak};
 
 use soorma_common::{TaskProgress, Topic};
-use tokio::sync::mpsc;
+use tokio::sync::watch;
 use tokio::task::AbortHandle;
 
 use crate::platform::Platform;
@@ -12,11 +12,9 @@ use crate::platform::Platform;
 /// A request's progress route, by its tenant and event id: another tenant's `task.progress`
 /// naming the same id is not forwarded.
 type RouteKey = (String, String);
-type RouteMap = HashMap<RouteKey, mpsc::Sender<TaskProgress>>;
-
-/// Progress events held for one call, not yet forwarded to its client: past that, new ones are
-/// dropped (progress is a hint; the reply still comes).
-const HELD_PER_CALL: usize = 64;
+/// Each call holds its latest progress report not yet forwarded to its client (one slot: a
+/// newer report replaces it).
+type RouteMap = HashMap<RouteKey, watch::Sender<Option<TaskProgress>>>;
 type Routes = Arc<Mutex<RouteMap>>;
 
 /// One observer of `system-events` per server, started on the first call that wants progress.
@@ -38,7 +36,7 @@ impl Drop for ProgressRouter {
 pub(super) struct Subscription {
     key: RouteKey,
     routes: Routes,
-    pub rx: mpsc::Receiver<TaskProgress>,
+    pub rx: watch::Receiver<Option<TaskProgress>>,
 }
 
 impl Drop for Subscription {
@@ -78,7 +76,7 @@ impl ProgressRouter {
                 }
             }
         }
-        let (tx, rx) = mpsc::channel(HELD_PER_CALL);
+        let (tx, rx) = watch::channel(None);
         let key = (tenant.to_owned(), request_id.to_owned());
         lock(&self.routes).insert(key.clone(), tx);
         Some(Subscription {
@@ -101,15 +99,8 @@ async fn route(mut sub: Box<dyn crate::spi::bus::Subscription>, routes: Weak<Mut
             delivery.envelope.tenant().to_owned(),
             progress.task_id.clone(),
         );
-        let tx = lock(&routes).get(&key).cloned();
-        if let Some(tx) = tx
-            && let Err(mpsc::error::TrySendError::Full(progress)) = tx.try_send(progress)
-        {
-            tracing::debug!(
-                task_id = %key.1,
-                progress = progress.progress,
-                "an MCP call's client is behind on progress; this one is dropped"
-            );
+        if let Some(tx) = lock(&routes).get(&key) {
+            tx.send_replace(Some(progress));
         }
     }
     tracing::warn!(
