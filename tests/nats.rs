@@ -1135,6 +1135,50 @@ async fn registry_entries_expire_when_heartbeats_stop() {
     }
 }
 
+/// A key listing whose caller goes away mid-way (its future dropped once the server has its
+/// consumer) still deletes that consumer.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_key_listing_dropped_mid_way_leaves_no_consumer() {
+    use soorma::state::StateKey;
+    let server = NatsServer::start();
+    let platform = connect(&server).await;
+    let store = platform.state();
+    let writes = (0..2_000).map(|i| {
+        let store = store.clone();
+        async move {
+            let k = StateKey::new("many", "acme", format!("k{i}"));
+            store.put(&k, b"{}".to_vec()).await.unwrap();
+        }
+    });
+    futures_util::future::join_all(writes).await;
+    let mut dropped = 0;
+    for _ in 0..20 {
+        let listing = store.keys("many", "acme");
+        tokio::pin!(listing);
+        let watching = async {
+            while consumer_count(&platform).await == 0 {
+                tokio::time::sleep(Duration::from_millis(1)).await;
+            }
+        };
+        tokio::select! {
+            keys = &mut listing => assert_eq!(keys.unwrap().len(), 2_000),
+            () = watching => dropped += 1,
+        }
+        if dropped >= 3 {
+            break;
+        }
+    }
+    assert!(dropped >= 1, "no listing was caught mid-way");
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(5);
+    while consumer_count(&platform).await > 0 {
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "a dropped listing's consumer is still on the server"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn listing_keys_reads_one_tenant_and_skips_deleted_keys() {
     use soorma::state::StateKey;

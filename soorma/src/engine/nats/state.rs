@@ -378,6 +378,10 @@ pub(crate) async fn live_keys(
         return Ok(Vec::new());
     }
     let name = format!("soorma-keys-{}", crate::util::new_id());
+    let mut listing = Listing {
+        stream: store.stream.clone(),
+        name: Some(name.clone()),
+    };
     let consumer = store
         .stream
         .create_consumer(jetstream::consumer::push::OrderedConfig {
@@ -392,9 +396,7 @@ pub(crate) async fn live_keys(
         })
         .await?;
     let listed = read_live(consumer, &mut unseen).await;
-    if let Err(e) = store.stream.delete_consumer(&name).await {
-        tracing::debug!(consumer = %name, error = %e, "could not delete the key listing's consumer; the server removes it when idle");
-    }
+    listing.delete().await;
     Ok(listed?
         .into_iter()
         .filter(|(_, is_live)| *is_live)
@@ -404,6 +406,40 @@ pub(crate) async fn live_keys(
                 .map(str::to_owned)
         })
         .collect())
+}
+
+/// A key listing's consumer, deleted when the listing is done, or in the background when the
+/// listing is dropped before (its caller went away): the server would otherwise keep it until
+/// it has been idle for 30 s.
+struct Listing {
+    stream: jetstream::stream::Stream,
+    /// `None` once deleted.
+    name: Option<String>,
+}
+
+impl Listing {
+    async fn delete(&mut self) {
+        if let Some(name) = self.name.take() {
+            delete_listing(&self.stream, &name).await;
+        }
+    }
+}
+
+impl Drop for Listing {
+    fn drop(&mut self) {
+        if let Some(name) = self.name.take()
+            && let Ok(runtime) = tokio::runtime::Handle::try_current()
+        {
+            let stream = self.stream.clone();
+            runtime.spawn(async move { delete_listing(&stream, &name).await });
+        }
+    }
+}
+
+async fn delete_listing(stream: &jetstream::stream::Stream, name: &str) {
+    if let Err(e) = stream.delete_consumer(name).await {
+        tracing::debug!(consumer = %name, error = %e, "could not delete the key listing's consumer; the server removes it when idle");
+    }
 }
 
 /// Reads `consumer` until every subject of `unseen` has been seen (or nothing arrives for
