@@ -90,11 +90,6 @@ impl<K: Eq + Hash + Clone, V> OnceCache<K, V> {
                 let cell = Arc::new(tokio::sync::OnceCell::new());
                 c.cells.insert(key.clone(), cell.clone());
                 c.order.push_back(key.clone());
-                while c.order.len() > self.kept {
-                    if let Some(old) = c.order.pop_front() {
-                        c.cells.remove(&old);
-                    }
-                }
                 cell
             }
         };
@@ -102,10 +97,10 @@ impl<K: Eq + Hash + Clone, V> OnceCache<K, V> {
             .get_or_try_init(|| async { load.await.map(Arc::new) })
             .await
             .cloned();
+        let mut c = self.cells.lock().expect("fan-in cache lock");
         if loaded.is_err() {
             // Not found (a forged or stale id) or unreadable: not kept, so that unknown keys
             // do not push known ones out, and a later load tries again.
-            let mut c = self.cells.lock().expect("fan-in cache lock");
             if c.cells
                 .get(&key)
                 .is_some_and(|kept| Arc::ptr_eq(kept, &cell) && !kept.initialized())
@@ -113,7 +108,16 @@ impl<K: Eq + Hash + Clone, V> OnceCache<K, V> {
                 c.cells.remove(&key);
                 c.order.retain(|k| *k != key);
             }
+        } else {
+            // Only a value loaded makes room (loads in flight, which may fail, do not push
+            // loaded values out; there are at most as many as callers waiting).
+            while c.order.len() > self.kept {
+                if let Some(old) = c.order.pop_front() {
+                    c.cells.remove(&old);
+                }
+            }
         }
+        drop(c);
         loaded
     }
 }
@@ -718,5 +722,36 @@ mod tests {
         }
         let kept = cache.cells.lock().unwrap().cells.len();
         assert_eq!(kept, 2);
+    }
+
+    /// Loads in flight that fail (forged ids) do not push loaded values out.
+    #[tokio::test]
+    async fn failing_loads_in_flight_leave_loaded_values_cached() {
+        let cache: OnceCache<u32, u32> = OnceCache::new(2);
+        for k in [1, 2] {
+            cache.get_or_load(k, async move { Ok(k) }).await.unwrap();
+        }
+        let gate = tokio::sync::Notify::new();
+        let forged = |k: u32| {
+            let gate = &gate;
+            cache.get_or_load(k, async move {
+                gate.notified().await;
+                Err(Error::UnknownSubTask(k.to_string()))
+            })
+        };
+        let all = async { tokio::join!(forged(10), forged(11), forged(12)) };
+        tokio::pin!(all);
+        // Every forged load is in flight (waiting on the gate) before any fails.
+        let waiting = tokio::time::timeout(std::time::Duration::from_millis(50), &mut all);
+        assert!(waiting.await.is_err());
+        gate.notify_waiters();
+        let (a, b, c) = all.await;
+        assert!(a.is_err() && b.is_err() && c.is_err());
+        for k in [1, 2] {
+            let again = cache
+                .get_or_load(k, async { panic!("{k} was pushed out") })
+                .await;
+            assert_eq!(*again.unwrap(), k);
+        }
     }
 }
