@@ -277,29 +277,10 @@ impl NatsConfig {
             config.dead_letter_max_age = d;
         }
         if let Some(v) = var(DLQ_MAX_BYTES_ENV) {
-            config.dead_letter_max_bytes = v
-                .trim()
-                .parse::<i64>()
-                .ok()
-                .filter(|b| *b > 0)
-                .ok_or_else(|| {
-                    Error::Config(format!(
-                        "{DLQ_MAX_BYTES_ENV}=`{v}`: use a positive number of bytes"
-                    ))
-                })?;
+            config.dead_letter_max_bytes = positive_bytes(DLQ_MAX_BYTES_ENV, &v)?;
         }
         if let Some(v) = var(MAX_IN_FLIGHT_BYTES_ENV) {
-            config.max_in_flight_bytes = v
-                .trim()
-                .parse::<u32>()
-                .ok()
-                .filter(|b| *b > 0)
-                .ok_or_else(|| {
-                    Error::Config(format!(
-                        "{MAX_IN_FLIGHT_BYTES_ENV}=`{v}`: use a number of bytes from 1 to {}",
-                        u32::MAX
-                    ))
-                })?;
+            config.max_in_flight_bytes = positive_bytes(MAX_IN_FLIGHT_BYTES_ENV, &v)?;
         }
         if let Some(d) = duration(FAILOVER_RETRY_ENV)? {
             config.failover_retry = d;
@@ -508,6 +489,20 @@ impl NatsConfig {
         }
         Ok(servers)
     }
+}
+
+/// A positive number of bytes, read from the variable `name` (an [`Error::Config`] naming it
+/// when it is not one, or does not fit).
+fn positive_bytes<T: std::str::FromStr + PartialOrd + Default>(name: &str, v: &str) -> Result<T> {
+    v.trim()
+        .parse::<T>()
+        .ok()
+        .filter(|b| *b > T::default())
+        .ok_or_else(|| {
+            Error::Config(format!(
+                "{name}=`{v}`: use a positive number of bytes (no unit) that fits"
+            ))
+        })
 }
 
 /// The replica count (`1`..=`5`, JetStream's limit).
