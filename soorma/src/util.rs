@@ -262,6 +262,34 @@ impl<T: std::hash::Hash + Eq + Clone> RecentSet<T> {
     }
 }
 
+/// The events a read model applied lately, by scope (a plan, a run) and event id, remembered
+/// as hashes (a few bytes each, however long the ids), the last `capacity` of them.
+pub(crate) struct SeenIds {
+    hasher: std::collections::hash_map::RandomState,
+    seen: RecentSet<u64>,
+}
+
+impl SeenIds {
+    pub(crate) fn new(capacity: usize) -> Self {
+        Self {
+            hasher: std::collections::hash_map::RandomState::new(),
+            seen: RecentSet::new(capacity),
+        }
+    }
+
+    /// How many events it remembers.
+    #[cfg_attr(not(test), allow(dead_code))]
+    pub(crate) fn len(&self) -> usize {
+        self.seen.len()
+    }
+
+    /// Whether event `id` of `scope` is seen for the first time (lately).
+    pub(crate) fn first(&mut self, scope: &str, id: &str) -> bool {
+        use std::hash::BuildHasher;
+        self.seen.insert(self.hasher.hash_one((scope, id)))
+    }
+}
+
 /// The length of `value`'s JSON when it is at most `max` bytes (`None` when longer; the
 /// counting stops there, so a huge value costs no more than `max` bytes of writing).
 pub(crate) fn json_len_within(value: &serde_json::Value, max: usize) -> Option<usize> {

@@ -497,14 +497,11 @@ impl NatsBus {
         // No more fetched ahead than the subscriber can handle at once: a message waiting in
         // the client's buffer is not kept alive, and would be redelivered after `ack_wait`.
         let batch = spec.prefetch.map_or(MAX_BATCH, |p| p.clamp(1, MAX_BATCH));
-        // The client buffers no more bytes ahead than the subscription's budget (and never
-        // less than the largest message, which a smaller pull would refuse).
-        let max_bytes = (budget_of(cfg.max_in_flight_bytes) as usize)
-            .max(self.inner.client.max_payload() + PULL_BYTES_HEADROOM);
+        // Pulls are bounded by message count, not bytes: a pull smaller than a stored message
+        // is refused by the server and async-nats pulls again, for ever.
         let messages = consumer
             .stream()
             .max_messages_per_batch(batch)
-            .max_bytes_per_batch(max_bytes)
             .expires(PULL_EXPIRES)
             .messages()
             .await
@@ -927,9 +924,6 @@ fn admission(bytes: usize, budget: u32) -> u32 {
         .clamp(1, budget.max(1))
 }
 
-/// Room beyond the largest payload a pull must allow for a message's subject and headers.
-const PULL_BYTES_HEADROOM: usize = 64 * 1024;
-
 /// A configured budget as a semaphore holds it (tokio's limit is lower on 32-bit targets).
 fn budget_of(configured: u32) -> u32 {
     let most = u32::try_from(tokio::sync::Semaphore::MAX_PERMITS).unwrap_or(u32::MAX);
@@ -958,7 +952,12 @@ impl DurableSubscription {
         left.extend(self.pending.drain(..));
         Unhandled {
             deliveries: left,
-            waiting: self.admitting.take().map(|(msg, _)| msg),
+            waiting: self.admitting.take().map(|(msg, _)| Waiting {
+                msg,
+                bus: self.bus.clone(),
+                consumer: self.consumer.clone(),
+                max_deliver: self.max_deliver,
+            }),
         }
     }
 }
@@ -967,8 +966,40 @@ impl DurableSubscription {
 struct Unhandled {
     /// Envelopes to hand out again, and those of a received batch not handed out yet.
     deliveries: Vec<Delivery>,
-    /// The message that waited for its bytes: redelivered at once (to another instance).
-    waiting: Option<jetstream::Message>,
+    /// The message that waited for its bytes: redelivered at once (to another instance), or
+    /// dead-lettered when that was its last delivery.
+    waiting: Option<Waiting>,
+}
+
+struct Waiting {
+    msg: jetstream::Message,
+    bus: NatsBus,
+    consumer: String,
+    max_deliver: u32,
+}
+
+impl Waiting {
+    async fn hand_back(self) {
+        let delivered = self.msg.info().map_or(1, |i| i.delivered);
+        let attempt = u32::try_from(delivered).unwrap_or(u32::MAX);
+        let kind = if attempt >= self.max_deliver {
+            let original = Original {
+                consumer: self.consumer,
+                subject: self.msg.subject.to_string(),
+                payload: self.msg.payload.clone(),
+                attempt,
+                max_deliver: self.max_deliver,
+                dedup_id: None,
+            };
+            let reason = "not handled: its subscription closed on its last delivery";
+            self.bus.reject(&original, reason).await
+        } else {
+            AckKind::Nak(None)
+        };
+        if let Err(e) = self.msg.ack_with(kind).await {
+            tracing::debug!(error = %e, "could not settle a message that waited for bytes; it is redelivered after ack_wait");
+        }
+    }
 }
 
 impl Unhandled {
@@ -978,10 +1009,8 @@ impl Unhandled {
 
     async fn settle(self) {
         settle_unhandled(self.deliveries).await;
-        if let Some(msg) = self.waiting
-            && let Err(e) = msg.ack_with(AckKind::Nak(None)).await
-        {
-            tracing::debug!(error = %e, "could not hand back a message that waited for bytes; it is redelivered after ack_wait");
+        if let Some(waiting) = self.waiting {
+            waiting.hand_back().await;
         }
     }
 }
@@ -1061,7 +1090,10 @@ impl Subscription for DurableSubscription {
                 {
                     continue;
                 }
-                self.admitting = Some((msg, tokio::time::Instant::now()));
+                // Its `ack_wait` began when the server sent it, not now: one that must wait for
+                // bytes is kept alive at once.
+                let now = tokio::time::Instant::now();
+                self.admitting = Some((msg, now.checked_sub(self.keep_alive).unwrap_or(now)));
             }
         })
     }
@@ -1120,7 +1152,9 @@ impl DurableSubscription {
     }
 
     /// Takes in a received message whose bytes are `admitted`: its delivery, or `None` when
-    /// it is a batch (queued in `pending`) or was rejected.
+    /// it is a batch (queued in `pending`) or was rejected. Not cancel-safe while it rejects
+    /// or unpacks: a `next` dropped then (the dispatch stopping) leaves the message to be
+    /// redelivered after `ack_wait`.
     async fn take_in(&mut self, msg: jetstream::Message, admitted: Admitted) -> Option<Delivery> {
         let (seq, delivered) = msg.info().map_or((None, 1), |i| {
             let delivered = u64::try_from(i.delivered).unwrap_or(1);

@@ -151,9 +151,10 @@ pub struct NatsConfig {
     pub failover_retry: Duration,
     /// How many bytes of events (as stored) one agent subscription decodes and holds at most,
     /// waiting for a handler or being handled (default 16 MiB; an event larger than that is
-    /// taken alone); its pulls fetch no more bytes ahead (or the server's `max_payload`, when
-    /// larger). Bounds what large payloads, hostile ones too, take in memory: a decoded event
-    /// takes up to about 16 times its stored size.
+    /// taken alone). Bounds what large payloads, hostile ones too, take in memory once decoded
+    /// (a decoded event takes up to about 16 times its stored size); the client library's
+    /// buffer of pulled messages is bounded by their count (the agent's concurrency, at most
+    /// 256).
     pub max_in_flight_bytes: u32,
 }
 

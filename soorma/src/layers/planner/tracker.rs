@@ -28,7 +28,6 @@ use crate::error::{Error, Result};
 use crate::platform::Platform;
 use crate::protocol::progress::progress_report;
 use crate::spi::bus::Subscription;
-use crate::util::RecentSet;
 use soorma_common::events::TASK_PROGRESS as TASK_PROGRESS_EVENT;
 
 /// At most this many plans are kept by default (the least recently updated finished plans go
@@ -222,7 +221,7 @@ pub struct PlanView {
     pub events_dropped: usize,
     /// The tasks it ran, in the order they were first seen (the tracker keeps the first 1,024).
     pub tasks: Vec<TaskView>,
-    /// How many more tasks the tracker saw and does not keep.
+    /// How many events about tasks past those kept the tracker saw (and did not apply).
     pub tasks_dropped: usize,
     /// Where these answers come from.
     pub source: ViewSource,
@@ -378,8 +377,6 @@ impl PlanView {
 const MAX_EVENTS_PER_PLAN: usize = 256;
 const MAX_TASKS_PER_PLAN: usize = 1024;
 const MAX_SUB_PLANS: usize = 1024;
-/// Event ids remembered per plan (a duplicate delivery changes nothing).
-const SEEN_PER_PLAN: usize = 4096;
 /// An event's data longer than this (as JSON) is kept as `{"truncated": true, "bytes": n}`.
 const MAX_EVENT_DATA_BYTES: usize = 2048;
 /// A plan's result longer than this (as JSON) is kept the same way.
@@ -389,9 +386,15 @@ const MAX_TEXT_BYTES: usize = 1024;
 /// What the whole model keeps, counted as JSON bytes: past it, the least recently updated
 /// plans (finished ones first) are dropped.
 const MODEL_BYTES: usize = 32 << 20;
-/// What a plan and a task count for besides their events and result (ids, times, texts).
-const PLAN_COST: usize = 1024;
-const TASK_COST: usize = 2 * MAX_TEXT_BYTES + 512;
+/// What a plan, a task, an event or a sub-plan counts for besides the lengths of its texts
+/// and JSON.
+const ITEM_COST: usize = 64;
+/// Event ids remembered (hashed with their plan), for all plans together.
+const SEEN: usize = 65_536;
+
+fn text_len(text: &Option<String>) -> usize {
+    text.as_ref().map_or(0, String::len)
+}
 
 /// `value`, or a marker saying how long it was when its JSON is over `max` bytes; with what it
 /// counts for.
@@ -409,9 +412,7 @@ fn bounded_text(value: Option<String>) -> Option<String> {
 /// One plan in the model.
 struct Entry {
     view: PlanView,
-    /// Event ids applied (a duplicate delivery changes nothing).
-    seen: RecentSet<String>,
-    /// What each kept event's data counts for, in order.
+    /// What each kept event counts for, in order.
     event_costs: std::collections::VecDeque<usize>,
     /// What its result counts for.
     result_cost: usize,
@@ -424,8 +425,14 @@ struct Entry {
 impl Entry {
     /// Keeps one more event (the oldest goes past [`MAX_EVENTS_PER_PLAN`]).
     fn push_event(&mut self, mut event: PlanEvent) {
-        let (data, cost) = kept(std::mem::take(&mut event.data), MAX_EVENT_DATA_BYTES);
+        let (data, data_cost) = kept(std::mem::take(&mut event.data), MAX_EVENT_DATA_BYTES);
         event.data = data;
+        let cost = ITEM_COST
+            + data_cost
+            + event.event_type.len()
+            + text_len(&event.event_id)
+            + text_len(&event.at)
+            + text_len(&event.state);
         self.view.events.push(event);
         self.event_costs.push_back(cost);
         if self.view.events.len() > MAX_EVENTS_PER_PLAN {
@@ -435,11 +442,48 @@ impl Entry {
         }
     }
 
-    /// What it counts for now.
+    /// What it counts for now: the lengths of what it holds (its texts, its events' and
+    /// result's JSON) and a little for each item.
     fn recount(&mut self) -> usize {
-        self.cost = PLAN_COST
-            + self.view.tasks.len() * TASK_COST
-            + self.view.sub_plans.len() * 64
+        let v = &self.view;
+        let texts = v.plan_id.len()
+            + v.tenant.len()
+            + [
+                &v.plan_type,
+                &v.current_state,
+                &v.session_id,
+                &v.parent_plan_id,
+                &v.started_at,
+                &v.updated_at,
+                &v.error,
+            ]
+            .into_iter()
+            .map(text_len)
+            .sum::<usize>();
+        let tasks: usize = v
+            .tasks
+            .iter()
+            .map(|t| {
+                ITEM_COST
+                    + t.task_id.len()
+                    + [
+                        &t.event_type,
+                        &t.agent,
+                        &t.message,
+                        &t.error,
+                        &t.requested_at,
+                        &t.updated_at,
+                    ]
+                    .into_iter()
+                    .map(text_len)
+                    .sum::<usize>()
+            })
+            .sum();
+        let sub_plans: usize = v.sub_plans.iter().map(|id| ITEM_COST + id.len()).sum();
+        self.cost = ITEM_COST
+            + texts
+            + tasks
+            + sub_plans
             + self.event_costs.iter().sum::<usize>()
             + self.result_cost;
         self.cost
@@ -455,6 +499,8 @@ struct Model {
     max_plans: usize,
     /// What the plans count for together ([`MODEL_BYTES`] at most, past an event).
     cost: usize,
+    /// The events applied lately (a duplicate delivery changes nothing).
+    seen: crate::util::SeenIds,
 }
 
 const LIFECYCLE: [&str; 6] = [
@@ -475,18 +521,20 @@ impl Model {
             clock: 0,
             max_plans: max_plans.max(1),
             cost: 0,
+            seen: crate::util::SeenIds::new(SEEN),
         }
     }
 
-    /// Counts what `plan_id`'s entry holds now, and drops the least recently updated other
-    /// plans (finished ones first) while the model holds more than [`MODEL_BYTES`].
-    fn recount(&mut self, plan_id: &str) {
+    /// Counts what `plan_id`'s entry holds now, and drops the least recently updated plans
+    /// but those of `keep` (finished ones first) while the model holds more than
+    /// [`MODEL_BYTES`].
+    fn recount(&mut self, plan_id: &str, keep: &[&str]) {
         if let Some(entry) = self.plans.get_mut(plan_id) {
             let before = entry.cost;
             self.cost = self.cost - before + entry.recount();
         }
         while self.cost > MODEL_BYTES {
-            let Some(id) = self.least_recent(plan_id) else {
+            let Some(id) = self.least_recent(keep) else {
                 break;
             };
             if let Some(gone) = self.plans.remove(&id) {
@@ -495,44 +543,46 @@ impl Model {
         }
     }
 
-    /// The least recently updated plan other than `keep`, a finished one first.
-    fn least_recent(&self, keep: &str) -> Option<String> {
+    /// The least recently updated plan not in `keep`, a finished one first.
+    fn least_recent(&self, keep: &[&str]) -> Option<String> {
         super::workflow_view::least_recent(&self.plans, keep, |e| (e.view.is_finished(), e.touched))
     }
 
-    /// The entry of `plan_id`, if the event is new to it; `None` for a duplicate delivery.
-    fn entry(&mut self, plan_id: &str, event_id: &str) -> Option<&mut Entry> {
+    /// The entry of `plan_id`, if the event is new to it; `None` for a duplicate delivery. A
+    /// plan made room for is not one of `keep`.
+    fn entry(&mut self, plan_id: &str, event_id: &str, keep: &[&str]) -> Option<&mut Entry> {
+        if !self.seen.first(plan_id, event_id) {
+            return None;
+        }
         self.clock += 1;
         let clock = self.clock;
         let tenant = self.tenant.clone();
         if !self.plans.contains_key(plan_id) {
-            self.evict_for(plan_id);
+            self.evict_for(plan_id, keep);
         }
         let entry = self
             .plans
             .entry(plan_id.to_owned())
             .or_insert_with(|| Entry {
                 view: PlanView::new(plan_id, &tenant),
-                seen: RecentSet::new(SEEN_PER_PLAN),
                 event_costs: std::collections::VecDeque::new(),
                 result_cost: 0,
                 cost: 0,
                 touched: clock,
             });
-        if !entry.seen.insert(event_id.to_owned()) {
-            return None;
-        }
         entry.touched = clock;
         Some(entry)
     }
 
     /// Makes room for one more plan: drops the least recently updated finished plan, or else
     /// the least recently updated one.
-    fn evict_for(&mut self, incoming: &str) {
+    fn evict_for(&mut self, incoming: &str, keep: &[&str]) {
         if self.plans.len() < self.max_plans {
             return;
         }
-        if let Some(id) = self.least_recent(incoming)
+        let mut kept = keep.to_vec();
+        kept.push(incoming);
+        if let Some(id) = self.least_recent(&kept)
             && let Some(gone) = self.plans.remove(&id)
         {
             self.cost -= gone.cost;
@@ -574,11 +624,18 @@ impl Model {
                 .filter(|id| id.len() <= crate::spi::envelope::MAX_ID_LEN)
                 .map(str::to_owned)
         };
+        if data
+            .get("plan_id")
+            .and_then(Value::as_str)
+            .is_some_and(|id| id.len() > crate::spi::envelope::MAX_ID_LEN)
+        {
+            return false;
+        }
         let Some(plan_id) = id("plan_id").or_else(|| env.plan_id.clone()) else {
             return false;
         };
         let parent = id("parent_plan_id");
-        let Some(entry) = self.entry(&plan_id, &env.id) else {
+        let Some(entry) = self.entry(&plan_id, &env.id, &[]) else {
             return false;
         };
         let view = &mut entry.view;
@@ -634,16 +691,16 @@ impl Model {
             state,
             data: data.clone(),
         });
-        self.recount(&plan_id);
+        self.recount(&plan_id, &[&plan_id]);
         if let Some(parent) = parent.filter(|_| env.event_type == "plan.started") {
             let child_event = format!("{}#sub-plan", env.id);
-            if let Some(parent_entry) = self.entry(&parent, &child_event)
+            if let Some(parent_entry) = self.entry(&parent, &child_event, &[&plan_id])
                 && parent_entry.view.sub_plans.len() < MAX_SUB_PLANS
                 && !parent_entry.view.sub_plans.contains(&plan_id)
             {
-                parent_entry.view.sub_plans.push(plan_id);
+                parent_entry.view.sub_plans.push(plan_id.clone());
             }
-            self.recount(&parent);
+            self.recount(&parent, &[&parent, &plan_id]);
         }
         true
     }
@@ -660,7 +717,7 @@ impl Model {
         let Some(plan_id) = progress.plan_id.clone().or_else(|| env.plan_id.clone()) else {
             return false;
         };
-        let Some(entry) = self.entry(&plan_id, &env.id) else {
+        let Some(entry) = self.entry(&plan_id, &env.id, &[]) else {
             return false;
         };
         let Some(task) = entry.view.task_mut(&progress.task_id) else {
@@ -677,7 +734,7 @@ impl Model {
             task.progress = Some(progress.progress);
         }
         task.updated_at.clone_from(&env.time);
-        self.recount(&plan_id);
+        self.recount(&plan_id, &[&plan_id]);
         true
     }
 
@@ -688,7 +745,7 @@ impl Model {
         if env.response_event.is_none() {
             return false;
         }
-        let Some(entry) = self.entry(&plan_id, &env.id) else {
+        let Some(entry) = self.entry(&plan_id, &env.id, &[]) else {
             return false;
         };
         let Some(task) = entry.view.task_mut(&env.id) else {
@@ -699,7 +756,7 @@ impl Model {
         if task.updated_at.is_none() {
             task.updated_at.clone_from(&env.time);
         }
-        self.recount(&plan_id);
+        self.recount(&plan_id, &[&plan_id]);
         true
     }
 
@@ -716,7 +773,7 @@ impl Model {
         if reply.request_id.len() > crate::spi::envelope::MAX_ID_LEN {
             return false;
         }
-        let Some(entry) = self.entry(&plan_id, &env.id) else {
+        let Some(entry) = self.entry(&plan_id, &env.id, &[]) else {
             return false;
         };
         let Some(task) = entry.view.task_mut(&reply.request_id) else {
@@ -731,7 +788,7 @@ impl Model {
             task.error = bounded_text(reply.error);
         }
         task.updated_at.clone_from(&env.time);
-        self.recount(&plan_id);
+        self.recount(&plan_id, &[&plan_id]);
         true
     }
 }
@@ -1275,7 +1332,32 @@ mod tests {
         assert!(v.tasks[0].error.as_ref().unwrap().len() <= MAX_TEXT_BYTES);
         assert!(m.cost <= MODEL_BYTES, "{}", m.cost);
         // Event ids seen are remembered within a bound too.
-        assert!(m.plans["p"].seen.len() <= SEEN_PER_PLAN);
+        assert!(m.seen.len() <= SEEN);
+    }
+
+    /// Making room for a parent plan does not drop the sub-plan whose start names it.
+    #[test]
+    fn a_parent_made_room_for_keeps_its_sub_plan() {
+        let mut m = Model::new("default".into(), 2);
+        m.apply(&lifecycle(
+            "x1",
+            "plan.started",
+            json!({"plan_id": "x", "state": "s"}),
+        ));
+        m.apply(&lifecycle(
+            "c1",
+            "plan.completed",
+            json!({"plan_id": "c", "state": "done"}),
+        ));
+        // The sub-plan's start arrives late, once it is finished.
+        m.apply(&lifecycle(
+            "c0",
+            "plan.started",
+            json!({"plan_id": "c", "state": "s", "parent_plan_id": "p"}),
+        ));
+        assert!(m.plans.contains_key("c"), "the sub-plan stays");
+        assert_eq!(m.plans["p"].view.sub_plans, ["c"]);
+        assert!(!m.plans.contains_key("x"));
     }
 
     #[test]

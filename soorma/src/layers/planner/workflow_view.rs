@@ -97,7 +97,8 @@ impl WorkflowView {
 /// What the model keeps of a run at most (step events come from anyone who may publish on the
 /// tenant's subjects): its steps, and the event ids it remembers.
 const MAX_STEPS_PER_RUN: usize = 256;
-const SEEN_PER_RUN: usize = 4096;
+/// Event ids remembered (hashed with their run), for all runs together.
+const SEEN: usize = 65_536;
 /// The steps all runs keep together: past it the least recently updated runs go.
 const MAX_STEPS: usize = 65_536;
 /// Texts (errors, names) are cut to this.
@@ -105,7 +106,6 @@ const MAX_TEXT_BYTES: usize = 1024;
 
 struct Entry {
     view: WorkflowView,
-    seen: crate::util::RecentSet<String>,
     touched: u64,
 }
 
@@ -116,6 +116,8 @@ pub(super) struct WorkflowViews {
     max: usize,
     /// The steps the runs keep together.
     steps: usize,
+    /// The events applied lately (a duplicate delivery changes nothing).
+    seen: crate::util::SeenIds,
 }
 
 impl WorkflowViews {
@@ -125,6 +127,7 @@ impl WorkflowViews {
             clock: 0,
             max: max.max(1),
             steps: 0,
+            seen: crate::util::SeenIds::new(SEEN),
         }
     }
 
@@ -156,10 +159,9 @@ impl WorkflowViews {
         }
         let entry = self.runs.entry(p.task_id.clone()).or_insert_with(|| Entry {
             view: WorkflowView::new(&p.task_id),
-            seen: crate::util::RecentSet::new(SEEN_PER_RUN),
             touched: clock,
         });
-        if !entry.seen.insert(env.id.clone()) {
+        if !self.seen.first(&p.task_id, &env.id) {
             return false;
         }
         entry.touched = clock;
@@ -191,10 +193,12 @@ impl WorkflowViews {
         step.status = p.status;
         step.attempt = p.attempt;
         if p.calls.is_some() {
-            step.calls = p.calls;
+            step.calls = p.calls.map(|c| crate::util::bounded(&c, MAX_TEXT_BYTES));
         }
         if p.sub_task_id.is_some() {
-            step.sub_task_id = p.sub_task_id;
+            step.sub_task_id = p
+                .sub_task_id
+                .map(|id| crate::util::bounded(&id, MAX_TEXT_BYTES));
         }
         step.error = p.error.map(|e| crate::util::bounded(&e, MAX_TEXT_BYTES));
         step.updated_at.clone_from(&env.time);
@@ -221,7 +225,7 @@ impl WorkflowViews {
         let Ok(reply) = serde_json::from_value::<ActionReply>(env.data.clone()) else {
             return false;
         };
-        if !entry.seen.insert(env.id.clone()) {
+        if !self.seen.first(task_id, &env.id) {
             return false;
         }
         let view = &mut entry.view;
@@ -248,7 +252,7 @@ impl WorkflowViews {
 
     /// The least recently updated run other than `keep`, a finished one first.
     fn least_recent(&self, keep: &str) -> Option<String> {
-        least_recent(&self.runs, keep, |e| (e.view.is_finished(), e.touched))
+        least_recent(&self.runs, &[keep], |e| (e.view.is_finished(), e.touched))
     }
 
     fn remove(&mut self, task_id: &str) {
@@ -258,17 +262,17 @@ impl WorkflowViews {
     }
 }
 
-/// The key of the least recently touched entry other than `keep`, a finished one first
+/// The key of the least recently touched entry not in `keep`, a finished one first
 /// (`state` says whether an entry is finished, and when it was last touched).
 pub(super) fn least_recent<E>(
     entries: &HashMap<String, E>,
-    keep: &str,
+    keep: &[&str],
     state: impl Fn(&E) -> (bool, u64),
 ) -> Option<String> {
     let oldest = |finished_only: bool| {
         entries
             .iter()
-            .filter(|(id, e)| *id != keep && (!finished_only || state(e).0))
+            .filter(|(id, e)| !keep.contains(&id.as_str()) && (!finished_only || state(e).0))
             .min_by_key(|(_, e)| state(e).1)
             .map(|(id, _)| id.clone())
     };
