@@ -814,8 +814,6 @@ struct Progress {
     sub: Subscription,
     peer: Peer<RoleServer>,
     last: Option<f64>,
-    /// The report being sent (until it is).
-    sending: Option<soorma_common::TaskProgress>,
 }
 
 impl Progress {
@@ -825,7 +823,6 @@ impl Progress {
             sub,
             peer,
             last: None,
-            sending: None,
         }
     }
 
@@ -838,24 +835,19 @@ impl Progress {
             );
             return;
         }
-        let value = progress.progress;
-        let mut params = ProgressNotificationParam::new(self.token.clone(), value).with_total(1.0);
+        self.last = Some(progress.progress);
+        let mut params =
+            ProgressNotificationParam::new(self.token.clone(), progress.progress).with_total(1.0);
         if let Some(message) = progress.message {
             params = params.with_message(message);
         }
         if let Err(e) = self.peer.notify_progress(params).await {
             tracing::debug!(error = %e, "could not send a progress notification");
         }
-        // Counted as sent once sent: a send cut short (the reply won) is sent again by `drain`.
-        self.last = Some(value);
     }
 
-    /// Forwards what has arrived already (before the reply was seen): a report whose sending
-    /// was cut short, then the latest.
+    /// Forwards what has arrived already (before the reply was seen): the latest report.
     async fn drain(&mut self) {
-        if let Some(cut_short) = self.sending.take() {
-            self.notify(cut_short).await;
-        }
         if !self.sub.rx.has_changed().unwrap_or(false) {
             return;
         }
@@ -873,9 +865,7 @@ async fn forward(progress: Option<&mut Progress>) {
         while progress.sub.rx.changed().await.is_ok() {
             let latest = progress.sub.rx.borrow_and_update().clone();
             if let Some(event) = latest {
-                progress.sending = Some(event.clone());
                 progress.notify(event).await;
-                progress.sending = None;
             }
         }
     }

@@ -980,19 +980,30 @@ struct Waiting {
 
 impl Waiting {
     async fn hand_back(self) {
-        let delivered = self.msg.info().map_or(1, |i| i.delivered);
+        let (sequence, delivered) = self
+            .msg
+            .info()
+            .map_or((None, 1), |i| (Some(i.stream_sequence), i.delivered));
         let attempt = u32::try_from(delivered).unwrap_or(u32::MAX);
         let kind = if attempt >= self.max_deliver {
+            // Kept alive while its dead letter is stored; named as any instance would name it.
+            if let Err(e) = self.msg.ack_with(AckKind::Progress).await {
+                tracing::debug!(error = %e, "could not keep a message being dead-lettered alive");
+            }
+            let max_deliver = u64::from(self.max_deliver);
             let original = Original {
+                dedup_id: sequence.map(|seq| last_delivery_id(&self.consumer, seq, max_deliver)),
                 consumer: self.consumer,
                 subject: self.msg.subject.to_string(),
                 payload: self.msg.payload.clone(),
                 attempt,
                 max_deliver: self.max_deliver,
-                dedup_id: None,
             };
             let reason = "not handled: its subscription closed on its last delivery";
-            self.bus.reject(&original, reason).await
+            self.bus
+                .reject_last(&original, self.msg.headers.as_ref(), reason)
+                .await;
+            AckKind::Term
         } else {
             AckKind::Nak(None)
         };
@@ -1397,8 +1408,17 @@ impl DurableSubscription {
             "not settled on its last delivery ({attempt} of {}, max_deliver): the handling instance died or stalled",
             self.max_deliver
         );
-        // A batch's envelopes are dead-lettered one by one, as they would have been handled.
-        let parts = batch::is_batch(Some(&stored.headers))
+        self.bus
+            .reject_last(&original, Some(&stored.headers), &reason)
+            .await;
+    }
+}
+
+impl NatsBus {
+    /// Dead-letters a message on its last delivery, a batch's envelopes one by one (as they
+    /// would have been handled; the `i`th's id is `<id>-<i>`).
+    async fn reject_last(&self, original: &Original, headers: Option<&HeaderMap>, reason: &str) {
+        let parts = batch::is_batch(headers)
             .then(|| batch::split(&original.payload).ok())
             .flatten();
         match parts {
@@ -1409,17 +1429,15 @@ impl DurableSubscription {
                         dedup_id: original.dedup_id.as_ref().map(|id| format!("{id}-{i}")),
                         ..original.clone()
                     };
-                    self.bus.reject(&part, &reason).await;
+                    self.reject(&part, reason).await;
                 }
             }
             None => {
-                self.bus.reject(&original, &reason).await;
+                self.reject(original, reason).await;
             }
         }
     }
-}
 
-impl NatsBus {
     /// Dead-letters a message no handler can take (undecodable, a bad tenant, out of
     /// deliveries) and announces it as `event.dead_lettered` on `system-events`, under the
     /// subject's tenant (the default tenant when that is invalid). Returns how to settle it.

@@ -692,7 +692,7 @@ impl Model {
             data: data.clone(),
         });
         self.recount(&plan_id, &[&plan_id]);
-        if let Some(parent) = parent.filter(|_| env.event_type == "plan.started") {
+        if let Some(parent) = parent.filter(|p| env.event_type == "plan.started" && *p != plan_id) {
             let child_event = format!("{}#sub-plan", env.id);
             if let Some(parent_entry) = self.entry(&parent, &child_event, &[&plan_id])
                 && parent_entry.view.sub_plans.len() < MAX_SUB_PLANS

@@ -152,6 +152,9 @@ impl WorkflowViews {
         if p.task_id.len() > crate::spi::envelope::MAX_ID_LEN || p.step.len() > MAX_TEXT_BYTES {
             return false;
         }
+        if !self.seen.first(&p.task_id, &env.id) {
+            return false;
+        }
         self.clock += 1;
         let clock = self.clock;
         if !self.runs.contains_key(&p.task_id) {
@@ -161,9 +164,6 @@ impl WorkflowViews {
             view: WorkflowView::new(&p.task_id),
             touched: clock,
         });
-        if !self.seen.first(&p.task_id, &env.id) {
-            return false;
-        }
         entry.touched = clock;
         let view = &mut entry.view;
         view.agent
