@@ -776,3 +776,81 @@ async fn a_cancelled_tool_call_stops_the_agents_handler() {
         .expect("the agent waited for the cancelled handler")
         .unwrap();
 }
+
+/// A tool call's progress comes from its own tenant only: another tenant's `task.progress`
+/// naming the call's request id is not forwarded to its client.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn another_tenants_progress_for_a_call_is_not_forwarded() {
+    soorma_tests::init_tracing();
+    let platform = Platform::embedded();
+    let tracked = Tracked::default();
+    let tool = sleeper("napper", "nap.requested", &tracked)
+        .start(&platform)
+        .await
+        .unwrap();
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let server = McpServer::new(&platform)
+        .tenant("acme")
+        .spawn(listener)
+        .await
+        .unwrap();
+    let _ = rustls::crypto::ring::default_provider().install_default();
+    let transport = StreamableHttpClientTransport::from_uri(server.url());
+    let client = Recorder::default().serve(transport).await.unwrap();
+    let mut requests = platform
+        .bus()
+        .observe(Some(soorma::Topic::ActionRequests))
+        .await
+        .unwrap();
+    let call = {
+        let peer = client.peer().clone();
+        tokio::spawn(async move {
+            let params = CallToolRequestParams::new("nap.requested")
+                .with_arguments(json!({"nap_ms": 1500}).as_object().cloned().unwrap());
+            peer.call_tool(params).await
+        })
+    };
+    let request = tokio::time::timeout(Duration::from_secs(10), async {
+        loop {
+            let d = requests.next().await.expect("the request is seen");
+            if d.envelope.event_type == "nap.requested" {
+                return d.envelope.clone();
+            }
+        }
+    })
+    .await
+    .unwrap();
+    assert_eq!(request.tenant(), "acme");
+    let progress = |tenant: &str, id: &str, value: f64| {
+        soorma::EventEnvelope::new(id, "napper", soorma::Topic::SystemEvents, "task.progress")
+            .with_tenant_id(tenant)
+            .with_data(json!({"task_id": request.id, "agent": "napper", "progress": value}))
+    };
+    platform
+        .bus()
+        .publish(progress("acme", "p-own", 0.3))
+        .await
+        .unwrap();
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    // Higher: it would be forwarded were it taken for the call's.
+    platform
+        .bus()
+        .publish(progress("globex", "p-foreign", 0.9))
+        .await
+        .unwrap();
+    let done = call.await.unwrap().unwrap();
+    assert_eq!(done.is_error, Some(false), "{}", text(&done));
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let values: Vec<f64> = client
+        .service()
+        .progress
+        .lock()
+        .unwrap()
+        .iter()
+        .map(|p| p.progress)
+        .collect();
+    assert_eq!(values, [0.3], "only the call's own tenant's progress");
+    client.cancel().await.unwrap();
+    server.shutdown().await;
+    tool.shutdown().await.unwrap();
+}

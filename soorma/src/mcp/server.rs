@@ -130,7 +130,7 @@ impl McpServer {
             name: "soorma".into(),
             version: env!("CARGO_PKG_VERSION").into(),
             instructions: None,
-            call_timeout: Duration::from_secs(120),
+            call_timeout: default_call_timeout(platform),
             tenant: None,
             http: HttpConfig::default(),
             allowed_origins: Vec::new(),
@@ -189,7 +189,9 @@ impl McpServer {
         self
     }
 
-    /// How long a tool call waits for its reply before it fails (default 120 s).
+    /// How long a tool call waits for its reply before it fails (default 120 s, or longer on a
+    /// platform that redelivers later: 30 s past its redelivery delay, `ack_wait` on NATS, so
+    /// that a call outlives the redelivery of its request after a crash, as a client's does).
     ///
     /// ```
     /// let s = soorma::mcp::McpServer::new(&soorma::Platform::embedded())
@@ -541,6 +543,13 @@ impl McpServerHandle {
     }
 }
 
+/// The default call timeout on `platform`: 120 s, and at least what a client waits for by
+/// default there (its redelivery delay plus [`Client::DEFAULT_TIMEOUT`]).
+fn default_call_timeout(platform: &Platform) -> Duration {
+    let redelivery = platform.bus().redelivery_delay().unwrap_or_default();
+    Duration::from_secs(120).max(Client::DEFAULT_TIMEOUT.saturating_add(redelivery))
+}
+
 /// The rmcp server handler; one per server, shared by its sessions.
 #[derive(Clone)]
 struct McpService {
@@ -870,4 +879,72 @@ async fn forward(progress: Option<&mut Progress>) {
         }
     }
     std::future::pending::<()>().await;
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::Arc;
+
+    use soorma_common::{EventEnvelope, Topic};
+
+    use super::*;
+    use crate::engine::EngineParts;
+    use crate::engine::embedded::{EmbeddedBus, MemoryRegistry, MemoryStore};
+    use crate::spi::bus::{EventBus, Subscription, SubscriptionSpec};
+    use crate::util::BoxFuture;
+
+    /// A bus that redelivers an unsettled event after `delay` (as NATS does after `ack_wait`).
+    struct Redelivering {
+        inner: EmbeddedBus,
+        delay: Duration,
+    }
+
+    impl EventBus for Redelivering {
+        fn publish(&self, envelope: EventEnvelope) -> BoxFuture<'_, crate::error::Result<()>> {
+            self.inner.publish(envelope)
+        }
+
+        fn subscribe(
+            &self,
+            spec: SubscriptionSpec,
+        ) -> BoxFuture<'_, crate::error::Result<Box<dyn Subscription>>> {
+            self.inner.subscribe(spec)
+        }
+
+        fn observe(
+            &self,
+            topic: Option<Topic>,
+        ) -> BoxFuture<'_, crate::error::Result<Box<dyn Subscription>>> {
+            self.inner.observe(topic)
+        }
+
+        fn redelivery_delay(&self) -> Option<Duration> {
+            Some(self.delay)
+        }
+    }
+
+    fn platform(delay: Duration) -> Platform {
+        Platform::from_parts(EngineParts::new(
+            "redelivering",
+            Arc::new(Redelivering {
+                inner: EmbeddedBus::new(),
+                delay,
+            }),
+            Arc::new(MemoryStore::new()),
+            Arc::new(MemoryRegistry::new()),
+        ))
+    }
+
+    #[test]
+    fn a_calls_default_timeout_outlives_the_redelivery_of_its_request() {
+        let embedded = McpServer::new(&Platform::embedded());
+        assert_eq!(embedded.call_timeout, Duration::from_secs(120));
+        let quick = McpServer::new(&platform(Duration::from_secs(30)));
+        assert_eq!(quick.call_timeout, Duration::from_secs(120));
+        let slow = McpServer::new(&platform(Duration::from_secs(150)));
+        assert_eq!(slow.call_timeout, Duration::from_secs(180));
+        let set = McpServer::new(&platform(Duration::from_secs(150)))
+            .call_timeout(Duration::from_secs(5));
+        assert_eq!(set.call_timeout, Duration::from_secs(5), "as set");
+    }
 }
