@@ -246,6 +246,11 @@ impl<T: std::hash::Hash + Eq + Clone> RecentSet<T> {
         self.order.len()
     }
 
+    /// Whether it remembers `value`.
+    pub(crate) fn contains(&self, value: &T) -> bool {
+        self.set.contains(value)
+    }
+
     /// Inserts `value`; whether it was not remembered already.
     pub(crate) fn insert(&mut self, value: T) -> bool {
         if self.set.contains(&value) {
@@ -421,6 +426,8 @@ mod tests {
         assert!(seen.insert("c"), "past the capacity");
         assert!(seen.insert("a"), "the oldest was forgotten");
         assert!(!seen.insert("c"));
+        assert!(seen.contains(&"a") && !seen.contains(&"b"));
+        assert_eq!((seen.set.len(), seen.order.len()), (2, 2));
     }
 
     #[test]

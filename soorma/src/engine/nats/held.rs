@@ -16,9 +16,11 @@
 //!   acknowledgement was lost in a failover);
 //! - a message retried (negatively acknowledged) is handled again when redelivered.
 
-use std::collections::{HashMap, HashSet, VecDeque};
+use std::collections::HashMap;
 use std::hash::Hash;
 use std::sync::{Arc, Mutex};
+
+use crate::util::RecentSet;
 
 /// A stored message: its stream sequence and when the stream stored it.
 pub(super) type MessageKey = (u64, async_nats::datetime::DateTime);
@@ -49,9 +51,8 @@ pub(super) struct Held<K = MessageKey> {
 #[derive(Debug)]
 struct Seqs<K> {
     handling: HashMap<K, Handling>,
-    /// Settled for good, oldest first; `settled_set` holds the same messages.
-    settled: VecDeque<K>,
-    settled_set: HashSet<K>,
+    /// Settled for good, the last [`SETTLED_KEPT`].
+    settled: RecentSet<K>,
 }
 
 /// A message being handled here.
@@ -63,13 +64,12 @@ struct Handling {
     newest: Option<u64>,
 }
 
-impl<K> Default for Held<K> {
+impl<K: Copy + Eq + Hash> Default for Held<K> {
     fn default() -> Self {
         Self {
             seqs: Mutex::new(Seqs {
                 handling: HashMap::new(),
-                settled: VecDeque::new(),
-                settled_set: HashSet::new(),
+                settled: RecentSet::new(SETTLED_KEPT),
             }),
         }
     }
@@ -90,7 +90,7 @@ impl<K: Copy + Eq + Hash> Held<K> {
         if let Some(handling) = seqs.handling.get_mut(&key) {
             handling.newest = Some(handling.newest.map_or(delivered, |d| d.max(delivered)));
             Redelivered::Handling
-        } else if seqs.settled_set.contains(&key) {
+        } else if seqs.settled.contains(&key) {
             Redelivered::Settled
         } else {
             Redelivered::New
@@ -130,16 +130,7 @@ impl<K: Copy + Eq + Hash> Held<K> {
     /// Message `key` was acknowledged or terminated: the server will not deliver it again
     /// unless that was lost.
     pub(super) fn settled(&self, key: K) {
-        let mut seqs = self.seqs();
-        if !seqs.settled_set.insert(key) {
-            return;
-        }
-        seqs.settled.push_back(key);
-        if seqs.settled.len() > SETTLED_KEPT
-            && let Some(oldest) = seqs.settled.pop_front()
-        {
-            seqs.settled_set.remove(&oldest);
-        }
+        self.seqs().settled.insert(key);
     }
 }
 
@@ -216,11 +207,7 @@ mod tests {
         held.settled(SETTLED_KEPT as u64 + 1);
         assert_eq!(held.copy(1, 2), Redelivered::New, "the oldest is forgotten");
         assert_eq!(held.copy(2, 2), Redelivered::Settled);
-        let seqs = held.seqs();
-        assert_eq!(
-            (seqs.settled.len(), seqs.settled_set.len()),
-            (SETTLED_KEPT, SETTLED_KEPT)
-        );
+        assert_eq!(held.seqs().settled.len(), SETTLED_KEPT);
     }
 
     #[test]
