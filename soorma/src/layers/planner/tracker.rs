@@ -377,7 +377,8 @@ impl PlanView {
 const MAX_EVENTS_PER_PLAN: usize = 256;
 const MAX_TASKS_PER_PLAN: usize = 1024;
 const MAX_SUB_PLANS: usize = 1024;
-/// An event's data longer than this (as JSON) is kept as `{"truncated": true, "bytes": n}`.
+/// An event's data longer than this (as JSON) is kept as `{"truncated": true, "over_bytes": n}`
+/// (`n` this limit).
 const MAX_EVENT_DATA_BYTES: usize = 2048;
 /// A plan's result longer than this (as JSON) is kept the same way.
 const MAX_RESULT_BYTES: usize = 64 * 1024;
@@ -396,8 +397,7 @@ fn text_len(text: &Option<String>) -> usize {
     text.as_ref().map_or(0, String::len)
 }
 
-/// `value`, or a marker saying how long it was when its JSON is over `max` bytes; with what it
-/// counts for.
+/// `value`, or a marker saying it was over `max` bytes of JSON; with what it counts for.
 fn kept(value: Value, max: usize) -> (Value, usize) {
     match crate::util::json_len_within(&value, max) {
         Some(len) => (value, len),
@@ -617,24 +617,15 @@ impl Model {
                 .and_then(Value::as_str)
                 .map(|t| crate::util::bounded(t, MAX_TEXT_BYTES))
         };
-        // Ids longer than any the SDK makes name no plan.
-        let id = |field: &str| {
-            data.get(field)
-                .and_then(Value::as_str)
-                .filter(|id| id.len() <= crate::spi::envelope::MAX_ID_LEN)
-                .map(str::to_owned)
+        // Ids longer than any the SDK makes name no plan: `Err` for such an id.
+        let id = |field: &str| match data.get(field).and_then(Value::as_str) {
+            Some(id) if id.len() > crate::spi::envelope::MAX_ID_LEN => Err(()),
+            id => Ok(id.map(str::to_owned)),
         };
-        if data
-            .get("plan_id")
-            .and_then(Value::as_str)
-            .is_some_and(|id| id.len() > crate::spi::envelope::MAX_ID_LEN)
-        {
-            return false;
-        }
-        let Some(plan_id) = id("plan_id").or_else(|| env.plan_id.clone()) else {
+        let Ok(Some(plan_id)) = id("plan_id").map(|id| id.or_else(|| env.plan_id.clone())) else {
             return false;
         };
-        let parent = id("parent_plan_id");
+        let parent = id("parent_plan_id").ok().flatten();
         let Some(entry) = self.entry(&plan_id, &env.id, &[]) else {
             return false;
         };
@@ -1333,6 +1324,14 @@ mod tests {
         assert!(m.cost <= MODEL_BYTES, "{}", m.cost);
         // Event ids seen are remembered within a bound too.
         assert!(m.seen.len() <= SEEN);
+        // An id longer than any the SDK makes names no plan (not even the envelope's).
+        let long = lifecycle(
+            "too-long",
+            "plan.state_changed",
+            json!({"plan_id": "p".repeat(crate::spi::envelope::MAX_ID_LEN + 1), "to": "s"}),
+        )
+        .with_plan_id("p");
+        assert!(!m.apply(&long));
     }
 
     /// Making room for a parent plan does not drop the sub-plan whose start names it.
