@@ -247,6 +247,7 @@ impl<T: std::hash::Hash + Eq + Clone> RecentSet<T> {
     }
 
     /// Whether it remembers `value`.
+    #[cfg_attr(not(feature = "nats"), allow(dead_code))]
     pub(crate) fn contains(&self, value: &T) -> bool {
         self.set.contains(value)
     }
