@@ -908,8 +908,19 @@ struct DurableSubscription {
     /// permit per byte, taken for each message as it is received.
     in_flight: Arc<tokio::sync::Semaphore>,
     /// A message received that waits for its bytes to be admitted (kept here, so that `next`
-    /// dropped meanwhile loses nothing), and when it was last kept alive.
-    admitting: Option<(jetstream::Message, tokio::time::Instant)>,
+    /// dropped meanwhile loses nothing).
+    admitting: Option<Received>,
+}
+
+/// A message received, where it stands (read once from its reply subject), and when it was
+/// last kept alive while it waited for bytes.
+struct Received {
+    msg: jetstream::Message,
+    /// Its stream sequence and store time, when known.
+    seq: Option<MessageKey>,
+    /// How many times the server delivered it.
+    delivered: u64,
+    kept_alive: tokio::time::Instant,
 }
 
 /// A received message's place in its subscription's byte budget, held until it is settled
@@ -952,8 +963,8 @@ impl DurableSubscription {
         left.extend(self.pending.drain(..));
         Unhandled {
             deliveries: left,
-            waiting: self.admitting.take().map(|(msg, _)| Waiting {
-                msg,
+            waiting: self.admitting.take().map(|received| Waiting {
+                msg: received.msg,
                 bus: self.bus.clone(),
                 consumer: self.consumer.clone(),
                 max_deliver: self.max_deliver,
@@ -1089,22 +1100,25 @@ impl Subscription for DurableSubscription {
                         continue;
                     }
                 };
+                let (seq, delivered) = msg.info().map_or((None, 1), |i| {
+                    let delivered = u64::try_from(i.delivered).unwrap_or(1);
+                    (Some((i.stream_sequence, i.published)), delivered)
+                });
                 // A stale copy of a message handled or settled here takes no bytes.
-                if let Some(info) = msg.info().ok().filter(|i| i.delivered > 1)
-                    && self
-                        .stale_copy(
-                            (info.stream_sequence, info.published),
-                            u64::try_from(info.delivered).unwrap_or(1),
-                            &msg,
-                        )
-                        .await
+                if let Some(key) = seq.filter(|_| delivered > 1)
+                    && self.stale_copy(key, delivered, &msg).await
                 {
                     continue;
                 }
                 // Its `ack_wait` began when the server sent it, not now: one that must wait for
                 // bytes is kept alive at once.
                 let now = tokio::time::Instant::now();
-                self.admitting = Some((msg, now.checked_sub(self.keep_alive).unwrap_or(now)));
+                self.admitting = Some(Received {
+                    msg,
+                    seq,
+                    delivered,
+                    kept_alive: now.checked_sub(self.keep_alive).unwrap_or(now),
+                });
             }
         })
     }
@@ -1117,12 +1131,12 @@ impl DurableSubscription {
     /// queued again meanwhile (whose settling may free them), acting on advisories and keeping
     /// the waiting message alive; every branch is cancel-safe (the message stays here).
     async fn admit(&mut self) -> Option<Option<Delivery>> {
-        let (msg, _) = self.admitting.as_ref()?;
-        let permits = admission(msg.payload.len(), self.budget());
+        let waiting = self.admitting.as_ref()?;
+        let permits = admission(waiting.msg.payload.len(), self.budget());
         let admitted = match self.in_flight.clone().try_acquire_many_owned(permits) {
             Ok(admitted) => admitted,
             Err(_) => {
-                let kept_alive = self.admitting.as_ref().map(|(_, at)| *at)?;
+                let kept_alive = waiting.kept_alive;
                 tokio::select! {
                     admitted = self.in_flight.clone().acquire_many_owned(permits) => {
                         // The semaphore is never closed.
@@ -1134,9 +1148,9 @@ impl DurableSubscription {
                         return Some(None);
                     }
                     () = tokio::time::sleep_until(kept_alive + self.keep_alive) => {
-                        if let Some((msg, at)) = self.admitting.as_mut() {
-                            *at = tokio::time::Instant::now();
-                            if let Err(e) = msg.ack_with(AckKind::Progress).await {
+                        if let Some(waiting) = self.admitting.as_mut() {
+                            waiting.kept_alive = tokio::time::Instant::now();
+                            if let Err(e) = waiting.msg.ack_with(AckKind::Progress).await {
                                 tracing::debug!(consumer = %self.consumer, error = %e, "could not keep a message waiting for bytes alive");
                             }
                         }
@@ -1145,8 +1159,8 @@ impl DurableSubscription {
                 }
             }
         };
-        let (msg, _) = self.admitting.take()?;
-        Some(self.take_in(msg, admitted).await)
+        let received = self.admitting.take()?;
+        Some(self.take_in(received, admitted).await)
     }
 
     /// The budget in bytes (at most what a semaphore holds on this platform).
@@ -1166,11 +1180,13 @@ impl DurableSubscription {
     /// it is a batch (queued in `pending`) or was rejected. Not cancel-safe while it rejects
     /// or unpacks: a `next` dropped then (the dispatch stopping) leaves the message to be
     /// redelivered after `ack_wait`.
-    async fn take_in(&mut self, msg: jetstream::Message, admitted: Admitted) -> Option<Delivery> {
-        let (seq, delivered) = msg.info().map_or((None, 1), |i| {
-            let delivered = u64::try_from(i.delivered).unwrap_or(1);
-            (Some((i.stream_sequence, i.published)), delivered)
-        });
+    async fn take_in(&mut self, received: Received, admitted: Admitted) -> Option<Delivery> {
+        let Received {
+            msg,
+            seq,
+            delivered,
+            ..
+        } = received;
         let attempt = u32::try_from(delivered).unwrap_or(u32::MAX);
         let (msg, acker) = msg.split();
         let held = seq.map(|seq| (self.held.clone(), seq));
