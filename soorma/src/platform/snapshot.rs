@@ -12,7 +12,8 @@ use tokio::sync::watch;
 
 use super::discovery::Discovery;
 
-/// One successful registry read: when it began, the agents it found.
+/// One successful registry read: when it began, the agents it found, by name, then instance
+/// id (where several agents name one capability, its users take the first).
 #[derive(Debug)]
 pub(crate) struct Read {
     began: Instant,
@@ -20,6 +21,12 @@ pub(crate) struct Read {
 }
 
 impl Read {
+    /// The read begun at `began` that found `agents`.
+    pub(crate) fn new(began: Instant, mut agents: Vec<AgentDefinition>) -> Self {
+        agents.sort_by(|a, b| (&a.name, &a.agent_id).cmp(&(&b.name, &b.agent_id)));
+        Self { began, agents }
+    }
+
     /// When the read began: nothing registered or gone before then is missed.
     pub(crate) fn began(&self) -> Instant {
         self.began
@@ -56,11 +63,7 @@ impl<T> PerRead<T> {
     /// The value derived from `read` (by `derive`, unless it or a newer read was derived from
     /// already: callers racing on one read may derive it a few times alike, and the first
     /// stored stays).
-    pub(crate) fn of(
-        &self,
-        read: AgentsRead,
-        derive: impl FnOnce(&[AgentDefinition]) -> T,
-    ) -> Arc<T> {
+    pub(crate) fn of(&self, read: AgentsRead, derive: impl FnOnce(&Read) -> T) -> Arc<T> {
         if let Some(value) = self.at_least(&read) {
             return value;
         }
@@ -311,7 +314,7 @@ impl AgentsSnapshot {
         let (tx, result) = watch::channel(None);
         let read = tokio::spawn(async move {
             match tokio::time::timeout_at(deadline, discovery.all()).await {
-                Ok(Ok(agents)) => Ok(Arc::new(Read { began, agents })),
+                Ok(Ok(agents)) => Ok(Arc::new(Read::new(began, agents))),
                 Ok(Err(e)) => Err(format!("cannot read the registry: {e}")),
                 Err(_) => Err(format!(
                     "cannot read the registry: no answer within {timeout:?}"

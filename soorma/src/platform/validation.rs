@@ -13,9 +13,9 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use serde_json::Value;
-use soorma_common::{AgentDefinition, EventEnvelope, Topic};
+use soorma_common::{EventEnvelope, Topic};
 
-use super::snapshot::{AgentsSnapshot, PerRead};
+use super::snapshot::{AgentsSnapshot, PerRead, Read};
 use crate::error::{Error, Result, SchemaViolation};
 
 /// How old a registry read may be for a request's check to use it.
@@ -206,9 +206,9 @@ struct Snapshot {
 }
 
 impl Snapshot {
-    fn of(agents: &[AgentDefinition]) -> Self {
+    fn of(agents: &Read) -> Self {
         let mut consumers: HashMap<String, Vec<Option<String>>> = HashMap::new();
-        for agent in agents {
+        for agent in agents.iter() {
             let events = agent
                 .capabilities
                 .iter()
@@ -222,11 +222,10 @@ impl Snapshot {
                     .push(agent.tenant_id.clone());
             }
         }
-        // Where several agents name one capability or schema, the first by name (then id) wins.
-        let mut sorted: Vec<&AgentDefinition> = agents.iter().collect();
-        sorted.sort_by(|a, b| (&a.name, &a.agent_id).cmp(&(&b.name, &b.agent_id)));
+        // Where several agents name one capability or schema, the first by name (then id) wins:
+        // a read lists them in that order.
         let (mut by_task_name, mut schemas) = (HashMap::new(), HashMap::new());
-        for cap in sorted.iter().flat_map(|a| a.capabilities.iter()) {
+        for cap in agents.iter().flat_map(|a| a.capabilities.iter()) {
             let event = &cap.consumed_event;
             if event.topic != Topic::ActionRequests {
                 continue;
@@ -268,7 +267,7 @@ impl Snapshot {
 mod tests {
     use std::sync::atomic::Ordering;
 
-    use soorma_common::{AgentCapability, AgentKind, EventDefinition};
+    use soorma_common::{AgentCapability, AgentDefinition, AgentKind, EventDefinition};
 
     use super::*;
     use crate::platform::test_registries::Counting;

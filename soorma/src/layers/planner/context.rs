@@ -743,15 +743,12 @@ async fn discover_capabilities(
     let read = runtime.platform.agents().current().await.map_err(|e| {
         EngineError::new(EngineErrorKind::Registry, "list agents for planning").with_source(e)
     })?;
-    let mut agents: Vec<_> = read
+    let mut seen = std::collections::BTreeSet::new();
+    // A read lists agents by name, then instance id.
+    Ok(read
         .iter()
         .filter(|a| a.name != *runtime.name)
         .filter(|a| a.tenant_id.as_deref().is_none_or(|t| t == tenant))
-        .collect();
-    agents.sort_by(|a, b| (&a.name, &a.agent_id).cmp(&(&b.name, &b.agent_id)));
-    let mut seen = std::collections::BTreeSet::new();
-    Ok(agents
-        .into_iter()
         .flat_map(|a| &a.capabilities)
         .filter(|c| c.consumed_event.topic == Topic::ActionRequests)
         .filter(|c| seen.insert(&c.consumed_event.event_name))

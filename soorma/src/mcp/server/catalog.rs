@@ -8,6 +8,8 @@ use rmcp::model::{JsonObject, Tool};
 use serde_json::{Value, json};
 use soorma_common::{AgentCapability, AgentDefinition, AgentKind};
 
+use crate::platform::snapshot::Read;
+
 /// The argument a non-object payload travels in.
 pub(super) const INPUT: &str = "input";
 
@@ -54,15 +56,10 @@ impl Scope<'_> {
 impl Catalog {
     /// The tools of the agents in `scope`, one per consumed event (instances of an agent share
     /// them), sorted by name.
-    pub fn build(agents: &[AgentDefinition], scope: &Scope<'_>) -> Self {
-        let mut agents: Vec<&AgentDefinition> = agents.iter().collect();
-        agents.sort_by(|a, b| {
-            a.name
-                .cmp(&b.name)
-                .then_with(|| a.agent_id.cmp(&b.agent_id))
-        });
+    pub fn build(agents: &Read, scope: &Scope<'_>) -> Self {
         let mut catalog = Catalog::default();
-        for def in agents.into_iter().filter(|d| scope.serves(d)) {
+        // A read lists agents by name, then instance id: the first offering a tool wins.
+        for def in agents.iter().filter(|d| scope.serves(d)) {
             for cap in &def.capabilities {
                 let name = &cap.consumed_event.event_name;
                 if catalog.routes.contains_key(name) {
@@ -216,7 +213,10 @@ mod tests {
         let other_tenant = AgentDefinition::new("t-1", "private", AgentKind::Tool)
             .with_capability(cap("private.requested", None))
             .with_tenant_id("acme");
-        let all = vec![calc("c-2"), worker, planner, calc("c-1"), other_tenant];
+        let all = Read::new(
+            std::time::Instant::now(),
+            vec![calc("c-2"), worker, planner, calc("c-1"), other_tenant],
+        );
 
         let everything = Catalog::build(
             &all,
