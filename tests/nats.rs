@@ -1135,6 +1135,246 @@ async fn registry_entries_expire_when_heartbeats_stop() {
     }
 }
 
+/// A raw subscription of `group` to `job.posted` with a byte budget of 4 KiB (two of the
+/// 3 KB events from [`publish_padded`] do not fit together).
+async fn on_a_4_kib_budget(
+    platform: &Platform,
+    group: &str,
+    max_deliver: u32,
+) -> Box<dyn soorma::bus::Subscription> {
+    use soorma::bus::{EventFilter, SubscriptionSpec};
+    let spec = SubscriptionSpec::new(
+        group,
+        Topic::BusinessFacts,
+        EventFilter::only(["job.posted"]),
+    )
+    .with_max_deliver(max_deliver)
+    .with_prefetch(2);
+    platform.bus().subscribe(spec).await.unwrap()
+}
+
+async fn budget_of_4_kib(server: &NatsServer, ack_wait: Duration) -> Platform {
+    let config = NatsConfig::new(server.url())
+        .with_ack_wait(ack_wait)
+        .with_max_in_flight_bytes(4096);
+    soorma::nats::connect(config).await.unwrap()
+}
+
+/// Publishes `job.posted` events 0..n of about 3 KB each, one message each.
+async fn publish_padded(platform: &Platform, n: i64) {
+    let client = platform.client("test");
+    for i in 0..n {
+        client
+            .publish(
+                Topic::BusinessFacts,
+                "job.posted",
+                json!({"n": i, "padding": "x".repeat(3000)}),
+            )
+            .await
+            .unwrap();
+    }
+}
+
+/// The first delivery of `sub`, then proof that the second waits for bytes (nothing handed
+/// out for `waiting`, while the first is kept alive).
+async fn first_while_the_second_waits(
+    sub: &mut Box<dyn soorma::bus::Subscription>,
+    waiting: Duration,
+) -> soorma::bus::Delivery {
+    let first = tokio::time::timeout(WAIT, sub.next())
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(first.envelope.data["n"], 0);
+    // The first is kept alive meanwhile, as a handler's is.
+    let second = first
+        .keep_alive_while(tokio::time::timeout(waiting, sub.next()))
+        .await;
+    assert!(
+        second.is_err(),
+        "the second event does not fit the budget beside the first"
+    );
+    first
+}
+
+/// A message waiting for its bytes is kept alive: held for 2.5 s behind the first with
+/// `ack_wait` 1 s, it is handed out once the first is settled, and the server never
+/// redelivered it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_message_waiting_for_bytes_is_kept_alive() {
+    use soorma::bus::Settlement;
+    use soorma::nats::async_nats::jetstream;
+
+    let server = NatsServer::start();
+    let platform = budget_of_4_kib(&server, Duration::from_secs(1)).await;
+    let mut sub = on_a_4_kib_budget(&platform, "waiter", 3).await;
+    publish_padded(&platform, 2).await;
+    let first = first_while_the_second_waits(&mut sub, Duration::from_millis(2500)).await;
+    first.settle(Settlement::Ack).await.unwrap();
+    let second = tokio::time::timeout(WAIT, sub.next())
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(
+        (second.envelope.data["n"].as_i64(), second.attempt),
+        (Some(1), 1)
+    );
+    second.settle(Settlement::Ack).await.unwrap();
+    let js = jetstream::new(platform.nats_client().unwrap().clone());
+    let info = js
+        .get_stream("SOORMA_BUSINESS_FACTS")
+        .await
+        .unwrap()
+        .consumer_info("waiter__business-facts")
+        .await
+        .unwrap();
+    // Two deliveries in all: no copy of either was sent.
+    assert_eq!(info.delivered.consumer_sequence, 2, "{info:?}");
+    assert_eq!(info.num_ack_pending, 0, "{info:?}");
+}
+
+/// A subscription closed while a message waits for its bytes hands that message back at once
+/// (delivered again long before `ack_wait`, 30 s by default); on its last delivery, it is
+/// dead-lettered instead, saying why.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_message_waiting_for_bytes_is_handed_back_when_its_subscription_closes() {
+    use soorma::bus::Settlement;
+
+    let server = NatsServer::start();
+    let platform = budget_of_4_kib(&server, Duration::from_secs(30)).await;
+    let t = TestPlatform::with_platform(platform.clone()).await.unwrap();
+    let mut advisories = max_deliveries_advisories(&platform).await;
+    let mut sub = on_a_4_kib_budget(&platform, "closer", 3).await;
+    let mut last = on_a_4_kib_budget(&platform, "closer-last", 1).await;
+    publish_padded(&platform, 2).await;
+
+    let first = first_while_the_second_waits(&mut sub, Duration::from_secs(1)).await;
+    sub.close().await;
+    first.settle(Settlement::Ack).await.unwrap();
+    let mut again = on_a_4_kib_budget(&platform, "closer", 3).await;
+    let second = tokio::time::timeout(Duration::from_secs(5), again.next())
+        .await
+        .expect("handed back at once, not after ack_wait")
+        .unwrap();
+    assert_eq!(
+        (second.envelope.data["n"].as_i64(), second.attempt),
+        (Some(1), 2)
+    );
+    second.settle(Settlement::Ack).await.unwrap();
+
+    let first = first_while_the_second_waits(&mut last, Duration::from_secs(1)).await;
+    last.close().await;
+    first.settle(Settlement::Ack).await.unwrap();
+    settled_with(Some(&mut again), &mut advisories, &platform, 1).await;
+    let notices = t.events_of_type("event.dead_lettered");
+    assert_eq!(notices.len(), 1, "{notices:?}");
+    let reason = notices[0].data["reason"].as_str().unwrap();
+    assert!(
+        reason.contains("subscription closed on its last delivery"),
+        "{reason}"
+    );
+    assert_eq!(notices[0].data["attempt"], 1);
+}
+
+static ROLLING: std::sync::Mutex<Vec<(&str, i64)>> = std::sync::Mutex::new(Vec::new());
+
+async fn posted_by_old(event: Event<i64>) -> Result<(), ToolError> {
+    ROLLING.lock().unwrap().push(("posted by old", event.data));
+    Ok(())
+}
+
+async fn posted_by_new(event: Event<i64>) -> Result<(), ToolError> {
+    ROLLING.lock().unwrap().push(("posted by new", event.data));
+    Ok(())
+}
+
+async fn closed_by_new(event: Event<i64>) -> Result<(), ToolError> {
+    ROLLING.lock().unwrap().push(("closed", event.data));
+    Ok(())
+}
+
+/// A rolling upgrade: an instance of the agent's next version, with a handler the running one
+/// lacks, starts and widens the agent's consumer (one per agent and topic, shared by its
+/// instances). The old instance is delivered the new kind of event too; it hands each back
+/// instead of acknowledging it unhandled, so every one reaches the new instance, once, and
+/// nothing is dead-lettered. (Before, the old instance acknowledged about half of them.)
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn events_only_a_newer_version_handles_reach_it_during_a_rolling_upgrade() {
+    let server = NatsServer::start();
+    let platform = connect(&server).await;
+    let t = TestPlatform::with_platform(platform.clone()).await.unwrap();
+    // Enough deliveries that an event handed back by the old instance every time is
+    // unthinkable (2^-29), so a dead letter here is a bug.
+    let version = || {
+        Agent::new("rolling")
+            .use_registered_handlers(false)
+            .max_deliver(30)
+    };
+    let old = version()
+        .handler(Handler::on_event(
+            Topic::BusinessFacts,
+            "job.posted",
+            posted_by_old,
+        ))
+        .start(&platform)
+        .await
+        .unwrap();
+    let new = version()
+        .handler(Handler::on_event(
+            Topic::BusinessFacts,
+            "job.posted",
+            posted_by_new,
+        ))
+        .handler(Handler::on_event(
+            Topic::BusinessFacts,
+            "job.closed",
+            closed_by_new,
+        ))
+        .start(&platform)
+        .await
+        .unwrap();
+    let client = platform.client("test");
+    for (kind, n) in ["job.posted", "job.closed"]
+        .into_iter()
+        .flat_map(|kind| (0..20_i64).map(move |n| (kind, n)))
+    {
+        client.publish(Topic::BusinessFacts, kind, n).await.unwrap();
+    }
+    let handled = |kind: &str| {
+        let mut v: Vec<i64> = ROLLING
+            .lock()
+            .unwrap()
+            .iter()
+            .filter(|(k, _)| k.starts_with(kind))
+            .map(|(_, n)| *n)
+            .collect();
+        v.sort_unstable();
+        v
+    };
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
+    while handled("closed").len() < 20 || handled("posted").len() < 20 {
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "not all handled: closed {:?}, posted {:?}",
+            handled("closed"),
+            handled("posted")
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    // Past the hand-back delay: a copy handled twice would show.
+    tokio::time::sleep(Duration::from_millis(2500)).await;
+    let all: Vec<i64> = (0..20).collect();
+    assert_eq!(handled("closed"), all, "each new event handled once");
+    assert_eq!(handled("posted"), all, "each old event handled once");
+    assert!(
+        !handled("posted by old").is_empty(),
+        "the old instance handles what it has a handler for"
+    );
+    assert!(t.events_of_type("event.dead_lettered").is_empty());
+    old.shutdown().await.unwrap();
+    new.shutdown().await.unwrap();
+}
+
 /// A key listing whose caller goes away mid-way (its future dropped once the server has its
 /// consumer) still deletes that consumer.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -1473,6 +1713,60 @@ async fn an_existing_asset_the_sdk_cannot_use_is_a_named_configuration_error() {
             && msg.contains("two.*.action-requests.>"),
         "{msg}"
     );
+
+    // Event streams that would let a tenant purge every tenant's events, store a retried
+    // publish twice, or refuse the SDK's batches: each refused at its first use, naming the
+    // field.
+    let unsafe_streams = [
+        (
+            "rollup",
+            stream::Config {
+                allow_rollup: true,
+                ..Default::default()
+            },
+            "`allow_rollup_hdrs`",
+        ),
+        (
+            "window",
+            stream::Config {
+                duplicate_window: Duration::from_secs(10),
+                ..Default::default()
+            },
+            "`duplicate_window`",
+        ),
+        (
+            "small",
+            stream::Config {
+                max_message_size: 64 * 1024,
+                ..Default::default()
+            },
+            "`max_msg_size`",
+        ),
+    ];
+    for (prefix, config, field) in unsafe_streams {
+        let name = format!("{}_ACTION_REQUESTS", prefix.to_uppercase());
+        js.create_stream(stream::Config {
+            name: name.clone(),
+            subjects: vec![format!("{prefix}.*.action-requests.>")],
+            ..config
+        })
+        .await
+        .unwrap();
+        let platform = soorma::nats::connect(NatsConfig::new(server.url()).with_prefix(prefix))
+            .await
+            .unwrap();
+        let err = platform
+            .client("c")
+            .publish(Topic::ActionRequests, "calculate.requested", json!({}))
+            .await
+            .unwrap_err();
+        let msg = err.to_string();
+        assert!(matches!(err, Error::Config(_)), "{prefix}: {err:?}");
+        assert!(
+            msg.contains(&format!("stream `{name}`")) && msg.contains(field),
+            "{prefix}: {msg}"
+        );
+    }
 
     // More replicas than servers: the server's refusal, naming the stream.
     let platform = soorma::nats::connect(

@@ -43,6 +43,9 @@ const PULL_EXPIRES: Duration = Duration::from_secs(5);
 const BATCHES_IN_FLIGHT: usize = 16;
 /// How long a dead letter that could not be stored waits before its original is redelivered.
 const DEAD_LETTER_RETRY: Duration = Duration::from_secs(1);
+/// How long a message of a subject an instance has no handler for waits before it is
+/// delivered again (to any instance of the agent; see `DurableSubscription::hand_back_foreign`).
+const FOREIGN_RETRY: Duration = Duration::from_secs(1);
 
 struct Inner {
     client: async_nats::Client,
@@ -467,6 +470,7 @@ impl NatsBus {
             num_replicas: 0,
             ..Default::default()
         };
+        warn_if_narrowing(&stream, &name, &takes).await;
         // Creating a durable consumer with the same settings again is harmless: through a
         // failover (no answer in time, no meta leader) it is asked again.
         let stream_ref = &stream;
@@ -532,7 +536,8 @@ impl NatsBus {
             closed: false,
             max_deliver: spec.max_deliver.max(1),
             filters: takes,
-            messages,
+            told_foreign: false,
+            messages: Some(messages),
             advisories,
             stream,
             // Well inside `ack_wait`, so a slow handler's event is not redelivered meanwhile.
@@ -654,6 +659,49 @@ async fn takeover_start(
         "a new consumer takes over from the one an older soorma named `{legacy}`, after the messages it acknowledged; delete `{legacy}` once no instance of the older release runs, unless an agent named `{namesake}` runs"
     );
     Ok(consumer::DeliverPolicy::ByStartSequence { start_sequence })
+}
+
+/// Tells when this start narrows the filters of the consumer `name` while other instances
+/// pull from it: they run another version of the agent, and until an instance of theirs starts
+/// again the consumer skips the events only they have handlers for.
+async fn warn_if_narrowing(stream: &stream::Stream, name: &str, own: &[String]) {
+    // Only a warning: not waited for long (a cluster without a meta leader answers late).
+    let info = tokio::time::timeout(Duration::from_secs(2), stream.consumer_info(name)).await;
+    let Ok(Ok(info)) = info else {
+        return;
+    };
+    let dropped = dropped_filters(&info.config, own);
+    if !dropped.is_empty() && info.num_waiting > 0 {
+        tracing::warn!(
+            consumer = %name,
+            dropped = ?dropped,
+            pulling = info.num_waiting,
+            "narrowing the filters of a consumer other instances pull from: while these filters stand, the events only those instances (another version of the agent) handle are skipped"
+        );
+    }
+}
+
+/// The filters of `existing` that `own` (a new start's filters; every subject when empty)
+/// does not cover.
+fn dropped_filters(existing: &consumer::Config, own: &[String]) -> Vec<String> {
+    if own.is_empty() {
+        return Vec::new();
+    }
+    let single = Some(&existing.filter_subject).filter(|f| !f.is_empty());
+    let existing: Vec<&String> = if existing.filter_subjects.is_empty() {
+        single.into_iter().collect()
+    } else {
+        existing.filter_subjects.iter().collect()
+    };
+    if existing.is_empty() {
+        // It took every subject of the stream.
+        return vec![">".to_owned()];
+    }
+    existing
+        .into_iter()
+        .filter(|f| !own.iter().any(|o| assets::covers(o, f)))
+        .cloned()
+        .collect()
 }
 
 /// The description of `group`'s durable consumers.
@@ -872,6 +920,16 @@ impl MaxDeliveries {
     }
 }
 
+/// The next message of `messages`, or `None` when they ended.
+async fn next_message(
+    messages: &mut Option<MessageStream>,
+) -> Option<<MessageStream as Stream>::Item> {
+    match messages {
+        Some(m) => m.next().await,
+        None => None,
+    }
+}
+
 /// The next advisory, or never when there is no advisory subscription.
 async fn next_advisory(
     advisories: &mut Option<async_nats::Subscriber>,
@@ -893,9 +951,15 @@ struct DurableSubscription {
     /// Whether [`Subscription::close`] was called: it hands out nothing more.
     closed: bool,
     max_deliver: u32,
-    /// The subjects its consumer takes (every subject of the stream when empty).
+    /// The subjects this instance takes events of (every subject of the stream when empty).
+    /// The consumer, shared by every instance of the agent, may take more: its filters are
+    /// those of the instance that started last, maybe another version of the agent.
     filters: Vec<String>,
-    messages: MessageStream,
+    /// Whether it has told that the consumer takes subjects this instance does not.
+    told_foreign: bool,
+    /// Its pulls; ended when it is closed, so that what it hands back goes to another
+    /// instance, not to a pull of its own still waiting on the server.
+    messages: Option<MessageStream>,
     /// The consumer's `MAX_DELIVERIES` advisories (`None` when they cannot be subscribed to).
     advisories: Option<async_nats::Subscriber>,
     stream: Arc<stream::Stream>,
@@ -959,15 +1023,15 @@ impl DurableSubscription {
     /// received batch not handed out yet.
     fn unhandled(&mut self) -> Unhandled {
         self.closed = true;
+        // Its pull requests end with their subscription (the server delivers to none whose
+        // inbox has no interest), before anything is handed back.
+        self.messages = None;
         let mut left = self.again.close();
         left.extend(self.pending.drain(..));
         Unhandled {
             deliveries: left,
-            waiting: self.admitting.take().map(|received| Waiting {
-                msg: received.msg,
-                bus: self.bus.clone(),
-                consumer: self.consumer.clone(),
-                max_deliver: self.max_deliver,
+            waiting: self.admitting.take().map(|received| {
+                HandBack::new(self, received.msg, received.seq, received.delivered)
             }),
         }
     }
@@ -979,47 +1043,71 @@ struct Unhandled {
     deliveries: Vec<Delivery>,
     /// The message that waited for its bytes: redelivered at once (to another instance), or
     /// dead-lettered when that was its last delivery.
-    waiting: Option<Waiting>,
+    waiting: Option<HandBack>,
 }
 
-struct Waiting {
+/// A message a subscription gives back without handling it: redelivered, to be taken again
+/// by any instance of the agent, or dead-lettered when that was its last delivery.
+struct HandBack {
     msg: jetstream::Message,
+    /// Its stream sequence, when known.
+    sequence: Option<u64>,
+    /// How many times the server delivered it.
+    delivered: u64,
     bus: NatsBus,
     consumer: String,
     max_deliver: u32,
 }
 
-impl Waiting {
-    async fn hand_back(self) {
-        let (sequence, delivered) = self
-            .msg
-            .info()
-            .map_or((None, 1), |i| (Some(i.stream_sequence), i.delivered));
-        let attempt = u32::try_from(delivered).unwrap_or(u32::MAX);
-        let kind = if attempt >= self.max_deliver {
-            // Kept alive while its dead letter is stored; named as any instance would name it.
+impl HandBack {
+    fn new(
+        sub: &DurableSubscription,
+        msg: jetstream::Message,
+        seq: Option<MessageKey>,
+        delivered: u64,
+    ) -> Self {
+        HandBack {
+            msg,
+            sequence: seq.map(|(sequence, _)| sequence),
+            delivered,
+            bus: sub.bus.clone(),
+            consumer: sub.consumer.clone(),
+            max_deliver: sub.max_deliver,
+        }
+    }
+
+    /// Whether this is its last delivery.
+    fn is_last(&self) -> bool {
+        self.delivered >= u64::from(self.max_deliver)
+    }
+
+    /// Redelivers it after `delay` (at once when `None`), or on its last delivery dead-letters
+    /// it for `reason` (named as any instance would name it) and terminates it.
+    async fn settle(self, delay: Option<Duration>, reason: &str) {
+        let kind = if self.is_last() {
+            // Kept alive while its dead letter is stored.
             if let Err(e) = self.msg.ack_with(AckKind::Progress).await {
                 tracing::debug!(error = %e, "could not keep a message being dead-lettered alive");
             }
-            let max_deliver = u64::from(self.max_deliver);
             let original = Original {
-                dedup_id: sequence.map(|seq| last_delivery_id(&self.consumer, seq, max_deliver)),
+                dedup_id: self
+                    .sequence
+                    .map(|seq| last_delivery_id(&self.consumer, seq, u64::from(self.max_deliver))),
                 consumer: self.consumer,
                 subject: self.msg.subject.to_string(),
                 payload: self.msg.payload.clone(),
-                attempt,
+                attempt: u32::try_from(self.delivered).unwrap_or(u32::MAX),
                 max_deliver: self.max_deliver,
             };
-            let reason = "not handled: its subscription closed on its last delivery";
             self.bus
                 .reject_last(&original, self.msg.headers.as_ref(), reason)
                 .await;
             AckKind::Term
         } else {
-            AckKind::Nak(None)
+            AckKind::Nak(delay)
         };
         if let Err(e) = self.msg.ack_with(kind).await {
-            tracing::debug!(error = %e, "could not settle a message that waited for bytes; it is redelivered after ack_wait");
+            tracing::debug!(error = %e, "could not settle a message handed back; it is redelivered after ack_wait");
         }
     }
 }
@@ -1032,7 +1120,8 @@ impl Unhandled {
     async fn settle(self) {
         settle_unhandled(self.deliveries).await;
         if let Some(waiting) = self.waiting {
-            waiting.hand_back().await;
+            let reason = "not handled: its subscription closed on its last delivery";
+            waiting.settle(None, reason).await;
         }
     }
 }
@@ -1083,7 +1172,7 @@ impl Subscription for DurableSubscription {
                 // the queue is looked at again on the next call).
                 let next = tokio::select! {
                     () = self.again.queued.notified() => continue,
-                    m = self.messages.next() => Ok(m),
+                    m = next_message(&mut self.messages) => Ok(m),
                     a = next_advisory(&mut self.advisories) => Err(a),
                 };
                 let next = match next {
@@ -1108,6 +1197,11 @@ impl Subscription for DurableSubscription {
                 if let Some(key) = seq.filter(|_| delivered > 1)
                     && self.stale_copy(key, delivered, &msg).await
                 {
+                    continue;
+                }
+                if !self.takes(&msg.subject) {
+                    self.hand_back_foreign(HandBack::new(self, msg, seq, delivered))
+                        .await;
                     continue;
                 }
                 // Its `ack_wait` began when the server sent it, not now: one that must wait for
@@ -1231,6 +1325,37 @@ impl DurableSubscription {
 }
 
 impl DurableSubscription {
+    /// Whether this instance takes events of `subject` (has a handler for them).
+    fn takes(&self, subject: &str) -> bool {
+        self.filters.is_empty() || self.filters.iter().any(|f| assets::covers(f, subject))
+    }
+
+    /// Hands back a message of a subject this instance takes no events of, which the
+    /// consumer delivers because another version of the agent set its filters (a rolling
+    /// upgrade that added a handler, or an older instance started after a newer one). It is
+    /// redelivered after [`FOREIGN_RETRY`], to an instance that handles it, never acknowledged
+    /// unhandled; on its last delivery it is dead-lettered, saying so. Not cancel-safe: a
+    /// `next` dropped meanwhile leaves the message to be redelivered after `ack_wait` (and one
+    /// dead-lettered but not terminated is dead-lettered again by the server's advisory, under
+    /// the same id).
+    async fn hand_back_foreign(&mut self, back: HandBack) {
+        if !self.told_foreign {
+            self.told_foreign = true;
+            tracing::warn!(consumer = %self.consumer, subject = %back.msg.subject, "the agent's consumer takes events this instance has no handler for (another version of the agent set its filters); handing them back to the instances that handle them");
+        }
+        tracing::debug!(consumer = %self.consumer, subject = %back.msg.subject, delivered = back.delivered, "handing back a message this instance has no handler for");
+        // Only read on its last delivery.
+        let reason = if back.is_last() {
+            format!(
+                "delivered {} times (max_deliver) to instances of the agent without a handler for its subject: the agent's consumer takes it because another version of the agent set its filters (a rolling upgrade, or an instance since gone: starting an instance of the running release resets them)",
+                back.delivered
+            )
+        } else {
+            String::new()
+        };
+        back.settle(Some(FOREIGN_RETRY), &reason).await;
+    }
+
     /// Whether the redelivered message (`delivered` > 1) is a stale copy of one handled or
     /// settled here (see [`held`](super::held)); one settled for good is acknowledged again.
     async fn stale_copy(&self, key: MessageKey, delivered: u64, msg: &jetstream::Message) -> bool {
@@ -1384,12 +1509,7 @@ impl DurableSubscription {
                 return;
             }
         };
-        if !self.filters.is_empty()
-            && !self
-                .filters
-                .iter()
-                .any(|f| assets::covers(f, &stored.subject))
-        {
+        if !self.takes(&stored.subject) {
             tracing::warn!(consumer = %self.consumer, sequence = advisory.stream_seq, "ignoring a max-deliveries advisory for a message this consumer does not take");
             return;
         }
@@ -2087,6 +2207,40 @@ impl Subscription for CoreSubscription {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_start_that_narrows_a_consumer_names_the_filters_it_drops() {
+        let own = |fs: &[&str]| fs.iter().map(|f| (*f).to_owned()).collect::<Vec<_>>();
+        let one = consumer::Config {
+            filter_subject: "soorma.*.business-facts.job.posted".into(),
+            ..Default::default()
+        };
+        let two = consumer::Config {
+            filter_subjects: own(&[
+                "soorma.*.business-facts.job.closed",
+                "soorma.*.business-facts.job.posted",
+            ]),
+            ..Default::default()
+        };
+        let posted = own(&["soorma.*.business-facts.job.posted"]);
+        let both = own(&[
+            "soorma.*.business-facts.job.closed",
+            "soorma.*.business-facts.job.posted",
+        ]);
+        assert!(dropped_filters(&one, &posted).is_empty());
+        assert!(
+            dropped_filters(&one, &both).is_empty(),
+            "widening drops nothing"
+        );
+        assert_eq!(
+            dropped_filters(&two, &posted),
+            ["soorma.*.business-facts.job.closed"]
+        );
+        assert!(dropped_filters(&two, &own(&["soorma.*.business-facts.>"])).is_empty());
+        assert!(dropped_filters(&two, &[]).is_empty(), "no filter takes all");
+        let all = consumer::Config::default();
+        assert_eq!(dropped_filters(&all, &posted), [">"]);
+    }
 
     #[test]
     fn a_message_takes_its_bytes_of_the_budget_and_never_more_than_all_of_it() {
