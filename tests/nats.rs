@@ -1375,6 +1375,26 @@ async fn events_only_a_newer_version_handles_reach_it_during_a_rolling_upgrade()
     new.shutdown().await.unwrap();
 }
 
+/// A registry key written around the SDK that the KV store cannot read (a raw publish on the
+/// bucket's subjects) is skipped: the other agents are still listed (it failed every listing:
+/// discovery, the consumer check before a request, the MCP catalog).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_registry_key_the_store_cannot_read_does_not_break_listings() {
+    let server = NatsServer::start();
+    let platform = connect(&server).await;
+    let def = soorma::AgentDefinition::new("tool-1", "tool", soorma::AgentKind::Tool);
+    platform.registry().register(def).await.unwrap();
+    let js = soorma::nats::async_nats::jetstream::new(platform.nats_client().unwrap().clone());
+    js.publish("$KV.soorma_registry.agents.a@b", "{}".into())
+        .await
+        .unwrap()
+        .await
+        .unwrap();
+    let agents = platform.registry().agents().await.unwrap();
+    let ids: Vec<&str> = agents.iter().map(|a| a.agent_id.as_str()).collect();
+    assert_eq!(ids, ["tool-1"]);
+}
+
 /// A key listing whose caller goes away mid-way (its future dropped once the server has its
 /// consumer) still deletes that consumer.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -1449,6 +1469,19 @@ async fn listing_keys_reads_one_tenant_and_skips_deleted_keys() {
     assert!(store.keys("notes", "initech").await.unwrap().is_empty());
     // Each listing deleted its consumer.
     assert_eq!(consumer_count(&platform).await, 0);
+
+    // Keys written around the SDK under tenants that are no valid tenant ids are skipped when
+    // the bucket's tenants are listed (timer recovery and the memory sweep list them, then
+    // each tenant's keys: one such key stopped them for every tenant).
+    let js = soorma::nats::async_nats::jetstream::new(platform.nats_client().unwrap().clone());
+    let notes = js.get_key_value("soorma_notes").await.unwrap();
+    for bad in ["a=b.6869", &format!("{}.6869", "t".repeat(65))] {
+        notes.put(bad, "{}".into()).await.unwrap();
+    }
+    assert_eq!(
+        store.tenants("notes").await.unwrap(),
+        ["acme", "acme-2", "globex"]
+    );
 }
 
 #[tokio::test]

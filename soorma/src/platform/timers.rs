@@ -219,11 +219,22 @@ impl Shared {
         );
     }
 
-    /// Arms every stored timer of every tenant; returns how many.
+    /// Arms every stored timer of every tenant; returns how many. A tenant whose timers
+    /// cannot be listed does not hold up the others: the first such error is returned once
+    /// they are armed (and the next start tries again; arming a timer twice fires it once).
     async fn recover(&self) -> Result<usize> {
         let mut armed = 0;
+        let mut failed = None;
         for tenant in self.state.tenants(TIMERS_BUCKET).await? {
-            for id in self.state.keys(TIMERS_BUCKET, &tenant).await? {
+            let ids = match self.state.keys(TIMERS_BUCKET, &tenant).await {
+                Ok(ids) => ids,
+                Err(e) => {
+                    tracing::warn!(error = %e, %tenant, "could not list a tenant's timers");
+                    failed.get_or_insert(e);
+                    continue;
+                }
+            };
+            for id in ids {
                 let key = key(&tenant, &id);
                 match state::load::<TimerRecord>(&*self.state, "timer", &key).await {
                     Ok(Some(stored)) => {
@@ -237,7 +248,10 @@ impl Shared {
                 }
             }
         }
-        Ok(armed)
+        match failed {
+            Some(e) => Err(e),
+            None => Ok(armed),
+        }
     }
 }
 

@@ -389,11 +389,21 @@ impl NatsBus {
             .await?;
         if ack.duplicate && !self.same_subject(stream, ack.sequence, subject).await {
             // Anyone may set any `Nats-Msg-Id`: a message of another subject (another tenant)
-            // that took this id first must not suppress this one. Publish it under a new id
-            // of its own (the same on every attempt, so a retried one is stored once).
-            tracing::warn!(%dedup_id, %subject, "a message of another subject holds this de-duplication id; publishing under a new one");
-            let own = new_id();
-            self.send(subject, || headers(&own), payload).await?;
+            // that took this id first must not suppress this one. Publish it under an id of
+            // its own, derived from the one taken, where it was taken and this message's
+            // content (the same when this is published again, redelivered: stored once; not
+            // to be foreseen by whoever took the id without knowing the content).
+            tracing::warn!(%dedup_id, %subject, "a message of another subject holds this de-duplication id; publishing under one derived from it");
+            let own = displaced_id(subject, dedup_id, ack.sequence, &payload);
+            let again = self
+                .send(subject, || headers(&own), payload.clone())
+                .await?;
+            if again.duplicate && !self.same_subject(stream, again.sequence, subject).await {
+                // Taken too (by someone who knows this content): a random id.
+                tracing::warn!(%dedup_id, %subject, "a message of another subject holds the derived de-duplication id too; publishing under a random one");
+                let fresh = new_id();
+                self.send(subject, || headers(&fresh), payload).await?;
+            }
         }
         Ok(())
     }
@@ -1622,6 +1632,27 @@ struct NatsAcker {
     _admitted: Option<Admitted>,
 }
 
+/// The de-duplication id a message on `subject` with `payload` takes when `dedup_id` is held
+/// by a message of another subject, at stream sequence `taken_at`: a digest of the four, so
+/// the same message published again takes the same id.
+fn displaced_id(subject: &str, dedup_id: &str, taken_at: u64, payload: &[u8]) -> String {
+    use sha2::{Digest, Sha256};
+    let mut digest = Sha256::new();
+    digest.update(subject.as_bytes());
+    digest.update([0]);
+    digest.update(dedup_id.as_bytes());
+    digest.update([0]);
+    digest.update(taken_at.to_be_bytes());
+    digest.update(payload);
+    let hash = digest.finalize();
+    let mut id = String::with_capacity(9 + 32);
+    id.push_str("displaced");
+    for b in &hash[..16] {
+        id.push_str(&format!("{b:02x}"));
+    }
+    id
+}
+
 /// The de-duplication id of the dead letter of the message at stream `sequence` that
 /// `consumer` gave up on after `deliveries` (a batch's envelope `i` takes `<id>-<i>`, its
 /// notice `<id>-notice`): the same whichever instance, or path, dead-letters it.
@@ -2207,6 +2238,23 @@ impl Subscription for CoreSubscription {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_displaced_message_takes_the_same_id_each_time_and_another_for_other_inputs() {
+        let subject = "soorma.acme.action-results.x.done";
+        let id = displaced_id(subject, "order-7", 41, b"{}");
+        assert_eq!(id, displaced_id(subject, "order-7", 41, b"{}"));
+        assert_eq!(id.len(), 9 + 32);
+        let others = [
+            displaced_id("soorma.globex.action-results.x.done", "order-7", 41, b"{}"),
+            displaced_id(subject, "order-8", 41, b"{}"),
+            displaced_id(subject, "order-7", 42, b"{}"),
+            displaced_id(subject, "order-7", 41, b"[]"),
+        ];
+        for other in others {
+            assert_ne!(id, other);
+        }
+    }
 
     #[test]
     fn a_start_that_narrows_a_consumer_names_the_filters_it_drops() {

@@ -232,12 +232,18 @@ async fn replay(
     let window = Window {
         since,
         settled: reconnected + SETTLE,
-        deadline: reconnected + REPLAY_LIMIT,
+        // Its time runs from when it may start, not from before it waited for a slot (which
+        // could leave it none).
+        deadline: Instant::now() + REPLAY_LIMIT,
     };
     let mut budget = MAX_REPLAYED;
     for source in sources.iter() {
         if tx.is_closed() || budget == 0 {
             break;
+        }
+        if Instant::now() >= window.deadline {
+            tracing::warn!(stream = %source.stream, filters = ?source.filters, "a catch-up replay ran out of time before this source; messages of the outage on it may be missed");
+            continue;
         }
         match replay_source(&js, source, &window, &tx, &mut budget).await {
             Ok(n) if n > 0 => {
@@ -409,8 +415,15 @@ async fn read(
             return Ok(yielded);
         }
         *budget -= 1;
-        if tx.send(message.split().0).await.is_err() {
-            return Ok(yielded);
+        // A subscriber that stops reading does not hold the replay's slot past its deadline.
+        match tokio::time::timeout_at(window.deadline, tx.send(message.split().0)).await {
+            Ok(Ok(())) => {}
+            Ok(Err(_)) => return Ok(yielded),
+            Err(_) => {
+                return Err(format!(
+                    "the subscriber did not take the replay before its deadline ({REPLAY_LIMIT:?} from its start)"
+                ));
+            }
         }
         yielded += 1;
     }

@@ -482,6 +482,20 @@ impl NatsConfig {
                 self.event_max_age
             )));
         }
+        // The server takes durations as i64 nanoseconds (about 292 years): a longer one would
+        // wrap to a short (or negative) one on the wire.
+        for (what, d) in [
+            ("ack wait", self.ack_wait),
+            ("event max age", self.event_max_age),
+            ("dead-letter max age", self.dead_letter_max_age),
+            ("registry TTL", self.registry_ttl),
+        ] {
+            if d > MAX_DURATION {
+                return Err(Error::Config(format!(
+                    "the NATS {what} ({d:?}) must be at most {MAX_DURATION:?} (100 years): the server takes durations as 64-bit nanoseconds"
+                )));
+            }
+        }
         if self.failover_retry >= MAX_FAILOVER_RETRY {
             return Err(Error::Config(format!(
                 "the NATS failover retry ({:?}) must be shorter than {MAX_FAILOVER_RETRY:?}: a publish sent again later than the streams' de-duplication window (120 s) could be stored twice",
@@ -547,6 +561,9 @@ const REPLICAS_ENV: &str = "SOORMA_NATS_REPLICAS";
 const STORAGE_ENV: &str = "SOORMA_NATS_STORAGE";
 /// `SOORMA_NATS_EVENT_MAX_AGE`: how long the event streams keep events.
 const EVENT_MAX_AGE_ENV: &str = "SOORMA_NATS_EVENT_MAX_AGE";
+/// The longest duration a configuration may give (100 years; the server's limit is about 292).
+const MAX_DURATION: Duration = Duration::from_secs(100 * 365 * 24 * 3600);
+
 /// `SOORMA_NATS_DLQ_MAX_AGE`: how long the dead-letter stream keeps dead letters.
 const DLQ_MAX_AGE_ENV: &str = "SOORMA_NATS_DLQ_MAX_AGE";
 /// `SOORMA_NATS_DLQ_MAX_BYTES`: how many bytes the dead-letter stream keeps at most.
@@ -928,8 +945,33 @@ mod tests {
         assert!(matches!(retry.validate(), Err(Error::Config(m)) if m.contains("failover retry")));
         let young = ok.clone().with_event_max_age(Duration::from_secs(60));
         assert!(matches!(young.validate(), Err(Error::Config(m)) if m.contains("event max age")));
-        for kept in [DUPLICATE_WINDOW, Duration::ZERO] {
+        for kept in [DUPLICATE_WINDOW, Duration::ZERO, MAX_DURATION] {
             assert!(ok.clone().with_event_max_age(kept).validate().is_ok());
+        }
+        // Past 100 years (a day past, and what wraps on the wire: 2^63 ns and more).
+        for long in [
+            MAX_DURATION + Duration::from_secs(86_400),
+            Duration::from_nanos(u64::MAX),
+            Duration::MAX,
+        ] {
+            let configs = [
+                ("ack wait", ok.clone().with_ack_wait(long)),
+                ("event max age", ok.clone().with_event_max_age(long)),
+                (
+                    "dead-letter max age",
+                    ok.clone().with_dead_letter_limits(long, 1 << 30),
+                ),
+                (
+                    "registry TTL",
+                    ok.clone().with_registry_ttl(long, Duration::from_secs(5)),
+                ),
+            ];
+            for (what, config) in configs {
+                assert!(
+                    matches!(config.validate(), Err(Error::Config(m)) if m.contains(what) && m.contains("100 years")),
+                    "{what} {long:?}"
+                );
+            }
         }
     }
 

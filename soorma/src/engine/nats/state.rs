@@ -7,11 +7,15 @@ use tokio::sync::Mutex;
 use super::{NatsConfig, assets, engine_error, names};
 use crate::error::{BoxError, EngineErrorKind, Error, Result};
 use crate::spi::state::{Revision, StateChange, StateKey, StateStore, StateWatch, Versioned};
+use crate::spi::tenant::validate_tenant;
 use crate::util::BoxFuture;
 
-/// How long a key listing waits for the next entry before it gives up on subjects that
-/// vanished since it started.
+/// How long a key listing waits for the next entry before it reads the subjects it has not
+/// seen directly (they vanished since it started, or the listing stalled).
 const LISTING_IDLE: std::time::Duration = std::time::Duration::from_secs(2);
+
+/// How many keys a listing reads directly at once.
+const DIRECT_READS: usize = 16;
 
 /// The state store on JetStream KV: one bucket per state bucket (`soorma_tasks`, ...), keys
 /// `<tenant>.<key>`, revision-checked `create` / `update`.
@@ -19,7 +23,10 @@ const LISTING_IDLE: std::time::Duration = std::time::Duration::from_secs(2);
 pub struct NatsStore {
     js: jetstream::Context,
     config: Arc<NatsConfig>,
-    buckets: Arc<Mutex<HashMap<&'static str, kv::Store>>>,
+    /// The buckets opened: read without waiting for one being opened.
+    buckets: Arc<std::sync::RwLock<HashMap<&'static str, kv::Store>>>,
+    /// Held while a bucket is opened (one at a time, each once).
+    opening: Arc<Mutex<()>>,
 }
 
 impl std::fmt::Debug for NatsStore {
@@ -38,6 +45,7 @@ impl NatsStore {
             js,
             config,
             buckets: Arc::default(),
+            opening: Arc::default(),
         }
     }
 
@@ -57,9 +65,13 @@ impl NatsStore {
 
     /// The KV bucket for `bucket`, created on first use (failing as a `kind` error).
     async fn bucket(&self, bucket: &'static str, kind: EngineErrorKind) -> Result<kv::Store> {
-        let mut buckets = self.buckets.lock().await;
-        if let Some(b) = buckets.get(bucket) {
-            return Ok(b.clone());
+        if let Some(b) = self.opened(bucket) {
+            return Ok(b);
+        }
+        let _opening = self.opening.lock().await;
+        // Opened meanwhile by the holder before.
+        if let Some(b) = self.opened(bucket) {
+            return Ok(b);
         }
         let name = names::bucket_name(&self.config.bucket_prefix, bucket);
         let wanted = kv::Config {
@@ -71,8 +83,19 @@ impl NatsStore {
             ..Default::default()
         };
         let store = assets::open_bucket(&self.js, wanted, &assets::usable_bucket, kind).await?;
-        buckets.insert(bucket, store.clone());
+        self.buckets
+            .write()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .insert(bucket, store.clone());
         Ok(store)
+    }
+
+    fn opened(&self, bucket: &str) -> Option<kv::Store> {
+        self.buckets
+            .read()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .get(bucket)
+            .cloned()
     }
 }
 
@@ -323,7 +346,9 @@ impl StateWatch for Watch {
 
 /// The tenants of a KV bucket: the first token of its keys (`<tenant>.<key>`), from the
 /// subjects the stream holds (no message is read). Deleted keys keep their subject until
-/// purged, so a tenant whose keys were all deleted may be listed.
+/// purged, so a tenant whose keys were all deleted may be listed. A first token that is no
+/// valid tenant id (a key written around the SDK) is skipped with a warning: the SDK cannot
+/// list or read such a tenant's keys, and every other tenant is still listed.
 async fn tenants(store: &kv::Store) -> std::result::Result<Vec<String>, BoxError> {
     let mut tenants: Vec<String> = stored_keys(store, "*.*")
         .await?
@@ -332,6 +357,13 @@ async fn tenants(store: &kv::Store) -> std::result::Result<Vec<String>, BoxError
         .collect();
     tenants.sort();
     tenants.dedup();
+    tenants.retain(|tenant| {
+        let valid = validate_tenant(tenant).is_ok();
+        if !valid {
+            tracing::warn!(bucket = %store.name, tenant = %crate::util::bounded(tenant, 80), "skipping the keys of a tenant that is not a valid tenant id");
+        }
+        valid
+    });
     Ok(tenants)
 }
 
@@ -362,8 +394,9 @@ pub(crate) async fn stored_keys(
 /// A consumer's pending count is no end marker while keys are being written (an update replaces
 /// a key's message; listings stopped short under concurrent updates), so this takes the set of
 /// subjects the stream holds first and reads until each has been seen; a later message of a
-/// subject overrides an earlier one. The listing's consumer is deleted when it is done (the
-/// server would otherwise keep it until it has been idle for 30 s).
+/// subject overrides an earlier one. Those not seen once nothing came for [`LISTING_IDLE`] are
+/// read directly. The listing's consumer is deleted when it is done (the server would otherwise
+/// keep it until it has been idle for 30 s).
 pub(crate) async fn live_keys(
     client: &async_nats::Client,
     store: &kv::Store,
@@ -397,7 +430,29 @@ pub(crate) async fn live_keys(
         .await?;
     let listed = read_live(consumer, &mut unseen).await;
     listing.delete().await;
-    Ok(listed?
+    let mut listed = listed?;
+    // Subjects of the snapshot the listing did not deliver: expired or purged since, or held
+    // up (a reconnect, a leader change) past the idle time. Each is read directly, so a
+    // stalled listing is never taken for a complete one.
+    use futures_util::{StreamExt, TryStreamExt};
+    let read: Vec<(String, bool)> = futures_util::stream::iter(unseen.drain())
+        .map(|subject| async move {
+            let Some(key) = subject.strip_prefix(store.prefix.as_str()) else {
+                return Ok((subject, false));
+            };
+            let is_live = match store.entry(key).await {
+                Ok(entry) => entry.is_some_and(|e| e.operation == kv::Operation::Put),
+                // Written around the SDK: no key of its.
+                Err(e) if e.kind() == kv::EntryErrorKind::InvalidKey => false,
+                Err(e) => return Err(e),
+            };
+            Ok((subject, is_live))
+        })
+        .buffer_unordered(DIRECT_READS)
+        .try_collect()
+        .await?;
+    listed.extend(read);
+    Ok(listed
         .into_iter()
         .filter(|(_, is_live)| *is_live)
         .filter_map(|(subject, _)| {
@@ -443,7 +498,8 @@ async fn delete_listing(stream: &jetstream::stream::Stream, name: &str) {
 }
 
 /// Reads `consumer` until every subject of `unseen` has been seen (or nothing arrives for
-/// [`LISTING_IDLE`]): whether each subject's last entry is live.
+/// [`LISTING_IDLE`]; the subjects not seen are left in `unseen`): whether each subject's last
+/// entry is live.
 async fn read_live(
     consumer: jetstream::consumer::Consumer<jetstream::consumer::push::OrderedConfig>,
     unseen: &mut std::collections::HashSet<String>,
