@@ -35,6 +35,17 @@ pub(crate) fn bounded(text: &str, max: usize) -> String {
     format!("{}{MARK}", &text[..end])
 }
 
+/// `bytes` in lowercase hex, two digits each.
+pub(crate) fn hex(bytes: &[u8]) -> String {
+    use std::fmt::Write;
+    let mut out = String::with_capacity(bytes.len() * 2);
+    for b in bytes {
+        // Writing to a String cannot fail.
+        let _ = write!(out, "{b:02x}");
+    }
+    out
+}
+
 /// The current time as RFC 3339 UTC with milliseconds (`2026-11-21T10:00:00.123Z`).
 pub(crate) fn now_rfc3339() -> String {
     let d = SystemTime::now()

@@ -35,7 +35,7 @@ pub(crate) fn digest(parts: &[&[u8]]) -> String {
         hash.update((part.len() as u64).to_le_bytes());
         hash.update(part);
     }
-    hash.finalize().iter().map(|b| format!("{b:02x}")).collect()
+    crate::util::hex(&hash.finalize())
 }
 
 /// Checks a name, id or key: 1 to `max` bytes without control characters; otherwise

@@ -96,12 +96,7 @@ pub(crate) fn batch_id(parts: &[Part]) -> String {
         digest.update([0]);
     }
     let hash = digest.finalize();
-    let mut id = String::with_capacity(6 + 32);
-    id.push_str("batch-");
-    for b in &hash[..16] {
-        id.push_str(&format!("{b:02x}"));
-    }
-    id
+    format!("batch-{}", crate::util::hex(&hash[..16]))
 }
 
 /// Whether a message carries a batch.

@@ -1028,13 +1028,15 @@ fn again_capacity(max_ack_pending: i64) -> usize {
 }
 
 impl DurableSubscription {
-    /// Closes the subscription; returns what it holds that no handler will take now, each to
-    /// be settled with [`settle_unhandled`]: the envelopes to hand out again, and those of a
-    /// received batch not handed out yet.
+    /// Closes the subscription; returns what it holds that no handler will take now (settled
+    /// by [`Unhandled::settle`]): the envelopes to hand out again and those of a received batch
+    /// not handed out yet, and the message that waited for its bytes.
     fn unhandled(&mut self) -> Unhandled {
         self.closed = true;
         // Its pull requests end with their subscription (the server delivers to none whose
-        // inbox has no interest), before anything is handed back.
+        // inbox has no interest), before anything is handed back: the unsubscribe is queued on
+        // the connection ahead of the negative acknowledgements (best effort: when the
+        // client's command queue is full, async-nats sends it from a task of its own).
         self.messages = None;
         let mut left = self.again.close();
         left.extend(self.pending.drain(..));
@@ -1092,8 +1094,8 @@ impl HandBack {
     }
 
     /// Redelivers it after `delay` (at once when `None`), or on its last delivery dead-letters
-    /// it for `reason` (named as any instance would name it) and terminates it.
-    async fn settle(self, delay: Option<Duration>, reason: &str) {
+    /// it for `reason()` (named as any instance would name it) and terminates it.
+    async fn settle(self, delay: Option<Duration>, reason: impl FnOnce() -> String) {
         let kind = if self.is_last() {
             // Kept alive while its dead letter is stored.
             if let Err(e) = self.msg.ack_with(AckKind::Progress).await {
@@ -1110,7 +1112,7 @@ impl HandBack {
                 max_deliver: self.max_deliver,
             };
             self.bus
-                .reject_last(&original, self.msg.headers.as_ref(), reason)
+                .reject_last(&original, self.msg.headers.as_ref(), &reason())
                 .await;
             AckKind::Term
         } else {
@@ -1130,7 +1132,7 @@ impl Unhandled {
     async fn settle(self) {
         settle_unhandled(self.deliveries).await;
         if let Some(waiting) = self.waiting {
-            let reason = "not handled: its subscription closed on its last delivery";
+            let reason = || "not handled: its subscription closed on its last delivery".to_owned();
             waiting.settle(None, reason).await;
         }
     }
@@ -1354,16 +1356,13 @@ impl DurableSubscription {
             tracing::warn!(consumer = %self.consumer, subject = %back.msg.subject, "the agent's consumer takes events this instance has no handler for (another version of the agent set its filters); handing them back to the instances that handle them");
         }
         tracing::debug!(consumer = %self.consumer, subject = %back.msg.subject, delivered = back.delivered, "handing back a message this instance has no handler for");
-        // Only read on its last delivery.
-        let reason = if back.is_last() {
+        let delivered = back.delivered;
+        let reason = move || {
             format!(
-                "delivered {} times (max_deliver) to instances of the agent without a handler for its subject: the agent's consumer takes it because another version of the agent set its filters (a rolling upgrade, or an instance since gone: starting an instance of the running release resets them)",
-                back.delivered
+                "delivered {delivered} times (max_deliver) to instances of the agent without a handler for its subject: the agent's consumer takes it because another version of the agent set its filters (a rolling upgrade, or an instance since gone: starting an instance of the running release resets them)"
             )
-        } else {
-            String::new()
         };
-        back.settle(Some(FOREIGN_RETRY), &reason).await;
+        back.settle(Some(FOREIGN_RETRY), reason).await;
     }
 
     /// Whether the redelivered message (`delivered` > 1) is a stale copy of one handled or
@@ -1633,8 +1632,9 @@ struct NatsAcker {
 }
 
 /// The de-duplication id a message on `subject` with `payload` takes when `dedup_id` is held
-/// by a message of another subject, at stream sequence `taken_at`: a digest of the four, so
-/// the same message published again takes the same id.
+/// by a message of another subject, at stream sequence `taken_at`: a digest of the four, the
+/// envelopes' `time` left out, so the same message published again (stamped anew) takes the
+/// same id.
 fn displaced_id(subject: &str, dedup_id: &str, taken_at: u64, payload: &[u8]) -> String {
     use sha2::{Digest, Sha256};
     let mut digest = Sha256::new();
@@ -1643,14 +1643,26 @@ fn displaced_id(subject: &str, dedup_id: &str, taken_at: u64, payload: &[u8]) ->
     digest.update(dedup_id.as_bytes());
     digest.update([0]);
     digest.update(taken_at.to_be_bytes());
-    digest.update(payload);
-    let hash = digest.finalize();
-    let mut id = String::with_capacity(9 + 32);
-    id.push_str("displaced");
-    for b in &hash[..16] {
-        id.push_str(&format!("{b:02x}"));
+    digest.update(untimed(payload));
+    format!("displaced-{}", crate::util::hex(&digest.finalize()[..16]))
+}
+
+/// `payload` (an envelope, or a batch's array of them) without the envelopes' `time`, which
+/// each publish stamps anew; itself when it is no JSON.
+fn untimed(payload: &[u8]) -> std::borrow::Cow<'_, [u8]> {
+    let Ok(mut value) = serde_json::from_slice::<serde_json::Value>(payload) else {
+        return std::borrow::Cow::Borrowed(payload);
+    };
+    let envelopes = match &mut value {
+        serde_json::Value::Array(items) => items.iter_mut().collect(),
+        one => vec![one],
+    };
+    for envelope in envelopes {
+        if let serde_json::Value::Object(fields) = envelope {
+            fields.remove("time");
+        }
     }
-    id
+    serde_json::to_vec(&value).map_or(std::borrow::Cow::Borrowed(payload), std::borrow::Cow::Owned)
 }
 
 /// The de-duplication id of the dead letter of the message at stream `sequence` that
@@ -2242,14 +2254,33 @@ mod tests {
     #[test]
     fn a_displaced_message_takes_the_same_id_each_time_and_another_for_other_inputs() {
         let subject = "soorma.acme.action-results.x.done";
-        let id = displaced_id(subject, "order-7", 41, b"{}");
-        assert_eq!(id, displaced_id(subject, "order-7", 41, b"{}"));
-        assert_eq!(id.len(), 9 + 32);
+        let reply = |time: &str, data: i64| {
+            serde_json::to_vec(&json!({"id": "order-7", "time": time, "data": data})).unwrap()
+        };
+        let id = displaced_id(subject, "order-7", 41, &reply("2026-11-28T10:00:00Z", 1));
+        assert!(id.starts_with("displaced-") && id.len() == 10 + 32, "{id}");
+        // Published again, stamped anew: the same id.
+        let again = displaced_id(subject, "order-7", 41, &reply("2026-11-28T10:05:00Z", 1));
+        assert_eq!(id, again);
+        let batch = |time: &str| {
+            serde_json::to_vec(&json!([{"id": "a", "time": time}, {"id": "b", "time": time}]))
+                .unwrap()
+        };
+        assert_eq!(
+            displaced_id(subject, "batch-1", 41, &batch("t1")),
+            displaced_id(subject, "batch-1", 41, &batch("t2"))
+        );
         let others = [
-            displaced_id("soorma.globex.action-results.x.done", "order-7", 41, b"{}"),
-            displaced_id(subject, "order-8", 41, b"{}"),
-            displaced_id(subject, "order-7", 42, b"{}"),
-            displaced_id(subject, "order-7", 41, b"[]"),
+            displaced_id(
+                "soorma.globex.action-results.x.done",
+                "order-7",
+                41,
+                &reply("2026-11-28T10:00:00Z", 1),
+            ),
+            displaced_id(subject, "order-8", 41, &reply("2026-11-28T10:00:00Z", 1)),
+            displaced_id(subject, "order-7", 42, &reply("2026-11-28T10:00:00Z", 1)),
+            displaced_id(subject, "order-7", 41, &reply("2026-11-28T10:00:00Z", 2)),
+            displaced_id(subject, "order-7", 41, b"not json"),
         ];
         for other in others {
             assert_ne!(id, other);

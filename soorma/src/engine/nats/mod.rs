@@ -555,15 +555,15 @@ fn parse_duration(v: &str) -> std::result::Result<Duration, String> {
 /// The shortest `ack_wait`: deliveries are kept alive every third of it.
 const MIN_ACK_WAIT: Duration = Duration::from_millis(100);
 
+/// The longest duration a configuration may give (100 years; the server's limit is about 292).
+const MAX_DURATION: Duration = Duration::from_secs(100 * 365 * 24 * 3600);
+
 /// `SOORMA_NATS_REPLICAS`: replicas of the streams and buckets the SDK creates.
 const REPLICAS_ENV: &str = "SOORMA_NATS_REPLICAS";
 /// `SOORMA_NATS_STORAGE`: `file` or `memory`.
 const STORAGE_ENV: &str = "SOORMA_NATS_STORAGE";
 /// `SOORMA_NATS_EVENT_MAX_AGE`: how long the event streams keep events.
 const EVENT_MAX_AGE_ENV: &str = "SOORMA_NATS_EVENT_MAX_AGE";
-/// The longest duration a configuration may give (100 years; the server's limit is about 292).
-const MAX_DURATION: Duration = Duration::from_secs(100 * 365 * 24 * 3600);
-
 /// `SOORMA_NATS_DLQ_MAX_AGE`: how long the dead-letter stream keeps dead letters.
 const DLQ_MAX_AGE_ENV: &str = "SOORMA_NATS_DLQ_MAX_AGE";
 /// `SOORMA_NATS_DLQ_MAX_BYTES`: how many bytes the dead-letter stream keeps at most.

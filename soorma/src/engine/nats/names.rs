@@ -147,10 +147,7 @@ fn consumer_group_part(group: &str) -> String {
     use sha2::Digest;
     let digest = sha2::Sha256::digest(group.as_bytes());
     let shown: String = sanitized(group).chars().take(MAX_GROUP_IN_NAME).collect();
-    let hash: String = digest[..GROUP_HASH_HEX / 2]
-        .iter()
-        .map(|b| format!("{b:02x}"))
-        .collect();
+    let hash = crate::util::hex(&digest[..GROUP_HASH_HEX / 2]);
     format!("{shown}-{hash}")
 }
 
@@ -169,8 +166,7 @@ pub(crate) fn kv_key(tenant: &str, key: &str) -> Result<String> {
     if !key.is_empty() && !key.starts_with('=') && key.chars().all(is_token_char) {
         Ok(format!("{tenant}.{key}"))
     } else {
-        let hex: String = key.bytes().map(|b| format!("{b:02x}")).collect();
-        Ok(format!("{tenant}.={hex}"))
+        Ok(format!("{tenant}.={}", crate::util::hex(key.as_bytes())))
     }
 }
 

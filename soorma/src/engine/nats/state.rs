@@ -90,6 +90,7 @@ impl NatsStore {
         Ok(store)
     }
 
+    /// The bucket for `bucket`, when it is open already.
     fn opened(&self, bucket: &str) -> Option<kv::Store> {
         self.buckets
             .read()
@@ -357,10 +358,18 @@ async fn tenants(store: &kv::Store) -> std::result::Result<Vec<String>, BoxError
         .collect();
     tenants.sort();
     tenants.dedup();
+    // Told once per process as a warning (the memory sweep lists tenants every minute).
+    static TOLD: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
     tenants.retain(|tenant| {
         let valid = validate_tenant(tenant).is_ok();
         if !valid {
-            tracing::warn!(bucket = %store.name, tenant = %crate::util::bounded(tenant, 80), "skipping the keys of a tenant that is not a valid tenant id");
+            let tenant = crate::util::bounded(tenant, 80);
+            let what = "skipping the keys of a tenant that is not a valid tenant id (written around the SDK)";
+            if TOLD.swap(true, std::sync::atomic::Ordering::Relaxed) {
+                tracing::debug!(bucket = %store.name, %tenant, "{what}");
+            } else {
+                tracing::warn!(bucket = %store.name, %tenant, "{what}");
+            }
         }
         valid
     });

@@ -1463,7 +1463,7 @@ impl<T> TaskContext<T, StateMap> {
 fn event_digest(event_id: &str) -> String {
     use sha2::{Digest, Sha256};
     let digest = Sha256::digest(event_id.as_bytes());
-    digest[..12].iter().map(|b| format!("{b:02x}")).collect()
+    crate::util::hex(&digest[..12])
 }
 
 /// The id of a task's deadline timer (and of the event it fires).
