@@ -150,15 +150,15 @@ impl Client {
     pub const DEFAULT_TIMEOUT: Duration = Duration::from_secs(30);
 
     pub(crate) fn new(platform: Platform, name: impl Into<String>) -> Self {
+        let timeout = Self::default_timeout_on(&platform);
+        Self::build(platform, name.into(), None, None, None, timeout)
+    }
+
+    /// A new client's timeout on `platform`: [`DEFAULT_TIMEOUT`](Self::DEFAULT_TIMEOUT) past
+    /// the platform's redelivery delay.
+    pub(crate) fn default_timeout_on(platform: &Platform) -> Duration {
         let redelivery = platform.bus().redelivery_delay().unwrap_or_default();
-        Self::build(
-            platform,
-            name.into(),
-            None,
-            None,
-            None,
-            Self::DEFAULT_TIMEOUT.saturating_add(redelivery),
-        )
+        Self::DEFAULT_TIMEOUT.saturating_add(redelivery)
     }
 
     /// How long this client's requests wait for their replies (see

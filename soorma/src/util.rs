@@ -46,6 +46,19 @@ pub(crate) fn hex(bytes: &[u8]) -> String {
     out
 }
 
+/// SHA-256 of `parts` (each length-prefixed, so no two lists of parts give the same input),
+/// hex.
+#[cfg_attr(not(any(feature = "nats", feature = "memory")), allow(dead_code))]
+pub(crate) fn digest(parts: &[&[u8]]) -> String {
+    use sha2::Digest as _;
+    let mut hash = sha2::Sha256::new();
+    for part in parts {
+        hash.update((part.len() as u64).to_le_bytes());
+        hash.update(part);
+    }
+    hex(&hash.finalize())
+}
+
 /// The current time as RFC 3339 UTC with milliseconds (`2026-11-21T10:00:00.123Z`).
 pub(crate) fn now_rfc3339() -> String {
     let d = SystemTime::now()
@@ -334,6 +347,12 @@ pub(crate) fn json_len_within(value: &serde_json::Value, max: usize) -> Option<u
 
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn digests_separate_their_parts() {
+        assert_ne!(digest(&[b"ab", b"c"]), digest(&[b"a", b"bc"]));
+        assert_eq!(digest(&[b"x"]).len(), 64);
+    }
+
     #[test]
     fn the_heaviest_group_is_the_one_holding_the_most_then_the_oldest() {
         assert_eq!(

@@ -546,8 +546,7 @@ impl McpServerHandle {
 /// The default call timeout on `platform`: 120 s, and at least what a client waits for by
 /// default there (its redelivery delay plus [`Client::DEFAULT_TIMEOUT`]).
 fn default_call_timeout(platform: &Platform) -> Duration {
-    let redelivery = platform.bus().redelivery_delay().unwrap_or_default();
-    Duration::from_secs(120).max(Client::DEFAULT_TIMEOUT.saturating_add(redelivery))
+    Duration::from_secs(120).max(Client::default_timeout_on(platform))
 }
 
 /// The rmcp server handler; one per server, shared by its sessions.

@@ -1,8 +1,8 @@
-//! How memory records store vectors and digests, and the clock they are stamped with.
+//! How memory records store vectors, and the clock they are stamped with (their digests:
+//! `util::digest`).
 
 use base64::Engine as _;
 use base64::engine::general_purpose::STANDARD;
-use sha2::Digest as _;
 
 /// A vector as stored: base64 of its little-endian `f32`s.
 pub(crate) fn encode_vector(vector: &[f32]) -> String {
@@ -26,16 +26,6 @@ pub(crate) fn decode_vector(text: &str, dimensions: usize) -> Option<Vec<f32>> {
 /// Whether a vector has (about) no length: it has no direction to compare.
 pub(crate) fn is_zero(vector: &[f32]) -> bool {
     vector.iter().map(|x| x * x).sum::<f32>() < 1e-12
-}
-
-/// SHA-256 of `parts` (each length-prefixed), hex.
-pub(crate) fn digest(parts: &[&[u8]]) -> String {
-    let mut hash = sha2::Sha256::new();
-    for part in parts {
-        hash.update((part.len() as u64).to_le_bytes());
-        hash.update(part);
-    }
-    crate::util::hex(&hash.finalize())
 }
 
 /// Checks a name, id or key: 1 to `max` bytes without control characters; otherwise
@@ -74,11 +64,5 @@ mod tests {
         assert_eq!(decode_vector("not base64!", 3), None);
         assert_eq!(decode_vector(&encode_vector(&[f32::NAN]), 1), None);
         assert_eq!(decode_vector(&encode_vector(&[0.0, 0.0]), 2), None);
-    }
-
-    #[test]
-    fn digests_separate_their_parts() {
-        assert_ne!(digest(&[b"ab", b"c"]), digest(&[b"a", b"bc"]));
-        assert_eq!(digest(&[b"x"]).len(), 64);
     }
 }

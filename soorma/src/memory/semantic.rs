@@ -6,11 +6,12 @@ use std::time::Duration;
 use serde_json::{Map, Value};
 use soorma_common::memory::{KnowledgeRecord, StoredChunk, Visibility};
 
-use super::codec::{digest, encode_vector, expiry, now_ms};
+use super::codec::{encode_vector, expiry, now_ms};
 use super::view::{Indexed, View};
 use super::{Memory, MemoryError, PUBLIC_SPACE};
 use crate::error::{Error, Result};
 use crate::spi::state::{self as state_spi, StateKey};
+use crate::util::digest;
 
 /// The bucket of tenants' knowledge documents.
 pub(crate) const KNOWLEDGE_BUCKET: &str = "memory_knowledge";

@@ -691,25 +691,28 @@ async fn warn_if_narrowing(stream: &stream::Stream, name: &str, own: &[String]) 
     }
 }
 
+/// Whether a consumer filtered by `filters` (every subject of its stream when empty) takes
+/// the messages of `subject` (a subject, or a filter: all the subjects it matches).
+fn takes(filters: &[String], subject: &str) -> bool {
+    filters.is_empty() || filters.iter().any(|f| assets::covers(f, subject))
+}
+
 /// The filters of `existing` that `own` (a new start's filters; every subject when empty)
 /// does not cover.
 fn dropped_filters(existing: &consumer::Config, own: &[String]) -> Vec<String> {
-    if own.is_empty() {
-        return Vec::new();
-    }
     let single = Some(&existing.filter_subject).filter(|f| !f.is_empty());
     let existing: Vec<&String> = if existing.filter_subjects.is_empty() {
         single.into_iter().collect()
     } else {
         existing.filter_subjects.iter().collect()
     };
-    if existing.is_empty() {
+    if existing.is_empty() && !own.is_empty() {
         // It took every subject of the stream.
         return vec![">".to_owned()];
     }
     existing
         .into_iter()
-        .filter(|f| !own.iter().any(|o| assets::covers(o, f)))
+        .filter(|f| !takes(own, f))
         .cloned()
         .collect()
 }
@@ -1339,7 +1342,7 @@ impl DurableSubscription {
 impl DurableSubscription {
     /// Whether this instance takes events of `subject` (has a handler for them).
     fn takes(&self, subject: &str) -> bool {
-        self.filters.is_empty() || self.filters.iter().any(|f| assets::covers(f, subject))
+        takes(&self.filters, subject)
     }
 
     /// Hands back a message of a subject this instance takes no events of, which the
@@ -1636,15 +1639,13 @@ struct NatsAcker {
 /// envelopes' `time` left out, so the same message published again (stamped anew) takes the
 /// same id.
 fn displaced_id(subject: &str, dedup_id: &str, taken_at: u64, payload: &[u8]) -> String {
-    use sha2::{Digest, Sha256};
-    let mut digest = Sha256::new();
-    digest.update(subject.as_bytes());
-    digest.update([0]);
-    digest.update(dedup_id.as_bytes());
-    digest.update([0]);
-    digest.update(taken_at.to_be_bytes());
-    digest.update(untimed(payload));
-    format!("displaced-{}", crate::util::hex(&digest.finalize()[..16]))
+    let digest = crate::util::digest(&[
+        subject.as_bytes(),
+        dedup_id.as_bytes(),
+        &taken_at.to_be_bytes(),
+        &untimed(payload),
+    ]);
+    format!("displaced-{}", &digest[..32])
 }
 
 /// `payload` (an envelope, or a batch's array of them) without the envelopes' `time`, which

@@ -149,17 +149,11 @@ impl Registry for NatsRegistry {
                 .map_err(|e| reg_err("list agents", e))?;
             let entries: Vec<(String, Option<kv::Entry>)> = futures_util::stream::iter(keys)
                 .map(|key| async move {
-                    match self.store.entry(key.clone()).await {
-                        Ok(entry) => Ok((key, entry)),
-                        // Written around the SDK (a raw publish on the bucket's subjects): no
-                        // agent of its, and the others are still listed.
-                        Err(e) if e.kind() == kv::EntryErrorKind::InvalidKey => {
-                            // Debug: listings run before every request.
-                            tracing::debug!(key = %crate::util::bounded(&key, 200), "skipping a registry key the KV store cannot read");
-                            Ok((key, None))
-                        }
-                        Err(e) => Err(reg_err("read agent", e)),
-                    }
+                    // A key written around the SDK is no agent's: the others are still listed.
+                    let entry = super::state::readable_entry(&self.store, &key).await;
+                    entry
+                        .map(|e| (key, e))
+                        .map_err(|e| reg_err("read agent", e))
                 })
                 .buffer_unordered(READ_CONCURRENCY)
                 .try_collect()

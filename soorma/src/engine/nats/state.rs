@@ -449,13 +449,9 @@ pub(crate) async fn live_keys(
             let Some(key) = subject.strip_prefix(store.prefix.as_str()) else {
                 return Ok((subject, false));
             };
-            let is_live = match store.entry(key).await {
-                Ok(entry) => entry.is_some_and(|e| e.operation == kv::Operation::Put),
-                // Written around the SDK: no key of its.
-                Err(e) if e.kind() == kv::EntryErrorKind::InvalidKey => false,
-                Err(e) => return Err(e),
-            };
-            Ok((subject, is_live))
+            let entry = readable_entry(store, key).await?;
+            let is_live = entry.is_some_and(|e| e.operation == kv::Operation::Put);
+            Ok::<_, kv::EntryError>((subject, is_live))
         })
         .buffer_unordered(DIRECT_READS)
         .try_collect()
@@ -470,6 +466,22 @@ pub(crate) async fn live_keys(
                 .map(str::to_owned)
         })
         .collect())
+}
+
+/// The entry of `key`; none for a key the KV store cannot read (written around the SDK, by a
+/// raw publish on the bucket's subjects), which no caller's key can be.
+pub(crate) async fn readable_entry(
+    store: &kv::Store,
+    key: &str,
+) -> std::result::Result<Option<kv::Entry>, kv::EntryError> {
+    match store.entry(key).await {
+        Err(e) if e.kind() == kv::EntryErrorKind::InvalidKey => {
+            // Debug: registry listings run before every request.
+            tracing::debug!(bucket = %store.name, key = %crate::util::bounded(key, 200), "skipping a key the KV store cannot read");
+            Ok(None)
+        }
+        read => read,
+    }
 }
 
 /// A key listing's consumer, deleted when the listing is done, or in the background when the
