@@ -74,6 +74,14 @@ fn free_port() -> u16 {
         .expect("a free loopback port")
 }
 
+/// How many more ports a start tries when the one it picked is taken meanwhile.
+const PORT_TRIES: usize = 5;
+
+/// Whether a server's log says it could not listen: a port in use.
+fn in_use(log: &str) -> bool {
+    log.contains("address already in use")
+}
+
 fn temp_dir() -> PathBuf {
     static N: AtomicU64 = AtomicU64::new(0);
     let nanos = SystemTime::now()
@@ -98,20 +106,35 @@ impl NatsServer {
     /// Starts a server with these extra arguments (e.g. `--auth <token>`; without `-js`,
     /// JetStream is off).
     pub fn start_with(args: &[&str]) -> Self {
+        // A port found free may be taken by another test before the server binds it: then
+        // start again on another one.
+        let mut tries = 0;
+        loop {
+            match Self::try_start_with(args, free_port()) {
+                Ok(server) => return server,
+                Err(log) if in_use(&log) && tries < PORT_TRIES => tries += 1,
+                Err(log) => panic!("nats-server did not start:\n{log}"),
+            }
+        }
+    }
+
+    /// Starts a server on `port`; `Err` with its log when it exits before it is ready.
+    fn try_start_with(args: &[&str], port: u16) -> Result<Self, String> {
         let binary = binary();
         check_version(&binary);
         let mut server = Self {
             child: None,
-            port: free_port(),
+            port,
             dir: temp_dir(),
             binary,
             args: args.iter().map(|a| (*a).to_owned()).collect(),
         };
-        server.spawn();
-        server
+        server.spawn()?;
+        Ok(server)
     }
 
-    fn spawn(&mut self) {
+    /// Runs the server and waits until it is ready; `Err` with its log when it exits first.
+    fn spawn(&mut self) -> Result<(), String> {
         let log = self.dir.join("server.log");
         let log_file = std::fs::File::create(&log).expect("server log");
         let child = Command::new(&self.binary)
@@ -134,17 +157,18 @@ impl NatsServer {
                 .unwrap_or_default()
                 .contains("Server is ready");
             if ready && TcpStream::connect(("127.0.0.1", self.port)).is_ok() {
-                return;
+                return Ok(());
             }
             if let Some(status) = self
                 .child
                 .as_mut()
                 .and_then(|c| c.try_wait().ok().flatten())
             {
-                panic!(
-                    "nats-server exited with {status} before becoming ready:\n{}",
+                self.child = None;
+                return Err(format!(
+                    "exited with {status} before becoming ready:\n{}",
                     std::fs::read_to_string(&log).unwrap_or_default()
-                );
+                ));
             }
             assert!(
                 Instant::now() < deadline,
@@ -168,9 +192,20 @@ impl NatsServer {
     }
 
     /// Restarts the server on the same port with the same store (file storage survives).
+    ///
+    /// Another test may have bound the port meanwhile: tried again for up to 10 s.
     pub fn restart(&mut self) {
         self.kill();
-        self.spawn();
+        let deadline = Instant::now() + Duration::from_secs(10);
+        loop {
+            match self.spawn() {
+                Ok(()) => return,
+                Err(log) if in_use(&log) && Instant::now() < deadline => {
+                    std::thread::sleep(Duration::from_millis(200));
+                }
+                Err(log) => panic!("nats-server did not restart:\n{log}"),
+            }
+        }
     }
 }
 
@@ -190,33 +225,46 @@ pub struct NatsCluster {
 impl NatsCluster {
     /// Starts `size` nodes of the cluster `soorma-test`.
     pub fn start(size: usize) -> Self {
+        let mut tries = 0;
+        loop {
+            match Self::try_start(size) {
+                Ok(cluster) => return cluster,
+                Err(log) if in_use(&log) && tries < PORT_TRIES => tries += 1,
+                Err(log) => panic!("a cluster node did not start:\n{log}"),
+            }
+        }
+    }
+
+    /// Starts the nodes on ports found free; `Err` with the log of a node that exits before
+    /// it is ready (the nodes started so far are stopped).
+    fn try_start(size: usize) -> Result<Self, String> {
         let route_ports: Vec<u16> = (0..size).map(|_| free_port()).collect();
         let routes = route_ports
             .iter()
             .map(|p| format!("nats://127.0.0.1:{p}"))
             .collect::<Vec<_>>()
             .join(",");
-        let nodes = route_ports
-            .iter()
-            .enumerate()
-            .map(|(i, port)| {
-                let name = format!("n{}", i + 1);
-                let listen = format!("nats://127.0.0.1:{port}");
-                let server = NatsServer::start_with(&[
-                    "-js",
-                    "--server_name",
-                    &name,
-                    "--cluster_name",
-                    "soorma-test",
-                    "--cluster",
-                    &listen,
-                    "--routes",
-                    &routes,
-                ]);
-                (name, server)
-            })
-            .collect();
-        Self { nodes }
+        let mut nodes = Vec::new();
+        for (i, port) in route_ports.iter().enumerate() {
+            let name = format!("n{}", i + 1);
+            let listen = format!("nats://127.0.0.1:{port}");
+            let args = [
+                "-js",
+                "--server_name",
+                &name,
+                "--cluster_name",
+                "soorma-test",
+                "--cluster",
+                &listen,
+                "--routes",
+                &routes,
+            ];
+            nodes.push((
+                name.clone(),
+                NatsServer::try_start_with(&args, free_port())?,
+            ));
+        }
+        Ok(Self { nodes })
     }
 
     /// The client URLs of the nodes still running, comma-separated.
@@ -272,4 +320,20 @@ pub async fn consumer_count(platform: &soorma::Platform) -> usize {
     let nats = platform.nats_client().expect("a NATS platform").clone();
     let js = soorma::nats::async_nats::jetstream::new(nats);
     js.query_account().await.expect("account info").consumers
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_start_on_a_port_taken_meanwhile_is_told_apart() {
+        let taken = TcpListener::bind("127.0.0.1:0").expect("a loopback port");
+        let port = taken.local_addr().expect("its address").port();
+        let log = match NatsServer::try_start_with(&["-js"], port) {
+            Ok(_) => panic!("a server started on a port another socket holds"),
+            Err(log) => log,
+        };
+        assert!(in_use(&log), "{log}");
+    }
 }
