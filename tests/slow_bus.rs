@@ -80,3 +80,62 @@ impl EventBus for SlowPublish {
         self.inner.redelivery_delay()
     }
 }
+
+/// Wraps a bus: the first `failures` publishes of `event_type` fail with a retryable error
+/// ([`soorma::Error::Timeout`]) without publishing (a publish lost in a leader change);
+/// everything else goes straight through.
+pub struct FailingPublish {
+    inner: Arc<dyn EventBus>,
+    event_type: String,
+    failures: std::sync::atomic::AtomicUsize,
+}
+
+impl FailingPublish {
+    /// `platform` with its first `failures` publishes of `event_type` failing (the same state
+    /// and registry).
+    pub fn platform(platform: &Platform, event_type: &str, failures: usize) -> Platform {
+        let bus = Self {
+            inner: platform.bus().clone(),
+            event_type: event_type.to_owned(),
+            failures: failures.into(),
+        };
+        Platform::from_parts(EngineParts::new(
+            platform.kind(),
+            Arc::new(bus),
+            platform.state().clone(),
+            platform.registry().clone(),
+        ))
+    }
+}
+
+impl EventBus for FailingPublish {
+    fn publish(&self, envelope: EventEnvelope) -> BoxFuture<'_, Result<()>> {
+        Box::pin(async move {
+            use std::sync::atomic::Ordering;
+            let fails = envelope.event_type == self.event_type
+                && self
+                    .failures
+                    .fetch_update(Ordering::SeqCst, Ordering::SeqCst, |n| n.checked_sub(1))
+                    .is_ok();
+            if fails {
+                return Err(soorma::Error::Timeout {
+                    after: Duration::ZERO,
+                    what: format!("publishing `{}` (an injected failure)", self.event_type),
+                });
+            }
+            self.inner.publish(envelope).await
+        })
+    }
+
+    fn subscribe(&self, spec: SubscriptionSpec) -> BoxFuture<'_, Result<Box<dyn Subscription>>> {
+        self.inner.subscribe(spec)
+    }
+
+    fn observe(&self, topic: Option<Topic>) -> BoxFuture<'_, Result<Box<dyn Subscription>>> {
+        self.inner.observe(topic)
+    }
+
+    fn redelivery_delay(&self) -> Option<Duration> {
+        self.inner.redelivery_delay()
+    }
+}

@@ -691,3 +691,155 @@ async fn a_late_event_for_an_ended_plan_leaves_the_goal_reply_to_the_handler_tha
     );
     t.shutdown().await.unwrap();
 }
+
+/// `asking` waits for `answer.given`; the goal handler asks a first question.
+fn asking_plan() -> Plan {
+    use soorma::common::{PlanDefinition, StateConfig, StateTransition};
+    Plan::new(
+        PlanDefinition::new("asking", "ask until the answer is final")
+            .with_initial_state("asking")
+            .with_state(
+                StateConfig::new("asking", "")
+                    .with_transition(StateTransition::new("answer.given", "done")),
+            )
+            .with_state(
+                StateConfig::new("done", "")
+                    .terminal()
+                    .with_result(json!("{{results.asking.text}}")),
+            ),
+    )
+    .expect("a valid plan")
+}
+
+async fn asking_goal(goal: GoalContext, plan: State<Arc<Plan>>) -> soorma::Result<()> {
+    let mut plan = goal.start(&plan).await?;
+    plan.request_human_input("First question?", "answer.given")
+        .await
+}
+
+/// An answer marked `again` is not taken: the same state asks once more.
+async fn asking_transition(mut plan: PlanContext) -> soorma::Result<()> {
+    let again = plan.trigger().is_some_and(|e| e.data["again"] == true);
+    if again {
+        plan.request_human_input("Second question?", "answer.given")
+            .await
+    } else {
+        plan.execute_next().await
+    }
+}
+
+scenario!(a_plan_that_asks_twice_in_one_state_gets_both_questions_out);
+async fn a_plan_that_asks_twice_in_one_state_gets_both_questions_out(
+    mut t: TestPlatform,
+    wait: Duration,
+) {
+    t.start(
+        Planner::new("asker")
+            .use_registered_handlers(false)
+            .with_state(Arc::new(asking_plan()))
+            .handler(Handler::on_goal("ask.goal", asking_goal))
+            .handler(Handler::on_transition(asking_transition)),
+    )
+    .await
+    .unwrap();
+    let client = t.client().with_timeout(wait * 2);
+    let goal = tokio::spawn({
+        let client = client.clone();
+        async move {
+            client
+                .invoke::<Value>("ask.goal", json!({}), "ask.done")
+                .await
+        }
+    });
+    let first = t
+        .expect_event("notification.human_input", wait)
+        .await
+        .unwrap();
+    let plan_id = first.correlation_id.clone().unwrap();
+    client
+        .bus()
+        .publish(Topic::ActionResults, "answer.given", json!({"again": true}))
+        .correlation_id(plan_id.as_str())
+        .await
+        .unwrap();
+    // The second question is a notification of its own (not a duplicate of the first).
+    let second = t
+        .expect_matching(
+            |e| {
+                e.event_type == "notification.human_input"
+                    && e.data["question"] == "Second question?"
+            },
+            wait,
+            "the second question",
+        )
+        .await
+        .unwrap();
+    assert_ne!(second.id, first.id);
+    client
+        .bus()
+        .publish(Topic::ActionResults, "answer.given", json!({"text": "yes"}))
+        .correlation_id(plan_id.as_str())
+        .await
+        .unwrap();
+    assert_eq!(goal.await.unwrap().unwrap(), json!("yes"));
+    t.shutdown().await.unwrap();
+}
+
+async fn finalizing_goal(goal: GoalContext) -> soorma::Result<()> {
+    use soorma::common::{PlanDefinition, StateConfig, StateTransition};
+    let plan = Plan::new(
+        PlanDefinition::new("finalizing", "ended by its handler")
+            .with_initial_state("waiting")
+            .with_state(
+                StateConfig::new("waiting", "")
+                    .with_transition(StateTransition::new("go.now", "done")),
+            )
+            .with_state(StateConfig::new("done", "").terminal()),
+    )?;
+    goal.start(&plan).await?;
+    Ok(())
+}
+
+async fn finalizing_transition(mut plan: PlanContext) -> soorma::Result<()> {
+    plan.finalize(json!({"ended": "by the handler"})).await
+}
+
+scenario!(a_plan_finalized_by_a_handler_whose_reply_failed_replies_when_the_event_comes_again);
+async fn a_plan_finalized_by_a_handler_whose_reply_failed_replies_when_the_event_comes_again(
+    t: TestPlatform,
+    wait: Duration,
+) {
+    // The planner's first publish of the goal's reply fails (after `finalize` stored the
+    // completed plan): its handler fails, retryably, and the event comes again.
+    let failing = soorma_tests::slow_bus::FailingPublish::platform(t.platform(), "fin.done", 1);
+    let planner = Planner::new("finalizer")
+        .use_registered_handlers(false)
+        .handler(Handler::on_goal("fin.goal", finalizing_goal))
+        .handler(Handler::on_transition(finalizing_transition))
+        .start(&failing)
+        .await
+        .unwrap();
+    let client = t.client().with_timeout(wait * 2);
+    let goal = tokio::spawn({
+        let client = client.clone();
+        async move {
+            client
+                .invoke::<Value>("fin.goal", json!({}), "fin.done")
+                .await
+        }
+    });
+    let started = t.expect_event("plan.started", wait).await.unwrap();
+    let plan_id = started.data["plan_id"].as_str().unwrap().to_owned();
+    client
+        .bus()
+        .publish(Topic::ActionResults, "go.now", json!({}))
+        .correlation_id(plan_id.as_str())
+        .await
+        .unwrap();
+    assert_eq!(
+        goal.await.unwrap().unwrap(),
+        json!({"ended": "by the handler"})
+    );
+    planner.shutdown().await.unwrap();
+    t.shutdown().await.unwrap();
+}

@@ -154,6 +154,7 @@ impl<T> GoalContext<T> {
             envelope: self.envelope.clone(),
             runtime: self.runtime.clone(),
             trigger: None,
+            asked: 0,
         };
         if ctx.revision.is_none() {
             ctx.reload().await?;
@@ -187,6 +188,8 @@ pub struct PlanContext {
     envelope: Arc<EventEnvelope>,
     runtime: Arc<AgentRuntime>,
     trigger: Option<Arc<EventEnvelope>>,
+    /// Questions asked so far by this handler run (see [`ask_id`]).
+    asked: u32,
 }
 
 impl std::fmt::Debug for PlanContext {
@@ -248,6 +251,7 @@ impl PlanContext {
             envelope: input.envelope.clone(),
             runtime: input.runtime.clone(),
             trigger,
+            asked: 0,
         }))
     }
 
@@ -505,11 +509,12 @@ impl PlanContext {
                 "request_human_input needs a response_event for the answer".into(),
             ));
         }
-        let ask_id = format!(
-            "{}-ask-{}-{}",
-            self.record.plan_id,
-            self.record.current_state,
-            self.record.history.len()
+        self.asked += 1;
+        let ask_id = ask_id(
+            &self.record.plan_id,
+            &self.envelope.id,
+            &self.record.current_state,
+            self.asked,
         );
         let (awaited, id, q) = (response_event.clone(), ask_id.clone(), question.clone());
         self.transact(move |_, record| {
@@ -627,6 +632,14 @@ impl PlanContext {
                     // Ended by another event's handler, which replies (a redelivery of that
                     // event republishes the reply while it is unsent).
                     fx.reply = None;
+                } else if fx.reply.is_none() && !record.reply_sent {
+                    // A redelivery of the event that ended the plan, whose reply was not sent
+                    // (a crash or a failed publish after the write): `finalize`, `fail` and
+                    // `resume` change nothing on an ended plan, so the reply is rebuilt here.
+                    fx.reply = Some(match record.status {
+                        PlanStatus::Completed => Ok(record.result.clone().unwrap_or(Value::Null)),
+                        _ => Err(record.error.clone().unwrap_or_default()),
+                    });
                 }
             }
             let changed = fx.changed;
@@ -778,6 +791,16 @@ pub(crate) async fn fail_plan(input: &HandlerInput, error: String, goal: bool) -
         }
         None => Ok(false),
     }
+}
+
+/// The id of the `n`th question (from 1) that the handler of the event `handled` asks in
+/// `state`: the same when that event is redelivered (the bus keeps one copy of the question),
+/// another for every other handler run or question, so a second question is neither dropped as
+/// a duplicate of the first nor answered by the first's timer.
+fn ask_id(plan_id: &str, handled: &str, state: &str, n: u32) -> String {
+    let n = n.to_le_bytes();
+    let digest = crate::util::digest(&[handled.as_bytes(), state.as_bytes(), &n]);
+    format!("{plan_id}-ask-{}", &digest[..16])
 }
 
 /// Whether the plan has ended (its reply is due or sent).

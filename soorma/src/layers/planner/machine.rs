@@ -86,12 +86,49 @@ pub(crate) fn start(plan: &Plan, record: &mut PlanRecord) -> Result<Effects> {
 }
 
 /// Applies an event to a plan: records the result of the current state's action, follows the
-/// first transition whose event and condition match, and runs the next state's action.
+/// first transition whose event and condition match, and runs the next state's action. When
+/// the event resumes a paused plan (the awaited answer, or its timer), the events kept while it
+/// was paused are applied next, as [`resume`] does.
 pub(crate) fn on_event(
     plan: &Plan,
     record: &mut PlanRecord,
     trigger: &EventEnvelope,
 ) -> Result<Effects> {
+    let was_paused = record.status == PlanStatus::Paused;
+    let mut fx = step(plan, record, trigger)?;
+    if was_paused && record.status == PlanStatus::Running {
+        apply_deferred(plan, record, &mut fx)?;
+    }
+    Ok(fx)
+}
+
+/// Applies the events kept while the plan was paused, in the order they came.
+fn apply_deferred(plan: &Plan, record: &mut PlanRecord, fx: &mut Effects) -> Result<()> {
+    for event in std::mem::take(&mut record.deferred) {
+        fx.changed = true;
+        let more = on_event(plan, record, &event)?;
+        fx.actions.extend(more.actions);
+        fx.tracker.extend(more.tracker);
+        if more.reply.is_some() {
+            fx.reply = more.reply;
+        }
+    }
+    Ok(())
+}
+
+/// The id of the plan's action a reply answers, when `data` is an [`ActionReply`] to one of
+/// this plan's actions: `Some(n)` for `<plan id>-a<n>`.
+fn answered_action(plan_id: &str, data: &Value) -> Option<u32> {
+    let request = data.get("request_id")?.as_str()?;
+    request
+        .strip_prefix(plan_id)?
+        .strip_prefix("-a")?
+        .parse()
+        .ok()
+}
+
+/// One event's step of [`on_event`].
+fn step(plan: &Plan, record: &mut PlanRecord, trigger: &EventEnvelope) -> Result<Effects> {
     let mut fx = Effects::default();
     match record.status {
         PlanStatus::Completed | PlanStatus::Failed => {
@@ -110,8 +147,18 @@ pub(crate) fn on_event(
         resend(plan, record, Some(trigger), &mut fx);
         return Ok(fx);
     }
-    if record.status == PlanStatus::Paused && trigger.event_type == TIMEOUT_EVENT {
+    if trigger.event_type == TIMEOUT_EVENT {
+        // Only the timer of the question the plan awaits moves it (a stale one changes
+        // nothing, whether the plan is paused or running again).
         return on_timeout(plan, record, trigger);
+    }
+    if let Some(n) = answered_action(&record.plan_id, &trigger.data)
+        && n != record.actions
+    {
+        // The reply to an earlier action of this plan (redelivered late, after the plan moved
+        // on): applying it would move the plan again on old data.
+        tracing::debug!(plan_id = %record.plan_id, event_id = %trigger.id, action = n, pending = record.actions, "a reply to an earlier action of the plan; ignored");
+        return Ok(fx);
     }
     if record.status == PlanStatus::Paused {
         let awaited = record.state.get("awaiting_event").and_then(Value::as_str);
@@ -533,14 +580,176 @@ pub(crate) fn resume(plan: &Plan, record: &mut PlanRecord, input: Value) -> Resu
     record.results.insert("user_input".into(), input);
     clear_awaiting(record);
     resume_status(record, &mut fx);
-    for event in std::mem::take(&mut record.deferred) {
-        let more = on_event(plan, record, &event)?;
-        fx.actions.extend(more.actions);
-        fx.tracker.extend(more.tracker);
-        if more.reply.is_some() {
-            fx.reply = more.reply;
+    apply_deferred(plan, record, &mut fx)?;
+    Ok(fx)
+}
+
+#[cfg(test)]
+mod tests {
+    use soorma_common::{PlanDefinition, StateAction, StateConfig, StateTransition, Topic};
+
+    use super::*;
+
+    /// `searching` asks `search.requested`; its reply goes to `evaluating`, which asks
+    /// `judge.requested`; a `retry` verdict goes back to `searching`, `ok` ends the plan.
+    fn retry_loop() -> Plan {
+        Plan::new(
+            PlanDefinition::new("research", "")
+                .with_initial_state("searching")
+                .with_state(
+                    StateConfig::new("searching", "")
+                        .with_action(StateAction::new("search.requested", "search.completed"))
+                        .with_transition(StateTransition::new("search.completed", "evaluating")),
+                )
+                .with_state(
+                    StateConfig::new("evaluating", "")
+                        .with_action(StateAction::new("judge.requested", "judge.completed"))
+                        .with_transition(
+                            StateTransition::new("judge.completed", "searching")
+                                .with_condition("data.result == 'retry'"),
+                        )
+                        .with_transition(StateTransition::new("judge.completed", "done")),
+                )
+                .with_state(StateConfig::new("done", "").terminal()),
+        )
+        .expect("a valid plan")
+    }
+
+    fn reply(id: &str, event: &str, action: &str, result: Value) -> EventEnvelope {
+        EventEnvelope::new(id, "tool", Topic::ActionResults, event)
+            .with_data(serde_json::to_value(ActionReply::success(action, result)).unwrap())
+    }
+
+    fn started(plan: &Plan) -> PlanRecord {
+        let mut record = PlanRecord::new("P", "research", "searching");
+        start(plan, &mut record).expect("start");
+        record
+    }
+
+    #[test]
+    fn a_late_reply_to_an_earlier_action_does_not_move_the_plan_again() {
+        let plan = retry_loop();
+        let mut record = started(&plan);
+        on_event(
+            &plan,
+            &mut record,
+            &reply("E1", "search.completed", "P-a1", json!(1)),
+        )
+        .unwrap();
+        on_event(
+            &plan,
+            &mut record,
+            &reply("E2", "judge.completed", "P-a2", json!("retry")),
+        )
+        .unwrap();
+        assert_eq!(
+            (record.current_state.as_str(), record.actions),
+            ("searching", 3)
+        );
+        // E1 redelivered now (its first handling was not acknowledged).
+        let fx = on_event(
+            &plan,
+            &mut record,
+            &reply("E1", "search.completed", "P-a1", json!(1)),
+        )
+        .unwrap();
+        assert!(!fx.changed && fx.actions.is_empty(), "{fx:?}");
+        assert_eq!(
+            (record.current_state.as_str(), record.actions),
+            ("searching", 3)
+        );
+        // The reply to the pending action still moves it.
+        let fx = on_event(
+            &plan,
+            &mut record,
+            &reply("E3", "search.completed", "P-a3", json!(2)),
+        )
+        .unwrap();
+        assert_eq!(record.current_state, "evaluating");
+        assert_eq!(fx.actions[0].id, "P-a4");
+        assert_eq!(record.results["searching"], json!(2));
+    }
+
+    #[test]
+    fn events_kept_during_a_pause_are_applied_when_the_answer_resumes_the_plan() {
+        // `searching` asks a person too; the answer (or its timeout) moves the plan to
+        // `waiting`, where the search's reply moves it on.
+        let plan = Plan::new(
+            PlanDefinition::new("research", "")
+                .with_initial_state("searching")
+                .with_state(
+                    StateConfig::new("searching", "")
+                        .with_action(StateAction::new("search.requested", "search.completed"))
+                        .with_transition(StateTransition::new("go.ahead", "waiting"))
+                        .with_transition(StateTransition::new(TIMEOUT_EVENT, "waiting")),
+                )
+                .with_state(
+                    StateConfig::new("waiting", "")
+                        .with_transition(StateTransition::new("search.completed", "done")),
+                )
+                .with_state(StateConfig::new("done", "").terminal()),
+        )
+        .unwrap();
+        for answer_by_timer in [false, true] {
+            let mut record = started(&plan);
+            pause(
+                &mut record,
+                "waiting for human input",
+                Some(("go.ahead", "P-ask-1", "Search?")),
+            );
+            // The action's reply comes while the plan waits for the person: kept.
+            let kept = on_event(
+                &plan,
+                &mut record,
+                &reply("E1", "search.completed", "P-a1", json!(1)),
+            )
+            .unwrap();
+            assert!(kept.changed && kept.actions.is_empty());
+            assert_eq!(record.deferred.len(), 1);
+            let resumer = if answer_by_timer {
+                EventEnvelope::new("T1", "timer", Topic::ActionResults, TIMEOUT_EVENT)
+                    .with_data(json!({"awaiting_id": "P-ask-1"}))
+            } else {
+                EventEnvelope::new("H1", "person", Topic::ActionResults, "go.ahead")
+                    .with_data(json!({"yes": true}))
+            };
+            let fx = on_event(&plan, &mut record, &resumer).unwrap();
+            assert!(record.deferred.is_empty(), "timer: {answer_by_timer}");
+            assert_eq!(
+                record.status,
+                PlanStatus::Completed,
+                "the kept reply was applied"
+            );
+            assert_eq!(record.current_state, "done");
+            assert!(matches!(fx.reply, Some(Ok(_))), "{fx:?}");
         }
     }
-    fx.changed = true;
-    Ok(fx)
+
+    #[test]
+    fn a_stale_timer_changes_nothing_while_the_plan_runs() {
+        let plan = Plan::new(
+            PlanDefinition::new("review", "")
+                .with_initial_state("review")
+                .with_state(
+                    StateConfig::new("review", "")
+                        .with_transition(StateTransition::new(TIMEOUT_EVENT, "escalated"))
+                        .with_transition(StateTransition::new("approved", "done")),
+                )
+                .with_state(StateConfig::new("escalated", "").terminal())
+                .with_state(StateConfig::new("done", "").terminal()),
+        )
+        .unwrap();
+        let mut record = PlanRecord::new("P", "review", "review");
+        start(&plan, &mut record).unwrap();
+        assert_eq!(record.status, PlanStatus::Running);
+        // The timer of a question answered already fires while the plan runs.
+        let stale = EventEnvelope::new("T1", "timer", Topic::ActionResults, TIMEOUT_EVENT)
+            .with_data(json!({"awaiting_id": "P-ask-old"}));
+        let fx = on_event(&plan, &mut record, &stale).unwrap();
+        assert!(!fx.changed, "{fx:?}");
+        assert_eq!(
+            (record.status, record.current_state.as_str()),
+            (PlanStatus::Running, "review")
+        );
+    }
 }
