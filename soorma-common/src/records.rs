@@ -1016,7 +1016,7 @@ pub struct SessionRecord {
     /// Display name.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub name: Option<String>,
-    /// Plans started in the session.
+    /// Plans started in the session, oldest first (the planner keeps the latest 1,000).
     #[serde(default)]
     pub plan_ids: Vec<String>,
     /// Free-form metadata.

@@ -33,8 +33,16 @@ impl Platform {
     }
 }
 
-/// The calls awaiting a reply, by correlation id: (the call's token, where to send the reply).
-type PendingMap = HashMap<String, (u64, oneshot::Sender<Arc<EventEnvelope>>)>;
+/// A call awaiting its reply: the call's token, the reply it waits for (topic and event type),
+/// and where to send it.
+struct Waiter {
+    token: u64,
+    reply: (Topic, String),
+    tx: oneshot::Sender<Arc<EventEnvelope>>,
+}
+
+/// The calls awaiting a reply, by correlation id.
+type PendingMap = HashMap<String, Waiter>;
 type Pending = Arc<Mutex<PendingMap>>;
 
 fn lock(pending: &Pending) -> MutexGuard<'_, PendingMap> {
@@ -53,11 +61,12 @@ impl PendingEntry {
     fn insert(
         pending: &Pending,
         correlation: String,
+        reply: (Topic, String),
         tx: oneshot::Sender<Arc<EventEnvelope>>,
     ) -> Self {
         static NEXT_TOKEN: AtomicU64 = AtomicU64::new(0);
         let token = NEXT_TOKEN.fetch_add(1, Ordering::Relaxed);
-        lock(pending).insert(correlation.clone(), (token, tx));
+        lock(pending).insert(correlation.clone(), Waiter { token, reply, tx });
         Self {
             pending: pending.clone(),
             correlation,
@@ -72,7 +81,7 @@ impl Drop for PendingEntry {
         // Only this call's entry: a later call may have reused the correlation id.
         if pending
             .get(&self.correlation)
-            .is_some_and(|(token, _)| *token == self.token)
+            .is_some_and(|waiter| waiter.token == self.token)
         {
             pending.remove(&self.correlation);
         }
@@ -458,7 +467,8 @@ impl Client {
     /// sub-task results neither complete it nor publish a reply, and its pending sub-tasks are
     /// canceled in turn. Only requests of this client's tenant are affected: another tenant's
     /// cancel of the same id changes nothing. Canceling a finished or unknown request does
-    /// nothing. A pending [`Call`] for the request is not resolved by this: drop it.
+    /// nothing, and so does naming an event that is not a request (a result, say: it is still
+    /// recorded). A pending [`Call`] for the request is not resolved by this: drop it.
     ///
     /// ```
     /// # #[tokio::main(flavor = "current_thread")] async fn main() -> soorma::Result<()> {
@@ -491,7 +501,8 @@ impl Client {
 
     async fn listen(&self, topic: Topic, event: &str) -> Result<()> {
         let mut listening = self.inner.listening.lock().await;
-        if listening.contains(&(topic, event.to_owned())) {
+        let key = (topic, event.to_owned());
+        if listening.contains(&key) {
             return Ok(());
         }
         // Ephemeral: a reply matters only while someone waits for it, and nothing is left on
@@ -507,24 +518,29 @@ impl Client {
         let mut sub = self.inner.platform.bus().subscribe(spec).await?;
         let pending = self.inner.pending.clone();
         let mut stop = self.inner.stop.subscribe();
+        let event = event.to_owned();
         tokio::spawn(async move {
             loop {
                 let delivery = tokio::select! {
                     _ = stop.changed() => break,
                     d = sub.next() => match d { Some(d) => d, None => break },
                 };
-                let waiter = delivery
-                    .envelope
-                    .correlation_id
-                    .as_ref()
-                    .and_then(|c| lock(&pending).remove(c));
-                if let Some((_, tx)) = waiter {
-                    let _ = tx.send(delivery.envelope.clone());
+                // Only a call waiting for this reply event: a goal's plan correlates its own
+                // actions' replies with the goal's id too.
+                let waiter = delivery.envelope.correlation_id.as_ref().and_then(|c| {
+                    let mut pending = lock(&pending);
+                    let waits = pending
+                        .get(c)
+                        .is_some_and(|w| w.reply.0 == topic && w.reply.1 == event);
+                    if waits { pending.remove(c) } else { None }
+                });
+                if let Some(waiter) = waiter {
+                    let _ = waiter.tx.send(delivery.envelope.clone());
                 }
                 let _ = delivery.settle(Settlement::Ack).await;
             }
         });
-        listening.insert((topic, event.to_owned()));
+        listening.insert(key);
         Ok(())
     }
 }
@@ -703,7 +719,12 @@ impl Call {
         }
         self.client.listen(topic, &response_event).await?;
         let (tx, rx) = oneshot::channel();
-        let _entry = PendingEntry::insert(&self.client.inner.pending, correlation, tx);
+        let _entry = PendingEntry::insert(
+            &self.client.inner.pending,
+            correlation,
+            (topic, response_event.clone()),
+            tx,
+        );
         self.publish.await?;
         match tokio::time::timeout(self.timeout, rx).await {
             Ok(Ok(envelope)) => Ok(Reply::new(envelope)),

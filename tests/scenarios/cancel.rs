@@ -200,3 +200,112 @@ async fn a_request_can_be_canceled_while_its_agent_shuts_down(mut t: TestPlatfor
         .unwrap();
     assert_eq!(slept.finished(), 0);
 }
+
+async fn start_short_job(mut task: TaskContext<Value>) -> soorma::Result<()> {
+    task.delegate_with(Delegation::new(
+        "short.requested",
+        &json!({"nap_ms": 500}),
+        "short.done",
+    ))
+    .await?;
+    Ok(())
+}
+
+scenario!(a_cancel_naming_a_results_id_does_not_drop_the_result);
+async fn a_cancel_naming_a_results_id_does_not_drop_the_result(
+    mut t: TestPlatform,
+    wait: Duration,
+) {
+    let part = Tracked::default();
+    t.start(sleeper("short", "short.requested", &part))
+        .await
+        .unwrap();
+    t.start(
+        Worker::new("short-jobs")
+            .use_registered_handlers(false)
+            .handler(Handler::on_task("short-job.requested", start_short_job))
+            .handler(Handler::on_result("short.done", part_done)),
+    )
+    .await
+    .unwrap();
+    let acme = t.client().with_tenant("acme").with_timeout(wait);
+    let job = tokio::spawn({
+        let acme = acme.clone();
+        async move {
+            acme.invoke::<Value>("short-job.requested", json!({}), "short-job.done")
+                .await
+        }
+    });
+    let sub_request = t.expect_event("short.requested", wait).await.unwrap();
+    // A reply's id is derived from its request's: anyone who saw the sub-task request can
+    // name the result before it arrives.
+    acme.cancel(&format!("{}-reply", sub_request.id))
+        .await
+        .unwrap();
+    assert_eq!(job.await.unwrap().unwrap(), json!("finished"));
+    assert_eq!(part.finished(), 1);
+    t.shutdown().await.unwrap();
+}
+
+async fn napping_goal(goal: GoalContext) -> soorma::Result<()> {
+    use soorma::common::{PlanDefinition, StateAction, StateConfig, StateTransition};
+    let plan = Plan::new(
+        PlanDefinition::new("napping", "one long action")
+            .with_initial_state("napping")
+            .with_state(
+                StateConfig::new("napping", "")
+                    .with_action(
+                        StateAction::new("long-nap.requested", "long-nap.done")
+                            .with_data(json!({"nap_ms": 30_000})),
+                    )
+                    .with_transition(StateTransition::new("long-nap.done", "done")),
+            )
+            .with_state(StateConfig::new("done", "").terminal()),
+    )?;
+    goal.start(&plan).await?;
+    Ok(())
+}
+
+scenario!(a_canceled_goal_ends_its_plan_without_a_reply_and_cancels_its_pending_action);
+async fn a_canceled_goal_ends_its_plan_without_a_reply_and_cancels_its_pending_action(
+    mut t: TestPlatform,
+    wait: Duration,
+) {
+    let nap = Tracked::default();
+    t.start(sleeper("napper", "long-nap.requested", &nap))
+        .await
+        .unwrap();
+    t.start(
+        Planner::new("nap-planner")
+            .use_registered_handlers(false)
+            .handler(Handler::on_goal("nap.goal", napping_goal)),
+    )
+    .await
+    .unwrap();
+    let acme = t.client().with_tenant("acme");
+    let call = acme.request("nap.goal", json!({}), "nap.goal.done");
+    let goal_id = call.envelope().unwrap().id.clone();
+    let waiting = tokio::spawn(async move { call.await });
+    nap.wait_started(1, wait).await;
+    acme.cancel(&goal_id).await.unwrap();
+    // The plan fails as canceled, and its action's handler is dropped.
+    let key = StateKey::new(soorma::planner::PLANS_BUCKET, "acme", &goal_id);
+    let deadline = Instant::now() + wait;
+    let record = loop {
+        let stored = t.platform().state().get(&key).await.unwrap().unwrap();
+        let record: soorma::common::PlanRecord = serde_json::from_slice(&stored.value).unwrap();
+        if record.status == soorma::common::PlanStatus::Failed {
+            break record;
+        }
+        assert!(Instant::now() < deadline, "plan not canceled: {record:?}");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    };
+    assert_eq!(record.error.as_deref(), Some("the plan was canceled"));
+    nap.wait_dropped(1, wait, "the canceled plan's action")
+        .await;
+    tokio::time::sleep(wait / 10).await;
+    assert!(!waiting.is_finished(), "a canceled goal got a reply");
+    assert!(t.events_of_type("nap.goal.done").is_empty());
+    waiting.abort();
+    t.shutdown().await.unwrap();
+}

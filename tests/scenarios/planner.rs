@@ -843,3 +843,27 @@ async fn a_plan_finalized_by_a_handler_whose_reply_failed_replies_when_the_event
     planner.shutdown().await.unwrap();
     t.shutdown().await.unwrap();
 }
+
+scenario!(a_client_that_called_a_plans_tool_itself_gets_the_goals_own_reply);
+async fn a_client_that_called_a_plans_tool_itself_gets_the_goals_own_reply(
+    mut t: TestPlatform,
+    wait: Duration,
+) {
+    t.start(research_tools()).await.unwrap();
+    t.start(research_planner(false)).await.unwrap();
+    let client = t.client().with_timeout(wait);
+    // The client listens for `search.completed` from now on.
+    let found: Value = client
+        .invoke("search.requested", json!({"q": "tea"}), "search.completed")
+        .await
+        .unwrap();
+    assert_eq!(found["count"], 2);
+    // The plan's own `search.completed` (correlated with the goal's id, as all its actions'
+    // replies are) is not the goal's reply.
+    let report: Value = client
+        .invoke("research.goal", json!({"topic": "rust"}), "research.done")
+        .await
+        .unwrap();
+    assert_eq!(report["summary"], "2 sources about rust", "{report}");
+    t.shutdown().await.unwrap();
+}

@@ -383,3 +383,34 @@ async fn a_batch_fan_out_of_any_size_comes_back_as_one_vec_in_order(
     assert_eq!(calls.0.load(Ordering::SeqCst), 2, "one fan-in per task");
     t.shutdown().await.unwrap();
 }
+
+scenario!(a_task_failed_by_its_deadline_whose_reply_failed_replies_when_the_timer_comes_again);
+async fn a_task_failed_by_its_deadline_whose_reply_failed_replies_when_the_timer_comes_again(
+    t: TestPlatform,
+    wait: Duration,
+) {
+    // The worker's first publish of the task's reply fails (after the deadline stored the
+    // failed task): the deadline's handler fails, retryably, and its event comes again.
+    let failing = soorma_tests::slow_bus::FailingPublish::platform(
+        t.platform(),
+        &<Combine as soorma::Request>::reply_event(),
+        1,
+    );
+    let worker = Worker::new("patient")
+        .use_registered_handlers(false)
+        .handler(Handler::task(wait_long))
+        .handler(Handler::on_result("nobody.completed", nobody_replied))
+        .start(&failing)
+        .await
+        .unwrap();
+    let err = t
+        .client()
+        .call(Combine { n: 1 })
+        .timeout(wait)
+        .await
+        .unwrap_err();
+    let message = err.to_string();
+    assert!(message.contains("deadline"), "{message}");
+    worker.shutdown().await.unwrap();
+    t.shutdown().await.unwrap();
+}

@@ -301,7 +301,10 @@ where
         let input = request.input.clone();
         let handler = request.handler.clone();
         let env = &delivery.envelope;
-        let mut registration = self.running.register(env.tenant(), &env.id);
+        // Only requests can be canceled: a cancel naming a result's id (a reply id is derived
+        // from its request's) must not make the result be dropped unrecorded.
+        let mut registration = (env.topic == Topic::ActionRequests)
+            .then(|| self.running.register(env.tenant(), &env.id));
         let work = self.inner.call(request);
         let max_deliver = self.max_deliver;
         Box::pin(async move {
@@ -312,7 +315,12 @@ where
                 .keep_alive_while(async {
                     let outcome = tokio::select! {
                         biased;
-                        () = registration.canceled() => None,
+                        () = async {
+                            match registration.as_mut() {
+                                Some(r) => r.canceled().await,
+                                None => std::future::pending().await,
+                            }
+                        } => None,
                         outcome = work => Some(outcome),
                     };
                     drop(registration);

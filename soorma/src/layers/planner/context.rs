@@ -803,6 +803,59 @@ fn ask_id(plan_id: &str, handled: &str, state: &str, n: u32) -> String {
     format!("{plan_id}-ask-{}", &digest[..16])
 }
 
+/// Cancels the plan `plan_id` of the cancel event's tenant (the goal's id is the plan's), when
+/// it is this planner's and has not ended: it fails with "the plan was canceled" and replies
+/// nothing (a canceled request gets no reply); its pending action gets a cancel of its own.
+pub(crate) async fn cancel_plan(input: &HandlerInput, plan_id: &str) -> Result<()> {
+    let Some(mut plan) = PlanContext::load(input, plan_id, None).await? else {
+        return Ok(());
+    };
+    if plan
+        .record
+        .planner
+        .as_deref()
+        .is_some_and(|owner| owner != &*input.runtime.name)
+    {
+        return Ok(());
+    }
+    let pending = std::sync::Mutex::new(None);
+    plan.transact(|plan, record| {
+        let mut fx = Effects::default();
+        if ended(record) {
+            return Ok(fx);
+        }
+        let waits_for_action = record.status == PlanStatus::Running
+            && record.actions > 0
+            && plan
+                .definition()
+                .states
+                .get(&record.current_state)
+                .is_some_and(|s| s.action.is_some());
+        *pending
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner) =
+            waits_for_action.then(|| machine::action_id(&record.plan_id, record.actions));
+        machine::fail(record, "the plan was canceled".into(), &mut fx);
+        record.reply_sent = true;
+        fx.reply = None;
+        Ok(fx)
+    })
+    .await?;
+    let pending = pending
+        .into_inner()
+        .unwrap_or_else(std::sync::PoisonError::into_inner);
+    if let Some(action) = pending {
+        let tenant = input.envelope.tenant().to_owned();
+        plan.runtime
+            .bus
+            .cancel(action)
+            .tenant_id(tenant)
+            .await
+            .map(drop)?;
+    }
+    Ok(())
+}
+
 /// Whether the plan has ended (its reply is due or sent).
 fn ended(record: &PlanRecord) -> bool {
     matches!(record.status, PlanStatus::Completed | PlanStatus::Failed)

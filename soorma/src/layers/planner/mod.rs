@@ -92,6 +92,7 @@ impl Handler {
         h.on_failure = Some(fail_goal);
         h.on_start = Some(timers::ensure_running);
         h.assemble = Some(ensure_transition);
+        h.on_cancel = Some(cancel_plan);
         h
     }
 
@@ -192,6 +193,19 @@ fn ensure_transition(_: &str, handlers: &mut Vec<Handler>, _: &mut Extensions) -
         handlers.push(Handler::on_transition(advance_plan));
     }
     Vec::new()
+}
+
+/// A canceled goal ends its plan: failed with "canceled", without a reply (as a canceled
+/// task), and its pending action gets a cancel of its own.
+fn cancel_plan(input: &HandlerInput) -> BoxFuture<'_, ()> {
+    Box::pin(async move {
+        let Some(plan_id) = crate::runtime::cancel::request_id(&input.envelope) else {
+            return;
+        };
+        if let Err(e) = context::cancel_plan(input, plan_id).await {
+            tracing::warn!(error = %e, plan_id = %plan_id, "could not cancel the plan");
+        }
+    })
 }
 
 /// A goal handler's failure fails its plan (or, before one started, replies with the error).

@@ -62,8 +62,12 @@ pub(crate) fn session_key(tenant: &str, session_id: &str) -> StateKey {
     StateKey::new(SESSIONS_BUCKET, tenant, session_id)
 }
 
+/// At most this many plan ids are kept in a session's `plan_ids` (the latest): a session's
+/// record stays small enough for one KV value however many goals name it.
+pub(crate) const MAX_SESSION_PLANS: usize = 1_000;
+
 /// Adds `plan_id` to the session's `plan_ids` (revision-checked; idempotent), creating the
-/// session if it does not exist yet.
+/// session if it does not exist yet; past [`MAX_SESSION_PLANS`] the oldest id leaves.
 pub(crate) async fn add_plan(
     store: &dyn StateStore,
     tenant: &str,
@@ -110,6 +114,11 @@ pub(crate) async fn add_plan(
                     return Ok(Change::Keep(()));
                 }
                 session.plan_ids.push(plan_id.to_owned());
+                let over = session.plan_ids.len().saturating_sub(MAX_SESSION_PLANS);
+                if over > 0 {
+                    session.plan_ids.drain(..over);
+                    tracing::debug!(session_id = %session_id, "the session lists its latest {MAX_SESSION_PLANS} plans; the oldest left the list");
+                }
                 Ok(Change::Write(()))
             },
         )
@@ -699,6 +708,27 @@ mod tests {
             .unwrap()
             .value;
         assert_eq!(s.plan_ids.len(), 32);
+    }
+
+    #[tokio::test]
+    async fn a_session_lists_its_latest_plans_only() {
+        let store = crate::engine::embedded::MemoryStore::new();
+        for i in 0..MAX_SESSION_PLANS + 5 {
+            add_plan(&store, "t", "s", None, &format!("p{i}"))
+                .await
+                .unwrap();
+        }
+        let s: SessionRecord = state::load(&store, "session", &session_key("t", "s"))
+            .await
+            .unwrap()
+            .unwrap()
+            .value;
+        assert_eq!(s.plan_ids.len(), MAX_SESSION_PLANS);
+        assert_eq!(s.plan_ids[0], "p5", "the oldest left first");
+        assert_eq!(
+            s.plan_ids.last().unwrap(),
+            &format!("p{}", MAX_SESSION_PLANS + 4)
+        );
     }
 
     #[tokio::test]

@@ -363,8 +363,14 @@ async fn enforce_deadline(input: HandlerInput) -> crate::runtime::handler::Handl
     let Some(deadline) = task.record().deadline_at.clone() else {
         return Ok(None);
     };
-    // Ended already, or the deadline was moved later (its own timer fires then).
-    if task.status().is_terminal() || deadline > crate::util::now_rfc3339() {
+    if task.status().is_terminal() {
+        // Ended already: by this timer's earlier delivery, whose reply may not have gone out
+        // (a crash or a failed publish after the write), then it goes out now.
+        task.resend_owed_reply().await.map_err(retryable)?;
+        return Ok(None);
+    }
+    // The deadline was moved later (its own timer fires then).
+    if deadline > crate::util::now_rfc3339() {
         return Ok(None);
     }
     let pending = task.pending_sub_tasks().await.map_err(retryable)?;
