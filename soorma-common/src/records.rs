@@ -196,6 +196,10 @@ pub struct SubTaskGroup {
     /// sub-task, the first listed chunk that has it holds its result.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub chunks: Vec<String>,
+    /// The sequence number of the sub-task whose result completed the group: the result whose
+    /// handler runs what follows the group (a fan-in), and whose redelivery runs it again.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub completed_by: Option<u32>,
 }
 
 impl SubTaskGroup {
@@ -214,6 +218,7 @@ impl SubTaskGroup {
             finished_bits: "0".repeat((size as usize).div_ceil(8) * 2),
             fan_in: None,
             chunks: Vec::new(),
+            completed_by: None,
         }
     }
 

@@ -518,7 +518,6 @@ impl Client {
         let mut sub = self.inner.platform.bus().subscribe(spec).await?;
         let pending = self.inner.pending.clone();
         let mut stop = self.inner.stop.subscribe();
-        let event = event.to_owned();
         tokio::spawn(async move {
             loop {
                 let delivery = tokio::select! {
@@ -526,12 +525,14 @@ impl Client {
                     d = sub.next() => match d { Some(d) => d, None => break },
                 };
                 // Only a call waiting for this reply event: a goal's plan correlates its own
-                // actions' replies with the goal's id too.
-                let waiter = delivery.envelope.correlation_id.as_ref().and_then(|c| {
+                // actions' replies with the goal's id too. (The event's own topic and type: a
+                // platform may hand a client's listener another of its listeners' events.)
+                let env = &delivery.envelope;
+                let waiter = env.correlation_id.as_ref().and_then(|c| {
                     let mut pending = lock(&pending);
                     let waits = pending
                         .get(c)
-                        .is_some_and(|w| w.reply.0 == topic && w.reply.1 == event);
+                        .is_some_and(|w| w.reply.0 == env.topic && w.reply.1 == env.event_type);
                     if waits { pending.remove(c) } else { None }
                 });
                 if let Some(waiter) = waiter {

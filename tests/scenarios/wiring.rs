@@ -3,6 +3,7 @@
 //! delegated event, calling an agent that is not running, a delegation whose reply nobody
 //! handles, a task waiting past its deadline, a misspelt agent name in a group.
 
+use std::sync::Arc;
 use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
@@ -412,5 +413,119 @@ async fn a_task_failed_by_its_deadline_whose_reply_failed_replies_when_the_timer
     let message = err.to_string();
     assert!(message.contains("deadline"), "{message}");
     worker.shutdown().await.unwrap();
+    t.shutdown().await.unwrap();
+}
+
+#[derive(Debug, Serialize, Deserialize, JsonSchema, Request)]
+#[request(event = "chain.requested", reply = i64)]
+struct Chain {
+    n: i64,
+}
+
+#[derive(Debug, Serialize, Deserialize, JsonSchema, Request)]
+#[request(event = "triple.requested", reply = i64)]
+struct Triple(i64);
+
+/// Triples after 300 ms: the task still waits for it when the double's reply comes again.
+async fn triple(req: Invocation<Triple>) -> Result<i64, ToolError> {
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    Ok(req.data.0 * 3)
+}
+
+/// Negates after 50 ms: the double's reply comes first.
+async fn later_negate(req: Invocation<Negate>) -> Result<i64, ToolError> {
+    tokio::time::sleep(Duration::from_millis(50)).await;
+    Ok(-req.data.0)
+}
+
+async fn chain(mut task: TaskContext<Chain>) -> soorma::Result<Delegated> {
+    let n = task.data.n;
+    task.fan_out((Double(n), Negate(n))).await
+}
+
+/// The first stage's fan-in: delegates the second stage (the task keeps running).
+async fn chained(
+    mut task: TaskContext<Chain>,
+    (doubled, _): (i64, Result<i64, SubTaskFailed>),
+    State(calls): State<Counter>,
+) -> soorma::Result<Delegated> {
+    calls.0.fetch_add(1, Ordering::SeqCst);
+    task.delegate(Triple(doubled)).await
+}
+
+async fn tripled(_task: TaskContext<Chain>, tripled: i64) -> soorma::Result<i64> {
+    Ok(tripled)
+}
+
+scenario!(a_redelivered_result_that_did_not_complete_its_group_does_not_run_the_fan_in_again);
+async fn a_redelivered_result_that_did_not_complete_its_group_does_not_run_the_fan_in_again(
+    mut t: TestPlatform,
+    wait: Duration,
+) {
+    use soorma::dispatch::tower::{ServiceExt, layer::layer_fn, service_fn};
+    use soorma::dispatch::{HandlerError, HandlerRequest, HandlerService};
+
+    let calls = Counter::default();
+    let triples = Counter::default();
+    t.start(
+        Tool::new("staged-arithmetic")
+            .use_registered_handlers(false)
+            .with_state(triples.clone())
+            .handler(Handler::invoke(double))
+            .handler(Handler::invoke(later_negate))
+            .handler(Handler::invoke(
+                |req: Invocation<Triple>, State(n): State<Counter>| async move {
+                    n.0.fetch_add(1, Ordering::SeqCst);
+                    triple(req).await
+                },
+            )),
+    )
+    .await
+    .unwrap();
+    // The double's reply (the first of the group, which does not complete it) is recorded,
+    // then its handling fails retryably once: it comes again after the group completed.
+    let failed_once = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let double_reply = <Double as soorma::Request>::reply_event();
+    let fail_first_double = layer_fn(move |inner: HandlerService| {
+        let (failed_once, double_reply) = (failed_once.clone(), double_reply.clone());
+        service_fn(move |req: HandlerRequest| {
+            let (inner, failed_once) = (inner.clone(), failed_once.clone());
+            let is_double = req.envelope().event_type == double_reply;
+            async move {
+                let out = inner.oneshot(req).await?;
+                if is_double && !failed_once.swap(true, Ordering::SeqCst) {
+                    return Err(HandlerError::retryable(
+                        "an injected failure after recording",
+                    ));
+                }
+                Ok(out)
+            }
+        })
+    });
+    t.start(
+        Worker::new("chainer")
+            .use_registered_handlers(false)
+            .with_state(calls.clone())
+            .handler(Handler::task(chain))
+            .handler(Handler::fan_in::<(Double, Negate)>().handle(chained))
+            .handler(Handler::fan_in::<Triple>().handle(tripled))
+            .layer(fail_first_double),
+    )
+    .await
+    .unwrap();
+    let out = t.client().call(Chain { n: 5 }).timeout(wait).await.unwrap();
+    assert_eq!(out, 30);
+    // Long enough for a second stage delegated again by the redelivery to have run.
+    tokio::time::sleep(Duration::from_millis(700)).await;
+    assert_eq!(
+        calls.0.load(Ordering::SeqCst),
+        1,
+        "the first stage's fan-in ran again"
+    );
+    assert_eq!(
+        triples.0.load(Ordering::SeqCst),
+        1,
+        "the second stage was delegated again"
+    );
     t.shutdown().await.unwrap();
 }

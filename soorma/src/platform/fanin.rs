@@ -283,6 +283,9 @@ async fn write_batch(
             let was_complete = group.is_complete();
             fresh[i] = group.mark_finished(m.result.seq);
             completed[i] = fresh[i] && !was_complete && group.is_complete();
+            if completed[i] {
+                group.completed_by = Some(m.result.seq);
+            }
         }
         if !fresh.contains(&true) {
             // Every result was recorded already (a redelivery): nothing to write.

@@ -462,7 +462,8 @@ fn router(event: String, specs: Arc<Vec<Arc<FanInSpec>>>) -> Handler {
 
 async fn route(input: HandlerInput, specs: Arc<Vec<Arc<FanInSpec>>>) -> HandlerOutcome {
     let result = ResultContext::<Value>::decode(&input).map_err(Failure::Decode)?;
-    let (stored, completed_group) = result.record().await.map_err(retryable)?;
+    let recorded = result.record().await.map_err(retryable)?;
+    let stored = recorded.task;
     let Some(group) = result
         .group_id()
         .and_then(|g| stored.value.groups.get(g))
@@ -470,9 +471,10 @@ async fn route(input: HandlerInput, specs: Arc<Vec<Arc<FanInSpec>>>) -> HandlerO
     else {
         return Ok(None);
     };
-    // The result that completed the group runs the fan-in; a redelivery of a result of a
-    // complete group whose task is still running runs it again (its first run was cut short).
-    let rerun = input.attempt > 1 && group.is_complete() && !stored.value.status.is_terminal();
+    // The result that completed the group runs the fan-in; a redelivery of that result, while
+    // its task is still running, runs it again (its first run was cut short). Another result's
+    // redelivery does not: the fan-in would run twice, delegating its next stage again.
+    let rerun = input.attempt > 1 && recorded.completes && !stored.value.status.is_terminal();
     if input.attempt > 1 && stored.value.status.is_terminal() && !stored.value.reply_sent {
         // A redelivery of the result whose fan-in ended the task, cut short before the reply
         // was known to be out: reply again (no other result replies for it).
@@ -486,7 +488,7 @@ async fn route(input: HandlerInput, specs: Arc<Vec<Arc<FanInSpec>>>) -> HandlerO
         task.resend_owed_reply().await.map_err(retryable)?;
         return Ok(None);
     }
-    if !(completed_group || rerun) {
+    if !(recorded.completed_now || rerun) {
         // Every other result stops here, without a copy of the task (see `Marked::task`).
         return Ok(None);
     }

@@ -259,23 +259,25 @@ impl<T> ResultContext<T> {
     /// # tool.shutdown().await?; worker.shutdown().await?; Ok(()) }
     /// ```
     pub async fn record_in_parent(&self) -> Result<TaskContext<Value>> {
-        let (stored, completed_group) = self.record().await?;
-        let stored = Arc::unwrap_or_clone(stored);
+        let recorded = self.record().await?;
+        let stored = Arc::unwrap_or_clone(recorded.task);
         let group = self.group_id().unwrap_or_default().to_owned();
-        // The result that completed the group sees it complete; so does a redelivered one
-        // (its first delivery may have died between recording and completing the task).
+        // The result that completed the group sees it complete; so does a redelivery of that
+        // result (its first delivery may have died between recording and completing the
+        // task), and only of that one: others would run what follows a second time.
         Ok(TaskContext::restored(
             stored.value,
             stored.revision,
             self.envelope.clone(),
             self.runtime.clone(),
         )
-        .gated_by(group, completed_group || self.attempt > 1))
+        .gated_by(group, recorded.completes))
     }
 
     /// Records the result; returns the parent task as stored (shared with the other results
-    /// of the same write, not copied) and whether this result completed its group.
-    pub(crate) async fn record(&self) -> Result<(Arc<state::Versioned<TaskRecord>>, bool)> {
+    /// of the same write, not copied) and whether this result completed its group (see
+    /// [`Recorded`]).
+    pub(crate) async fn record(&self) -> Result<Recorded> {
         let (group, index) = self.sub_task().await?;
         let seq = group
             .first_seq
@@ -301,7 +303,20 @@ impl<T> ResultContext<T> {
                 mark,
             )
             .await?;
-        Ok((marked.task, marked.completed_group))
+        // A redelivery of the result that completed its group in an earlier delivery (a
+        // group recorded before `completed_by` existed: any redelivered result of it).
+        let completed_before = self.attempt > 1
+            && marked
+                .task
+                .value
+                .groups
+                .get(&group.group_id)
+                .is_some_and(|g| g.is_complete() && g.completed_by.is_none_or(|by| by == seq));
+        Ok(Recorded {
+            completes: marked.completed_group || completed_before,
+            completed_now: marked.completed_group,
+            task: marked.task,
+        })
     }
 
     /// Loads the task that delegated this sub-task without recording anything.
@@ -351,4 +366,15 @@ impl<T> ResultContext<T> {
             self.runtime.clone(),
         ))
     }
+}
+
+/// A result recorded in its parent task ([`ResultContext::record`]).
+pub(crate) struct Recorded {
+    /// The parent task as stored after the write.
+    pub(crate) task: Arc<state::Versioned<TaskRecord>>,
+    /// Whether this write completed the result's group.
+    pub(crate) completed_now: bool,
+    /// Whether this result is the one that completed its group: now, or in an earlier
+    /// delivery of it (then it runs what follows the group again: its first run was cut short).
+    pub(crate) completes: bool,
 }

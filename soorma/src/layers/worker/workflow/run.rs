@@ -435,7 +435,7 @@ async fn on_step_replied(input: HandlerInput, specs: Specs) -> HandlerOutcome {
             });
         }
     }
-    let (stored, _) = result.record().await.map_err(retryable)?;
+    let stored = result.record().await.map_err(retryable)?.task;
     if stored.value.agent != *input.runtime.name {
         // Another worker's run (a reply sent to this worker's event by mistake): that worker
         // advances it when its own replies come.
