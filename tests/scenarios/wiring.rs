@@ -529,3 +529,49 @@ async fn a_redelivered_result_that_did_not_complete_its_group_does_not_run_the_f
     );
     t.shutdown().await.unwrap();
 }
+
+#[derive(Debug, Serialize, Deserialize, JsonSchema, Request)]
+#[request(event = "fragile.requested", reply = i64)]
+struct Fragile {
+    n: i64,
+}
+
+async fn fragile(mut task: TaskContext<Fragile>) -> soorma::Result<Delegated> {
+    let n = task.data.n;
+    task.fan_out((Double(n), Negate(n))).await
+}
+
+async fn fragile_fan_in(
+    _task: TaskContext<Fragile>,
+    (doubled, _): (i64, Result<i64, SubTaskFailed>),
+) -> soorma::Result<i64> {
+    if doubled == 2 {
+        panic!("the fan-in's code has a bug");
+    }
+    Err(soorma::Error::Timeout {
+        after: Duration::ZERO,
+        what: "a service the fan-in needs, on every attempt".into(),
+    })
+}
+
+scenario!(a_fan_in_that_panics_or_keeps_failing_fails_its_task);
+async fn a_fan_in_that_panics_or_keeps_failing_fails_its_task(mut t: TestPlatform, wait: Duration) {
+    t.start(arithmetic()).await.unwrap();
+    t.start(
+        Worker::new("fragile")
+            .use_registered_handlers(false)
+            .max_deliver(3)
+            .handler(Handler::task(fragile))
+            .handler(Handler::fan_in::<(Double, Negate)>().handle(fragile_fan_in)),
+    )
+    .await
+    .unwrap();
+    let client = t.client().with_timeout(wait);
+    let panicked = client.call(Fragile { n: 1 }).await.unwrap_err().to_string();
+    assert!(panicked.contains("the fan-in failed"), "{panicked}");
+    assert!(panicked.contains("has a bug"), "{panicked}");
+    // A retryable failure on every delivery (3 here): the last one fails the task.
+    let retried = client.call(Fragile { n: 2 }).await.unwrap_err().to_string();
+    assert!(retried.contains("the fan-in failed"), "{retried}");
+    t.shutdown().await.unwrap();
+}

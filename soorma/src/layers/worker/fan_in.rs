@@ -456,8 +456,31 @@ fn router(event: String, specs: Arc<Vec<Arc<FanInSpec>>>) -> Handler {
     );
     h.description = Some("A reply a typed fan-in waits for.".into());
     h.on_start = Some(timers::ensure_running);
+    h.on_failure = Some(fail_fan_in);
     h.requests = requests;
     h
+}
+
+/// A fan-in that fails for good (it panicked, or failed retryably on every delivery) fails its
+/// task, once, when the failed result is the one whose handler runs the fan-in; any other
+/// result's failure is dead-lettered (a result cannot fail a task it does not complete).
+fn fail_fan_in(input: &HandlerInput, error: String) -> BoxFuture<'_, Result<bool>> {
+    Box::pin(async move {
+        let Ok(result) = ResultContext::<Value>::decode(input) else {
+            return Ok(false);
+        };
+        let Some(mut task) = result.parent_if_completed_by_this().await? else {
+            return Ok(false);
+        };
+        if task.status().is_terminal() {
+            // Ended already (by this policy on an earlier delivery, or otherwise).
+            task.resend_owed_reply().await?;
+            return Ok(true);
+        }
+        tracing::warn!(task_id = %task.task_id(), %error, "fan-in failed for good; failing the task");
+        task.fail(format!("the fan-in failed: {error}")).await?;
+        Ok(true)
+    })
 }
 
 async fn route(input: HandlerInput, specs: Arc<Vec<Arc<FanInSpec>>>) -> HandlerOutcome {
@@ -516,6 +539,14 @@ async fn route(input: HandlerInput, specs: Arc<Vec<Arc<FanInSpec>>>) -> HandlerO
     tracing::debug!(task_id = %task.task_id(), fan_in = %spec.label, "running the fan-in");
     let (tenant, id) = (task.tenant().to_owned(), task.task_id().to_owned());
     match (spec.call)(task, Arc::new(members), input.clone()).await {
+        // The result was decoded above: what does not decode here is the stored task (its
+        // request or state after a change of types), which no redelivery mends.
+        Err(Failure::Decode(e)) => {
+            let mut task = TaskContext::load(&input, &tenant, &id)
+                .await
+                .map_err(retryable)?;
+            fail(&mut task, format!("the fan-in cannot read its task: {e}")).await
+        }
         Err(Failure::Handler {
             message,
             retryable: false,

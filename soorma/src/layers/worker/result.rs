@@ -319,6 +319,23 @@ impl<T> ResultContext<T> {
         })
     }
 
+    /// The task that delegated this sub-task, when this result is the one that completed its
+    /// group (what follows the group is this result's to run): `None` for any other result,
+    /// or while the group waits for more.
+    pub(crate) async fn parent_if_completed_by_this(&self) -> Result<Option<TaskContext<Value>>> {
+        let (group, index) = self.sub_task().await?;
+        let Some(seq) = group.first_seq.checked_add(index) else {
+            return Ok(None);
+        };
+        let task = self.parent().await?;
+        let completed_by_this = task
+            .record()
+            .groups
+            .get(&group.group_id)
+            .is_some_and(|g| g.is_complete() && g.completed_by.is_none_or(|by| by == seq));
+        Ok(completed_by_this.then_some(task))
+    }
+
     /// Loads the task that delegated this sub-task without recording anything.
     ///
     /// ```
