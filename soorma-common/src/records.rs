@@ -750,6 +750,11 @@ pub struct TaskRecord {
     /// event (its handler may have died between the write and the reply) replies again.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub ended_by: Option<String>,
+    /// The id of the handled event whose handler stored the task's state last. A redelivered
+    /// request that finds its task stored (its first handling died before acknowledging it)
+    /// leaves the state alone when a later handler (a result's) stored it since.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub state_by: Option<String>,
     /// Next delegation sequence number.
     #[serde(default)]
     pub next_seq: u32,
@@ -800,6 +805,7 @@ impl TaskRecord {
             error: None,
             reply_sent: false,
             ended_by: None,
+            state_by: None,
             next_seq: 0,
             created_at: None,
             updated_at: None,

@@ -824,3 +824,90 @@ async fn a_long_chain_of_delegations_keeps_its_ids_short(mut t: TestPlatform, wa
     assert!(out["longest_id"].as_u64().unwrap() < 120, "{out}");
     t.shutdown().await.unwrap();
 }
+
+async fn staged(mut task: TaskContext) -> soorma::Result<()> {
+    task.set_state("stage", 1)?;
+    task.delegate_with(Delegation::new(
+        "stage-one.requested",
+        &json!({"nap_ms": 0}),
+        "stage-one.done",
+    ))
+    .await?;
+    Ok(())
+}
+
+async fn stage_one_done(result: ResultContext) -> soorma::Result<()> {
+    let mut task = result.record_in_parent().await?;
+    task.set_state("stage", 2)?;
+    task.delegate_with(Delegation::new(
+        "stage-two.requested",
+        &json!({"nap_ms": 400}),
+        "stage-two.done",
+    ))
+    .await?;
+    Ok(())
+}
+
+async fn stage_two_done(result: ResultContext) -> soorma::Result<()> {
+    let mut task = result.record_in_parent().await?;
+    let stage: i64 = task.state_value("stage")?.unwrap_or_default();
+    task.complete(json!({"stage_seen_last": stage})).await?;
+    Ok(())
+}
+
+scenario!(a_redelivered_request_does_not_undo_the_state_a_result_handler_stored_since);
+async fn a_redelivered_request_does_not_undo_the_state_a_result_handler_stored_since(
+    mut t: TestPlatform,
+    wait: Duration,
+) {
+    use soorma::dispatch::tower::{ServiceExt, layer::layer_fn, service_fn};
+    use soorma::dispatch::{HandlerError, HandlerRequest, HandlerService};
+    use soorma_tests::agents::{Tracked, sleeper};
+
+    let (one, two) = (Tracked::default(), Tracked::default());
+    t.start(sleeper("stage-one", "stage-one.requested", &one))
+        .await
+        .unwrap();
+    t.start(sleeper("stage-two", "stage-two.requested", &two))
+        .await
+        .unwrap();
+    // The request's first handling stores the task and delegates, then fails retryably (as
+    // if its process died before acknowledging it): it comes again 100 ms later, once stage
+    // one's result stored `stage: 2`.
+    let failed_once = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let fail_first_request = layer_fn(move |inner: HandlerService| {
+        let failed_once = failed_once.clone();
+        service_fn(move |req: HandlerRequest| {
+            let (inner, failed_once) = (inner.clone(), failed_once.clone());
+            let is_request = req.envelope().event_type == "staged.requested";
+            async move {
+                let out = inner.oneshot(req).await?;
+                if is_request && !failed_once.swap(true, std::sync::atomic::Ordering::SeqCst) {
+                    return Err(HandlerError::retryable(
+                        "an injected failure after delegating",
+                    ));
+                }
+                Ok(out)
+            }
+        })
+    });
+    t.start(
+        Worker::new("stager")
+            .use_registered_handlers(false)
+            .handler(Handler::on_task("staged.requested", staged))
+            .handler(Handler::on_result("stage-one.done", stage_one_done))
+            .handler(Handler::on_result("stage-two.done", stage_two_done))
+            .layer(fail_first_request),
+    )
+    .await
+    .unwrap();
+    let out: Value = t
+        .client()
+        .with_timeout(wait)
+        .invoke("staged.requested", json!({}), "staged.done")
+        .await
+        .unwrap();
+    assert_eq!(out, json!({"stage_seen_last": 2}));
+    assert_eq!((one.finished(), two.finished()), (1, 1));
+    t.shutdown().await.unwrap();
+}

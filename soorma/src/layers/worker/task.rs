@@ -58,6 +58,9 @@ pub struct TaskContext<T = Value, S = StateMap> {
     state: S,
     /// Keep the stored state when persisting (a context made only to fail the task).
     pub(super) keep_stored_state: bool,
+    /// Whether this context, made for a request, found its task stored already (a
+    /// redelivered request): see [`write_state`].
+    replayed: bool,
     record: TaskRecord,
     revision: Option<Revision>,
     /// Delegations made through this context (part of sub-task ids).
@@ -67,6 +70,19 @@ pub struct TaskContext<T = Value, S = StateMap> {
     fan_in_gate: Option<(String, bool)>,
     envelope: Arc<EventEnvelope>,
     runtime: Arc<AgentRuntime>,
+}
+
+/// Writes `state` (when there is one to write) into `rec` as stored by the handler of the
+/// event `event`; but a context that found its task stored already (`replayed`: a redelivered
+/// request, whose handler started from a fresh state) leaves the stored state alone when a
+/// handler of another event stored it since: it would undo what that handler recorded.
+fn write_state(rec: &mut TaskRecord, state: Option<&StateMap>, event: &str, replayed: bool) {
+    let Some(state) = state else { return };
+    if replayed && rec.state_by.as_deref().is_some_and(|by| by != event) {
+        return;
+    }
+    rec.state.clone_from(state);
+    rec.state_by = Some(event.to_owned());
 }
 
 /// The default task state: a string-keyed map ([`TaskContext::set_state`],
@@ -135,6 +151,7 @@ impl<T, S: TaskState> TaskContext<T, S> {
             data,
             state: S::default(),
             keep_stored_state: false,
+            replayed: false,
             record,
             revision: None,
             delegated: 0,
@@ -486,17 +503,19 @@ impl<T, S: TaskState> TaskContext<T, S> {
     /// ```
     pub async fn save(&mut self) -> Result<()> {
         let state = self.state_to_store()?;
-        self.persist(move |rec| {
-            if let Some(state) = &state {
-                rec.state.clone_from(state);
-            }
-        })
-        .await
+        self.persist(state, |_| {}).await
     }
 
-    /// Applies `mutate` locally and to the stored record (created on first save).
-    pub(super) async fn persist(&mut self, mutate: impl Fn(&mut TaskRecord)) -> Result<()> {
+    /// Applies `state` (see [`write_state`]) and `mutate` locally and to the stored record
+    /// (created on first save).
+    pub(super) async fn persist(
+        &mut self,
+        state: Option<StateMap>,
+        mutate: impl Fn(&mut TaskRecord),
+    ) -> Result<()> {
         let now = now_rfc3339();
+        let event = self.envelope.id.clone();
+        write_state(&mut self.record, state.as_ref(), &event, false);
         mutate(&mut self.record);
         self.record.updated_at = Some(now.clone());
         let key = self.key();
@@ -509,11 +528,13 @@ impl<T, S: TaskState> TaskContext<T, S> {
                     return Ok(());
                 }
                 // Stored by an earlier delivery of the same request: merge into it.
-                Err(Error::Conflict { .. }) => {}
+                Err(Error::Conflict { .. }) => self.replayed = true,
                 Err(e) => return Err(e),
             }
         }
+        let replayed = self.replayed;
         let ((), stored) = update_task(self.store(), &key, |rec: &mut TaskRecord| {
+            write_state(rec, state.as_ref(), &event, replayed);
             mutate(rec);
             rec.updated_at = Some(now.clone());
             Ok(Change::Write(()))
@@ -617,11 +638,8 @@ impl<T, S: TaskState> TaskContext<T, S> {
         let deadline = rfc3339_after(after);
         let state = self.state_to_store()?;
         let at = deadline.clone();
-        self.persist(move |rec| {
+        self.persist(state, move |rec| {
             rec.deadline_at = Some(at.clone());
-            if let Some(state) = &state {
-                rec.state.clone_from(state);
-            }
         })
         .await?;
         let data = serde_json::json!({
@@ -925,13 +943,10 @@ impl<T, S: TaskState> TaskContext<T, S> {
             group = group.with_fan_in(key);
         }
         let state = self.state_to_store()?;
-        self.persist(move |rec| {
+        self.persist(state, move |rec| {
             if !rec.groups.contains_key(&group.group_id) {
                 rec.groups.insert(group.group_id.clone(), group.clone());
                 rec.next_seq = rec.next_seq.max(group.first_seq + group.size);
-            }
-            if let Some(state) = &state {
-                rec.state.clone_from(state);
             }
             if !rec.status.is_terminal() {
                 rec.status = TaskStatus::Waiting;
@@ -1054,10 +1069,15 @@ impl<T, S: TaskState> TaskContext<T, S> {
     async fn finish(&mut self, outcome: std::result::Result<Value, String>) -> Result<bool> {
         let now = now_rfc3339();
         let state = self.state_to_store()?;
+        let event = self.envelope.id.clone();
+        let replayed = std::sync::atomic::AtomicBool::new(self.replayed);
         let apply = |rec: &mut TaskRecord| {
-            if let Some(state) = &state {
-                rec.state.clone_from(state);
-            }
+            write_state(
+                rec,
+                state.as_ref(),
+                &event,
+                replayed.load(std::sync::atomic::Ordering::Relaxed),
+            );
             match &outcome {
                 Ok(v) => {
                     rec.status = TaskStatus::Completed;
@@ -1088,7 +1108,10 @@ impl<T, S: TaskState> TaskContext<T, S> {
                     self.revision = Some(revision);
                     won = Some(true);
                 }
-                Err(Error::Conflict { .. }) => {}
+                Err(Error::Conflict { .. }) => {
+                    self.replayed = true;
+                    replayed.store(true, std::sync::atomic::Ordering::Relaxed);
+                }
                 Err(e) => return Err(e),
             }
         }
@@ -1287,6 +1310,7 @@ impl TaskContext<Value> {
             data: record.data.clone(),
             state: record.state.clone(),
             keep_stored_state: false,
+            replayed: false,
             record,
             revision: Some(revision),
             delegated: 0,
@@ -1332,6 +1356,7 @@ impl TaskContext<Value> {
             data,
             state: self.state,
             keep_stored_state: self.keep_stored_state,
+            replayed: self.replayed,
             record: self.record,
             revision: self.revision,
             delegated: self.delegated,
@@ -1388,6 +1413,7 @@ impl<T> TaskContext<T, StateMap> {
             data: self.data,
             state,
             keep_stored_state: self.keep_stored_state,
+            replayed: self.replayed,
             record: self.record,
             revision: self.revision,
             delegated: self.delegated,

@@ -387,7 +387,7 @@ async fn start(input: &HandlerInput, spec: Spec) -> Result<()> {
         Err(e) => return Err(e),
     }
     let steps = spec.workflow.steps().len();
-    task.persist(move |rec| {
+    task.persist(None, move |rec| {
         if rec.workflow.is_none() {
             rec.workflow = Some(WorkflowRun::new(spec_id.clone(), steps));
         }
