@@ -911,3 +911,74 @@ async fn a_redelivered_request_does_not_undo_the_state_a_result_handler_stored_s
     assert_eq!((one.finished(), two.finished()), (1, 1));
     t.shutdown().await.unwrap();
 }
+
+async fn first_takes(mut task: TaskContext) -> soorma::Result<()> {
+    task.delegate_with(Delegation::new(
+        "first-nap.requested",
+        &json!({"nap_ms": 300}),
+        "first-nap.done",
+    ))
+    .await?;
+    Ok(())
+}
+
+async fn first_nap_done(result: ResultContext) -> soorma::Result<()> {
+    let mut task = result.record_in_parent().await?;
+    task.complete(json!("first")).await?;
+    Ok(())
+}
+
+/// Completes at once, 100 ms after the first worker stored the task.
+async fn second_takes(mut task: TaskContext) -> soorma::Result<()> {
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    task.complete(json!("second")).await?;
+    Ok(())
+}
+
+scenario!(a_second_worker_taking_the_same_request_does_not_touch_the_first_ones_task);
+async fn a_second_worker_taking_the_same_request_does_not_touch_the_first_ones_task(
+    mut t: TestPlatform,
+    wait: Duration,
+) {
+    use soorma_tests::agents::{Tracked, sleeper};
+    let nap = Tracked::default();
+    t.start(sleeper("first-napper", "first-nap.requested", &nap))
+        .await
+        .unwrap();
+    t.start(
+        Worker::new("first-worker")
+            .use_registered_handlers(false)
+            .handler(Handler::on_task("shared.requested", first_takes))
+            .handler(Handler::on_result("first-nap.done", first_nap_done)),
+    )
+    .await
+    .unwrap();
+    t.start(
+        Worker::new("second-worker")
+            .use_registered_handlers(false)
+            .handler(Handler::on_task("shared.requested", second_takes)),
+    )
+    .await
+    .unwrap();
+    let out: Value = t
+        .client()
+        .with_timeout(wait)
+        .invoke("shared.requested", json!({}), "shared.done")
+        .await
+        .unwrap();
+    assert_eq!(out, json!("first"));
+    // The second worker's attempt is dead-lettered, naming both agents.
+    t.expect_matching(
+        |e| {
+            e.event_type == "event.dead_lettered"
+                && e.data
+                    .to_string()
+                    .contains("both take `shared.requested` requests")
+        },
+        wait,
+        "the second worker's dead letter",
+    )
+    .await
+    .unwrap();
+    t.shutdown().await.unwrap();
+}

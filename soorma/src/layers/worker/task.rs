@@ -85,6 +85,19 @@ fn write_state(rec: &mut TaskRecord, state: Option<&StateMap>, event: &str, repl
     rec.state_by = Some(event.to_owned());
 }
 
+/// The error for a request whose task id is the task of another agent: two workers take the
+/// same request event as a task (or a request reused another one's id). A request is one
+/// agent's task: neither touches the other's.
+fn another_agents(rec: &TaskRecord, agent: &str) -> Result<()> {
+    if rec.agent == agent {
+        return Ok(());
+    }
+    Err(Error::Handler(format!(
+        "task `{}` is agent `{}`'s: `{agent}` and `{}` both take `{}` requests as tasks (or a request reused the id of another); a request is one agent's task",
+        rec.task_id, rec.agent, rec.agent, rec.event_type
+    )))
+}
+
 /// The default task state: a string-keyed map ([`TaskContext::set_state`],
 /// [`TaskContext::state_value`]). Use your own type for typed state: `TaskContext<T, S>`.
 pub type StateMap = Map<String, Value>;
@@ -533,7 +546,11 @@ impl<T, S: TaskState> TaskContext<T, S> {
             }
         }
         let replayed = self.replayed;
+        let agent = self.record.agent.clone();
         let ((), stored) = update_task(self.store(), &key, |rec: &mut TaskRecord| {
+            if replayed {
+                another_agents(rec, &agent)?;
+            }
             write_state(rec, state.as_ref(), &event, replayed);
             mutate(rec);
             rec.updated_at = Some(now.clone());
@@ -1118,7 +1135,11 @@ impl<T, S: TaskState> TaskContext<T, S> {
         let won = match won {
             Some(w) => w,
             None => {
+                let agent = self.record.agent.clone();
                 let (won, stored) = update_task(self.store(), &key, |rec: &mut TaskRecord| {
+                    if replayed.load(std::sync::atomic::Ordering::Relaxed) {
+                        another_agents(rec, &agent)?;
+                    }
                     if rec.status.is_terminal() {
                         return Ok(Change::Keep(false));
                     }
