@@ -1027,6 +1027,28 @@ async fn a_caller_whose_server_dies_gets_the_replies_published_while_it_reconnec
         }));
     }
     wait_for("the first replies", || done.load(Ordering::Relaxed) >= 40).await;
+    // The JetStream API requests that create and delete consumers of the action-results
+    // stream, seen from a connection that survives: the replay's consumers must be deleted by
+    // the replay itself (the server would also drop them, 10 s after they go idle).
+    let agents_nats = agents.nats_client().unwrap().clone();
+    let mut api = futures_util::stream::select(
+        agents_nats
+            .subscribe("$JS.API.CONSUMER.CREATE.SOORMA_ACTION_RESULTS.>")
+            .await
+            .unwrap(),
+        agents_nats
+            .subscribe("$JS.API.CONSUMER.DELETE.SOORMA_ACTION_RESULTS.>")
+            .await
+            .unwrap(),
+    );
+    agents_nats.flush().await.unwrap();
+    let api_requests = Arc::new(std::sync::Mutex::new(Vec::<String>::new()));
+    let spied = api_requests.clone();
+    let spying = tokio::spawn(async move {
+        while let Some(msg) = api.next().await {
+            spied.lock().unwrap().push(msg.subject.to_string());
+        }
+    });
     // X hangs for a second, then dies: what is published meanwhile never reaches the caller,
     // which notices only when its connection breaks.
     let answered = done.load(Ordering::Relaxed);
@@ -1090,6 +1112,27 @@ async fn a_caller_whose_server_dies_gets_the_replies_published_while_it_reconnec
         }
         tokio::time::sleep(Duration::from_millis(200)).await;
     }
+    spying.abort();
+    let requests = api_requests.lock().unwrap().clone();
+    let named = |prefix: &str| -> std::collections::BTreeSet<String> {
+        requests
+            .iter()
+            .filter_map(|s| s.strip_prefix(prefix))
+            .filter_map(|rest| rest.split('.').next())
+            .map(str::to_owned)
+            .collect()
+    };
+    let created = named("$JS.API.CONSUMER.CREATE.SOORMA_ACTION_RESULTS.");
+    let deleted = named("$JS.API.CONSUMER.DELETE.SOORMA_ACTION_RESULTS.");
+    assert!(
+        !created.is_empty(),
+        "no replay consumer was created: {requests:?}"
+    );
+    let undeleted: Vec<_> = created.difference(&deleted).collect();
+    assert!(
+        undeleted.is_empty(),
+        "replay consumers the replay did not delete: {undeleted:?} ({requests:?})"
+    );
 }
 
 /// A worker process killed between the write that ends a task and the reply: the completion

@@ -1999,8 +1999,13 @@ async fn public_card_requests_share_registry_reads() {
 /// consumer on the server, and a dropped gateway stops serving.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn gateways_that_come_and_go_leave_no_consumer_behind() {
-    let server = NatsServer::start();
+    let (server, monitor) = monitored_server();
     let platform = nats(&server).await;
+    let subscriptions = || async {
+        monitoring(&monitor, "subsz").await["num_subscriptions"]
+            .as_u64()
+            .unwrap()
+    };
     let s = Setup::start(&platform, None).await;
     // The first message creates the streams; the agents' consumers exist already.
     let first = s.send("multi", json!([{"text": "first"}]), json!({})).await;
@@ -2009,6 +2014,7 @@ async fn gateways_that_come_and_go_leave_no_consumer_behind() {
         "{first}"
     );
     let before = consumer_count(&platform).await;
+    let subscribed = subscriptions().await;
     for round in 0..4 {
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
         let gateway = Gateway::new(&platform)
@@ -2061,6 +2067,21 @@ async fn gateways_that_come_and_go_leave_no_consumer_behind() {
         before,
         "four gateways came and went"
     );
+    // Nor a subscription: each gateway's background tasks (its replies, its progress) end
+    // with it, stopped or dropped.
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
+    loop {
+        let now = subscriptions().await;
+        if now <= subscribed {
+            break;
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "four gateways came and went and left {} subscriptions ({subscribed} before)",
+            now
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
     s.shutdown().await;
 }
 

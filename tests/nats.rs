@@ -484,7 +484,9 @@ async fn slow(_req: Invocation<serde_json::Value>) -> Result<String, ToolError> 
 
 /// Calls `request` (replied with `reply`) once, served by a tool with `handler` started on
 /// `serving`, then waits 1.5 s (1.5 ack-wait periods of the tests using it) so that a
-/// redelivery would have run the handler again; returns the answer.
+/// redelivery would have run the handler again; checks that the server sent no copy of the
+/// request (one instance skips its own copies, so the handler's count alone would not tell:
+/// with a second instance, a copy would run the tool twice); returns the answer.
 async fn answer_then_wait_for_redeliveries(
     calling: &Platform,
     serving: &Platform,
@@ -505,6 +507,18 @@ async fn answer_then_wait_for_redeliveries(
         .await
         .unwrap();
     tokio::time::sleep(Duration::from_millis(1500)).await;
+    let js = soorma::nats::async_nats::jetstream::new(calling.nats_client().unwrap().clone());
+    let info = js
+        .get_stream("SOORMA_ACTION_REQUESTS")
+        .await
+        .unwrap()
+        .consumer_info("once__action-requests")
+        .await
+        .unwrap();
+    assert_eq!(
+        info.delivered.consumer_sequence, 1,
+        "the request was delivered again while it was handled: {info:?}"
+    );
     tool.shutdown().await.unwrap();
     answer
 }

@@ -443,6 +443,87 @@ mod tests {
             .unwrap();
     }
 
+    /// A store whose listing of one tenant's timers fails (its keys cannot be read).
+    #[derive(Clone)]
+    struct UnlistableTenant {
+        inner: MemoryStore,
+        tenant: &'static str,
+    }
+
+    impl StateStore for UnlistableTenant {
+        fn get<'a>(
+            &'a self,
+            key: &'a StateKey,
+        ) -> BoxFuture<'a, Result<Option<state::Versioned<Vec<u8>>>>> {
+            self.inner.get(key)
+        }
+        fn create<'a>(
+            &'a self,
+            key: &'a StateKey,
+            value: Vec<u8>,
+        ) -> BoxFuture<'a, Result<state::Revision>> {
+            self.inner.create(key, value)
+        }
+        fn update<'a>(
+            &'a self,
+            key: &'a StateKey,
+            value: Vec<u8>,
+            expected: state::Revision,
+        ) -> BoxFuture<'a, Result<state::Revision>> {
+            self.inner.update(key, value, expected)
+        }
+        fn put<'a>(
+            &'a self,
+            key: &'a StateKey,
+            value: Vec<u8>,
+        ) -> BoxFuture<'a, Result<state::Revision>> {
+            self.inner.put(key, value)
+        }
+        fn delete<'a>(&'a self, key: &'a StateKey) -> BoxFuture<'a, Result<()>> {
+            self.inner.delete(key)
+        }
+        fn keys<'a>(
+            &'a self,
+            bucket: &'static str,
+            tenant: &'a str,
+        ) -> BoxFuture<'a, Result<Vec<String>>> {
+            if tenant == self.tenant {
+                return Box::pin(async {
+                    Err(crate::error::EngineError::new(
+                        crate::error::EngineErrorKind::StateRead,
+                        "the listing stalled",
+                    )
+                    .into())
+                });
+            }
+            self.inner.keys(bucket, tenant)
+        }
+        fn tenants<'a>(&'a self, bucket: &'static str) -> BoxFuture<'a, Result<Vec<String>>> {
+            self.inner.tenants(bucket)
+        }
+    }
+
+    #[tokio::test]
+    async fn a_tenant_whose_timers_cannot_be_listed_does_not_stop_the_others_from_firing() {
+        let (bus, store) = (Arc::new(Recording::default()), MemoryStore::new());
+        // `aaa` is listed first.
+        stored(&store, "aaa", "stuck", now_ms() - 10).await;
+        stored(&store, "acme", "overdue", now_ms() - 10).await;
+        let failing = UnlistableTenant {
+            inner: store.clone(),
+            tenant: "aaa",
+        };
+        let platform = Platform::from_parts(EngineParts::new(
+            "recording",
+            bus.clone(),
+            Arc::new(failing),
+            Arc::new(MemoryRegistry::new()),
+        ));
+        ensure_running(&platform).await;
+        tokio::time::sleep(Duration::from_millis(300)).await;
+        assert_eq!(bus.published(), ["overdue"], "acme's timer fired");
+    }
+
     #[tokio::test]
     async fn one_service_recovers_every_tenant_once_and_fires_each_timer_once() {
         let (bus, store) = (Arc::new(Recording::default()), MemoryStore::new());
