@@ -196,10 +196,11 @@ pub struct SubTaskGroup {
     /// sub-task, the first listed chunk that has it holds its result.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub chunks: Vec<String>,
-    /// The sequence number of the sub-task whose result completed the group: the result whose
-    /// handler runs what follows the group (a fan-in), and whose redelivery runs it again.
+    /// The id of the result event that completed the group: the result whose handler runs
+    /// what follows the group (a fan-in), and whose redelivery runs it again (no other event
+    /// does, not even another event of the same sub-task, such as a human-input timeout).
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub completed_by: Option<u32>,
+    pub completed_by: Option<String>,
 }
 
 impl SubTaskGroup {

@@ -34,11 +34,28 @@ impl Platform {
 }
 
 /// A call awaiting its reply: the call's token, the reply it waits for (topic and event type),
-/// and where to send it.
+/// its request's id, and where to send the reply.
 struct Waiter {
     token: u64,
     reply: (Topic, String),
+    request_id: String,
     tx: oneshot::Sender<Arc<EventEnvelope>>,
+}
+
+impl Waiter {
+    /// Whether `reply`, correlated with `correlation`, answers this call: its topic and event
+    /// type, and, when it is an [`ActionReply`](soorma_common::ActionReply), its request id:
+    /// the call's request or its correlation id (a goal's actions and sub-plans reply with the
+    /// goal's correlation id too, and may share its reply event, under their own request ids).
+    fn takes(&self, correlation: &str, reply: &EventEnvelope) -> bool {
+        self.reply.0 == reply.topic
+            && self.reply.1 == reply.event_type
+            && reply
+                .data
+                .get("request_id")
+                .and_then(serde_json::Value::as_str)
+                .is_none_or(|id| id == self.request_id || id == correlation)
+    }
 }
 
 /// The calls awaiting a reply, by correlation id.
@@ -62,11 +79,18 @@ impl PendingEntry {
         pending: &Pending,
         correlation: String,
         reply: (Topic, String),
+        request_id: String,
         tx: oneshot::Sender<Arc<EventEnvelope>>,
     ) -> Self {
         static NEXT_TOKEN: AtomicU64 = AtomicU64::new(0);
         let token = NEXT_TOKEN.fetch_add(1, Ordering::Relaxed);
-        lock(pending).insert(correlation.clone(), Waiter { token, reply, tx });
+        let waiter = Waiter {
+            token,
+            reply,
+            request_id,
+            tx,
+        };
+        lock(pending).insert(correlation.clone(), waiter);
         Self {
             pending: pending.clone(),
             correlation,
@@ -530,9 +554,7 @@ impl Client {
                 let env = &delivery.envelope;
                 let waiter = env.correlation_id.as_ref().and_then(|c| {
                     let mut pending = lock(&pending);
-                    let waits = pending
-                        .get(c)
-                        .is_some_and(|w| w.reply.0 == env.topic && w.reply.1 == env.event_type);
+                    let waits = pending.get(c).is_some_and(|w| w.takes(c, env));
                     if waits { pending.remove(c) } else { None }
                 });
                 if let Some(waiter) = waiter {
@@ -724,6 +746,7 @@ impl Call {
             &self.client.inner.pending,
             correlation,
             (topic, response_event.clone()),
+            env.id.clone(),
             tx,
         );
         self.publish.await?;

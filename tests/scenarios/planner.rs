@@ -867,3 +867,67 @@ async fn a_client_that_called_a_plans_tool_itself_gets_the_goals_own_reply(
     assert_eq!(report["summary"], "2 sources about rust", "{report}");
     t.shutdown().await.unwrap();
 }
+
+async fn shout(req: Invocation<Value>) -> Result<Value, ToolError> {
+    Ok(json!({"shouted": req.data["text"].as_str().unwrap_or_default().to_uppercase()}))
+}
+
+/// One action whose reply event is the goal's reply event too.
+fn echo_plan() -> Plan {
+    use soorma::common::{PlanDefinition, StateAction, StateConfig, StateTransition};
+    Plan::new(
+        PlanDefinition::new("echo", "an action replying with the goal's reply event")
+            .with_initial_state("shouting")
+            .with_state(
+                StateConfig::new("shouting", "")
+                    .with_action(
+                        StateAction::new("shout.requested", "echo.done")
+                            .with_data(json!({"text": "{{goal.text}}"})),
+                    )
+                    .with_transition(StateTransition::new("echo.done", "done")),
+            )
+            .with_state(
+                StateConfig::new("done", "")
+                    .terminal()
+                    .with_result(json!({"echoed": "{{results.shouting.shouted}}"})),
+            ),
+    )
+    .expect("a valid plan")
+}
+
+async fn echo_goal(goal: GoalContext, plan: State<Arc<Plan>>) -> soorma::Result<()> {
+    goal.start(&plan).await?;
+    Ok(())
+}
+
+scenario!(a_goals_caller_does_not_take_an_actions_reply_of_the_same_event_for_the_goals);
+async fn a_goals_caller_does_not_take_an_actions_reply_of_the_same_event_for_the_goals(
+    mut t: TestPlatform,
+    wait: Duration,
+) {
+    t.start(
+        Tool::new("shouter")
+            .use_registered_handlers(false)
+            .handler(Handler::on_invoke("shout.requested", shout)),
+    )
+    .await
+    .unwrap();
+    t.start(
+        Planner::new("echoer")
+            .use_registered_handlers(false)
+            .with_state(Arc::new(echo_plan()))
+            .handler(Handler::on_goal("echo.goal", echo_goal)),
+    )
+    .await
+    .unwrap();
+    let out: Value = t
+        .client()
+        .with_timeout(wait)
+        .invoke("echo.goal", json!({"text": "hi"}), "echo.done")
+        .await
+        .unwrap();
+    // The tool's `echo.done` (correlated with the goal's id, as all the plan's actions are)
+    // came first; the goal's own reply is the plan's result.
+    assert_eq!(out, json!({"echoed": "HI"}));
+    t.shutdown().await.unwrap();
+}

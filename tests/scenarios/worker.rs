@@ -928,9 +928,15 @@ async fn first_nap_done(result: ResultContext) -> soorma::Result<()> {
     Ok(())
 }
 
-/// Completes at once, 100 ms after the first worker stored the task.
-async fn second_takes(mut task: TaskContext) -> soorma::Result<()> {
-    tokio::time::sleep(Duration::from_millis(100)).await;
+/// Completes at once, once the first worker stored the task (its sub-task has started).
+async fn second_takes(
+    mut task: TaskContext,
+    State(first_nap): State<soorma_tests::agents::Tracked>,
+) -> soorma::Result<()> {
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(20);
+    while first_nap.started() == 0 && tokio::time::Instant::now() < deadline {
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
     task.complete(json!("second")).await?;
     Ok(())
 }
@@ -956,6 +962,7 @@ async fn a_second_worker_taking_the_same_request_does_not_touch_the_first_ones_t
     t.start(
         Worker::new("second-worker")
             .use_registered_handlers(false)
+            .with_state(nap.clone())
             .handler(Handler::on_task("shared.requested", second_takes)),
     )
     .await

@@ -133,6 +133,9 @@ struct MarkWaiter {
 pub(crate) struct Mark {
     pub(crate) group: StateKey,
     pub(crate) result: ChunkResult,
+    /// The id of the result event being recorded (recorded as the group's `completed_by`
+    /// when it completes the group).
+    pub(crate) event_id: String,
 }
 
 impl Mark {
@@ -284,7 +287,7 @@ async fn write_batch(
             fresh[i] = group.mark_finished(m.result.seq);
             completed[i] = fresh[i] && !was_complete && group.is_complete();
             if completed[i] {
-                group.completed_by = Some(m.result.seq);
+                group.completed_by = Some(m.event_id.clone());
             }
         }
         if !fresh.contains(&true) {
@@ -507,6 +510,7 @@ mod tests {
         Mark {
             group: StateKey::new("subtasks", "acme", "g"),
             result: ChunkResult::completed(seq, value),
+            event_id: format!("reply-{seq}"),
         }
     }
 
@@ -632,6 +636,7 @@ mod tests {
         let failed = Mark {
             group: StateKey::new("subtasks", "acme", "g"),
             result: ChunkResult::failed(1, "boom"),
+            event_id: "reply-1-failed".into(),
         };
         let marked = mark_all(
             &fan_in,

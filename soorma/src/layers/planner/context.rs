@@ -805,7 +805,7 @@ fn ask_id(plan_id: &str, handled: &str, state: &str, n: u32) -> String {
 
 /// Cancels the plan `plan_id` of the cancel event's tenant (the goal's id is the plan's), when
 /// it is this planner's and has not ended: it fails with "the plan was canceled" and replies
-/// nothing (a canceled request gets no reply); its pending action gets a cancel of its own.
+/// nothing (a canceled request gets no reply); its latest action gets a cancel of its own.
 pub(crate) async fn cancel_plan(input: &HandlerInput, plan_id: &str) -> Result<()> {
     let Some(mut plan) = PlanContext::load(input, plan_id, None).await? else {
         return Ok(());
@@ -819,22 +819,18 @@ pub(crate) async fn cancel_plan(input: &HandlerInput, plan_id: &str) -> Result<(
         return Ok(());
     }
     let pending = std::sync::Mutex::new(None);
-    plan.transact(|plan, record| {
+    plan.transact(|_, record| {
         let mut fx = Effects::default();
         if ended(record) {
             return Ok(fx);
         }
-        let waits_for_action = record.status == PlanStatus::Running
-            && record.actions > 0
-            && plan
-                .definition()
-                .states
-                .get(&record.current_state)
-                .is_some_and(|s| s.action.is_some());
+        // Its latest action, whatever the plan's state or status (a paused plan's action may
+        // be out; a reasoning plan's state has no action of its own); canceling one that
+        // finished does nothing.
         *pending
             .lock()
             .unwrap_or_else(std::sync::PoisonError::into_inner) =
-            waits_for_action.then(|| machine::action_id(&record.plan_id, record.actions));
+            (record.actions > 0).then(|| machine::action_id(&record.plan_id, record.actions));
         machine::fail(record, "the plan was canceled".into(), &mut fx);
         record.reply_sent = true;
         fx.reply = None;

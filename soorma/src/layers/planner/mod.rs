@@ -196,7 +196,7 @@ fn ensure_transition(_: &str, handlers: &mut Vec<Handler>, _: &mut Extensions) -
 }
 
 /// A canceled goal ends its plan: failed with "canceled", without a reply (as a canceled
-/// task), and its pending action gets a cancel of its own.
+/// task), and its latest action gets a cancel of its own.
 fn cancel_plan(input: &HandlerInput) -> BoxFuture<'_, ()> {
     Box::pin(async move {
         let Some(plan_id) = crate::runtime::cancel::request_id(&input.envelope) else {

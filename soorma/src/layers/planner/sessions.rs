@@ -334,7 +334,8 @@ impl Sessions {
         Ok(all)
     }
 
-    /// The plans started in a session, oldest first (empty for an unknown session).
+    /// The latest 1,000 plans started in a session (those its `plan_ids` lists), oldest
+    /// first; empty for an unknown session.
     ///
     /// ```
     /// # #[tokio::main(flavor = "current_thread")] async fn main() -> soorma::Result<()> {
@@ -624,7 +625,8 @@ impl Plans {
         Ok(plans)
     }
 
-    /// The plans started in a session, oldest first.
+    /// The latest 1,000 plans started in a session (those its `plan_ids` lists), oldest
+    /// first.
     ///
     /// ```
     /// # #[tokio::main(flavor = "current_thread")] async fn main() -> soorma::Result<()> {

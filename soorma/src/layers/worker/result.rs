@@ -294,6 +294,7 @@ impl<T> ResultContext<T> {
         let mark = Mark {
             group: subtask_key(tenant, &group.group_id),
             result,
+            event_id: self.envelope.id.clone(),
         };
         let marked = platform
             .fan_in()
@@ -311,7 +312,7 @@ impl<T> ResultContext<T> {
                 .value
                 .groups
                 .get(&group.group_id)
-                .is_some_and(|g| g.is_complete() && g.completed_by.is_none_or(|by| by == seq));
+                .is_some_and(|g| g.is_complete() && completed_by(g, &self.envelope.id));
         Ok(Recorded {
             completes: marked.completed_group || completed_before,
             completed_now: marked.completed_group,
@@ -323,16 +324,13 @@ impl<T> ResultContext<T> {
     /// group (what follows the group is this result's to run): `None` for any other result,
     /// or while the group waits for more.
     pub(crate) async fn parent_if_completed_by_this(&self) -> Result<Option<TaskContext<Value>>> {
-        let (group, index) = self.sub_task().await?;
-        let Some(seq) = group.first_seq.checked_add(index) else {
-            return Ok(None);
-        };
+        let (group, _) = self.sub_task().await?;
         let task = self.parent().await?;
         let completed_by_this = task
             .record()
             .groups
             .get(&group.group_id)
-            .is_some_and(|g| g.is_complete() && g.completed_by.is_none_or(|by| by == seq));
+            .is_some_and(|g| g.is_complete() && completed_by(g, &self.envelope.id));
         Ok(completed_by_this.then_some(task))
     }
 
@@ -394,4 +392,13 @@ pub(crate) struct Recorded {
     /// Whether this result is the one that completed its group: now, or in an earlier
     /// delivery of it (then it runs what follows the group again: its first run was cut short).
     pub(crate) completes: bool,
+}
+
+/// Whether the result event `event_id` completed `group` (for a group recorded before
+/// `completed_by` existed: any of its results).
+fn completed_by(group: &soorma_common::SubTaskGroup, event_id: &str) -> bool {
+    group
+        .completed_by
+        .as_deref()
+        .is_none_or(|by| by == event_id)
 }
