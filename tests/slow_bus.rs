@@ -17,6 +17,16 @@ pub enum Wait {
     After,
 }
 
+/// `platform` with `bus` for its bus (the same state and registry).
+fn with_bus(platform: &Platform, bus: Arc<dyn EventBus>) -> Platform {
+    Platform::from_parts(EngineParts::new(
+        platform.kind(),
+        bus,
+        platform.state().clone(),
+        platform.registry().clone(),
+    ))
+}
+
 /// Wraps a bus: publishes of `event_type` wait `delay` ([`Wait::Before`] or [`Wait::After`]
 /// publishing); everything else goes straight through.
 pub struct SlowPublish {
@@ -44,12 +54,7 @@ impl SlowPublish {
             wait,
             delay,
         };
-        Platform::from_parts(EngineParts::new(
-            platform.kind(),
-            Arc::new(bus),
-            platform.state().clone(),
-            platform.registry().clone(),
-        ))
+        with_bus(platform, Arc::new(bus))
     }
 }
 
@@ -99,12 +104,7 @@ impl FailingPublish {
             event_type: event_type.to_owned(),
             failures: failures.into(),
         };
-        Platform::from_parts(EngineParts::new(
-            platform.kind(),
-            Arc::new(bus),
-            platform.state().clone(),
-            platform.registry().clone(),
-        ))
+        with_bus(platform, Arc::new(bus))
     }
 }
 

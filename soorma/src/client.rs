@@ -48,13 +48,20 @@ impl Waiter {
     /// the call's request or its correlation id (a goal's actions and sub-plans reply with the
     /// goal's correlation id too, and may share its reply event, under their own request ids).
     fn takes(&self, correlation: &str, reply: &EventEnvelope) -> bool {
-        self.reply.0 == reply.topic
-            && self.reply.1 == reply.event_type
-            && reply
-                .data
-                .get("request_id")
-                .and_then(serde_json::Value::as_str)
-                .is_none_or(|id| id == self.request_id || id == correlation)
+        let data = &reply.data;
+        // An ActionReply as `ActionReply::outcome_of` tells one (raw data may have a field of
+        // that name of its own).
+        let answers = match data.get("request_id").and_then(serde_json::Value::as_str) {
+            Some(id)
+                if data
+                    .get("success")
+                    .is_some_and(serde_json::Value::is_boolean) =>
+            {
+                id == self.request_id || id == correlation
+            }
+            _ => true,
+        };
+        self.reply.0 == reply.topic && self.reply.1 == reply.event_type && answers
     }
 }
 
@@ -935,7 +942,34 @@ impl Reply {
 mod tests {
     use std::time::Duration;
 
+    use serde_json::json;
+    use soorma_common::{ActionReply, EventEnvelope, Topic};
+
+    use crate::client::Waiter;
     use crate::platform::Platform;
+
+    #[test]
+    fn a_call_takes_its_own_reply_event_and_request_only() {
+        let (tx, _rx) = tokio::sync::oneshot::channel();
+        let waiter = Waiter {
+            token: 0,
+            reply: (Topic::ActionResults, "goal.done".into()),
+            request_id: "G".into(),
+            tx,
+        };
+        let reply = |event: &str, data| {
+            EventEnvelope::new("r", "x", Topic::ActionResults, event).with_data(data)
+        };
+        let of = |id: &str| serde_json::to_value(ActionReply::success(id, json!(1))).unwrap();
+        assert!(waiter.takes("G", &reply("goal.done", of("G"))));
+        assert!(waiter.takes("order-7", &reply("goal.done", of("order-7"))));
+        // A plan's action (or sub-plan) replying with the goal's event and correlation.
+        assert!(!waiter.takes("G", &reply("goal.done", of("G-a1"))));
+        assert!(!waiter.takes("G", &reply("search.done", of("G"))));
+        // Raw data: its own `request_id` field is not a reply's.
+        assert!(waiter.takes("G", &reply("goal.done", json!({"request_id": "ext-42"}))));
+        assert!(waiter.takes("G", &reply("goal.done", json!({"items": []}))));
+    }
 
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn calls_dropped_before_their_reply_leave_no_pending_entry() {

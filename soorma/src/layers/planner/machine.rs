@@ -96,11 +96,8 @@ pub(crate) fn on_event(
 ) -> Result<Effects> {
     let was_paused = record.status == PlanStatus::Paused;
     let mut fx = step(plan, record, trigger)?;
-    if was_paused && record.status == PlanStatus::Running && !record.deferred.is_empty() {
+    if was_paused && record.status == PlanStatus::Running {
         apply_deferred(plan, record, &mut fx)?;
-        // The kept events were acknowledged when kept: a redelivery of the event that resumed
-        // the plan is what republishes where they led.
-        record.last_trigger = Some(trigger.id.clone());
     }
     Ok(fx)
 }
@@ -726,52 +723,6 @@ mod tests {
             assert_eq!(record.current_state, "done");
             assert!(matches!(fx.reply, Some(Ok(_))), "{fx:?}");
         }
-    }
-
-    #[test]
-    fn a_redelivered_answer_republishes_the_action_its_kept_events_led_to() {
-        let plan = Plan::new(
-            PlanDefinition::new("research", "")
-                .with_initial_state("searching")
-                .with_state(
-                    StateConfig::new("searching", "")
-                        .with_action(StateAction::new("search.requested", "search.completed"))
-                        .with_transition(StateTransition::new("go.ahead", "waiting")),
-                )
-                .with_state(
-                    StateConfig::new("waiting", "")
-                        .with_transition(StateTransition::new("search.completed", "evaluating")),
-                )
-                .with_state(
-                    StateConfig::new("evaluating", "")
-                        .with_action(StateAction::new("judge.requested", "judge.completed"))
-                        .with_transition(StateTransition::new("judge.completed", "done")),
-                )
-                .with_state(StateConfig::new("done", "").terminal()),
-        )
-        .unwrap();
-        let mut record = started(&plan);
-        pause(
-            &mut record,
-            "waiting for human input",
-            Some(("go.ahead", "P-ask-1", "Search?")),
-        );
-        on_event(
-            &plan,
-            &mut record,
-            &reply("E1", "search.completed", "P-a1", json!(1)),
-        )
-        .unwrap();
-        let answer = EventEnvelope::new("H1", "person", Topic::ActionResults, "go.ahead")
-            .with_data(json!({"yes": true}));
-        let fx = on_event(&plan, &mut record, &answer).unwrap();
-        assert_eq!(record.current_state, "evaluating");
-        assert_eq!(fx.actions[0].id, "P-a2");
-        // The answer's handler died before publishing `P-a2`: its redelivery publishes it.
-        let again = on_event(&plan, &mut record, &answer).unwrap();
-        assert_eq!(again.actions.len(), 1, "{again:?}");
-        assert_eq!(again.actions[0].id, "P-a2");
-        assert_eq!(record.current_state, "evaluating");
     }
 
     #[test]
