@@ -78,9 +78,7 @@ impl ActionReply {
     /// assert_eq!(ActionReply::outcome_of(&raw), Ok(raw.clone()));
     /// ```
     pub fn outcome_of(data: &Value) -> Result<Value, String> {
-        let is_reply = data.get("success").is_some_and(Value::is_boolean)
-            && data.get("request_id").is_some_and(Value::is_string);
-        if !is_reply {
+        if Self::request_id_of(data).is_none() {
             return Ok(data.clone());
         }
         if data.get("success").and_then(Value::as_bool) == Some(true) {
@@ -93,6 +91,25 @@ impl ActionReply {
             }
             Some(other) => other.to_string(),
         })
+    }
+
+    /// The id of the request a reply event's `data` answers, when the data is a soorma reply
+    /// (an object with a boolean `success` and a string `request_id`); `None` for raw data,
+    /// whatever fields of its own it has.
+    ///
+    /// ```
+    /// use serde_json::json;
+    /// use soorma_common::ActionReply;
+    ///
+    /// let reply = json!({"request_id": "r", "success": true, "result": 3});
+    /// assert_eq!(ActionReply::request_id_of(&reply), Some("r"));
+    /// assert_eq!(ActionReply::request_id_of(&json!({"request_id": "r", "items": []})), None);
+    /// ```
+    pub fn request_id_of(data: &Value) -> Option<&str> {
+        if !data.get("success").is_some_and(Value::is_boolean) {
+            return None;
+        }
+        data.get("request_id").and_then(Value::as_str)
     }
 
     /// The reply a reply event's `data` carries, with `request_id` as its id when the data is

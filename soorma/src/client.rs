@@ -48,20 +48,10 @@ impl Waiter {
     /// the call's request or its correlation id (a goal's actions and sub-plans reply with the
     /// goal's correlation id too, and may share its reply event, under their own request ids).
     fn takes(&self, correlation: &str, reply: &EventEnvelope) -> bool {
-        let data = &reply.data;
-        // An ActionReply as `ActionReply::outcome_of` tells one (raw data may have a field of
-        // that name of its own).
-        let answers = match data.get("request_id").and_then(serde_json::Value::as_str) {
-            Some(id)
-                if data
-                    .get("success")
-                    .is_some_and(serde_json::Value::is_boolean) =>
-            {
-                id == self.request_id || id == correlation
-            }
-            _ => true,
-        };
-        self.reply.0 == reply.topic && self.reply.1 == reply.event_type && answers
+        self.reply.0 == reply.topic
+            && self.reply.1 == reply.event_type
+            && soorma_common::ActionReply::request_id_of(&reply.data)
+                .is_none_or(|id| id == self.request_id || id == correlation)
     }
 }
 

@@ -48,7 +48,6 @@ pub(crate) fn hex(bytes: &[u8]) -> String {
 
 /// SHA-256 of `parts` (each length-prefixed, so no two lists of parts give the same input),
 /// hex.
-#[cfg_attr(not(any(feature = "nats", feature = "memory")), allow(dead_code))]
 pub(crate) fn digest(parts: &[&[u8]]) -> String {
     use sha2::Digest as _;
     let mut hash = sha2::Sha256::new();

@@ -818,29 +818,23 @@ pub(crate) async fn cancel_plan(input: &HandlerInput, plan_id: &str) -> Result<(
     {
         return Ok(());
     }
-    let pending = std::sync::Mutex::new(None);
     plan.transact(|_, record| {
         let mut fx = Effects::default();
         if ended(record) {
             return Ok(fx);
         }
-        // Its latest action, whatever the plan's state or status (a paused plan's action may
-        // be out; a reasoning plan's state has no action of its own); canceling one that
-        // finished does nothing.
-        *pending
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner) =
-            (record.actions > 0).then(|| machine::action_id(&record.plan_id, record.actions));
         machine::fail(record, "the plan was canceled".into(), &mut fx);
         record.reply_sent = true;
         fx.reply = None;
         Ok(fx)
     })
     .await?;
-    let pending = pending
-        .into_inner()
-        .unwrap_or_else(std::sync::PoisonError::into_inner);
-    if let Some(action) = pending {
+    // Ended by this cancel (`transact` records it): its latest action, whatever the plan's
+    // state or status (a paused plan's action may be out; a reasoning plan's state has no
+    // action of its own); canceling one that finished does nothing.
+    let record = &plan.record;
+    if record.ended_by.as_deref() == Some(input.envelope.id.as_str()) && record.actions > 0 {
+        let action = machine::action_id(&record.plan_id, record.actions);
         let tenant = input.envelope.tenant().to_owned();
         plan.runtime
             .bus

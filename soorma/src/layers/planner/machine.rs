@@ -116,8 +116,8 @@ fn apply_deferred(plan: &Plan, record: &mut PlanRecord, fx: &mut Effects) -> Res
     Ok(())
 }
 
-/// The id of the plan's action a reply answers, when `data` is an [`ActionReply`] to one of
-/// this plan's actions: `Some(n)` for `<plan id>-a<n>`.
+/// The number of the plan's action a reply names, when `data`'s `request_id` is one of this
+/// plan's action ids: `Some(n)` for `<plan id>-a<n>`.
 fn answered_action(plan_id: &str, data: &Value) -> Option<u32> {
     let request = data.get("request_id")?.as_str()?;
     request

@@ -312,7 +312,7 @@ impl<T> ResultContext<T> {
                 .value
                 .groups
                 .get(&group.group_id)
-                .is_some_and(|g| g.is_complete() && completed_by(g, &self.envelope.id));
+                .is_some_and(|g| completed_by(g, &self.envelope.id));
         Ok(Recorded {
             completes: marked.completed_group || completed_before,
             completed_now: marked.completed_group,
@@ -330,7 +330,7 @@ impl<T> ResultContext<T> {
             .record()
             .groups
             .get(&group.group_id)
-            .is_some_and(|g| g.is_complete() && completed_by(g, &self.envelope.id));
+            .is_some_and(|g| completed_by(g, &self.envelope.id));
         Ok(completed_by_this.then_some(task))
     }
 
@@ -394,11 +394,12 @@ pub(crate) struct Recorded {
     pub(crate) completes: bool,
 }
 
-/// Whether the result event `event_id` completed `group` (for a group recorded before
-/// `completed_by` existed: any of its results).
+/// Whether `group` is complete and the result event `event_id` completed it (for a group
+/// recorded before `completed_by` existed: any of its results).
 fn completed_by(group: &soorma_common::SubTaskGroup, event_id: &str) -> bool {
-    group
-        .completed_by
-        .as_deref()
-        .is_none_or(|by| by == event_id)
+    group.is_complete()
+        && group
+            .completed_by
+            .as_deref()
+            .is_none_or(|by| by == event_id)
 }

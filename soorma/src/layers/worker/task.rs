@@ -1087,14 +1087,8 @@ impl<T, S: TaskState> TaskContext<T, S> {
         let now = now_rfc3339();
         let state = self.state_to_store()?;
         let event = self.envelope.id.clone();
-        let replayed = std::sync::atomic::AtomicBool::new(self.replayed);
-        let apply = |rec: &mut TaskRecord| {
-            write_state(
-                rec,
-                state.as_ref(),
-                &event,
-                replayed.load(std::sync::atomic::Ordering::Relaxed),
-            );
+        let apply = |rec: &mut TaskRecord, replayed: bool| {
+            write_state(rec, state.as_ref(), &event, replayed);
             match &outcome {
                 Ok(v) => {
                     rec.status = TaskStatus::Completed;
@@ -1114,7 +1108,7 @@ impl<T, S: TaskState> TaskContext<T, S> {
         if self.revision.is_none() {
             let mut record = self.record.clone();
             record.created_at.get_or_insert(now.clone());
-            apply(&mut record);
+            apply(&mut record, self.replayed);
             match self
                 .store()
                 .create(&key, state::encode("task", &record)?)
@@ -1125,25 +1119,22 @@ impl<T, S: TaskState> TaskContext<T, S> {
                     self.revision = Some(revision);
                     won = Some(true);
                 }
-                Err(Error::Conflict { .. }) => {
-                    self.replayed = true;
-                    replayed.store(true, std::sync::atomic::Ordering::Relaxed);
-                }
+                Err(Error::Conflict { .. }) => self.replayed = true,
                 Err(e) => return Err(e),
             }
         }
         let won = match won {
             Some(w) => w,
             None => {
-                let agent = self.record.agent.clone();
+                let (agent, replayed) = (self.record.agent.clone(), self.replayed);
                 let (won, stored) = update_task(self.store(), &key, |rec: &mut TaskRecord| {
-                    if replayed.load(std::sync::atomic::Ordering::Relaxed) {
+                    if replayed {
                         another_agents(rec, &agent)?;
                     }
                     if rec.status.is_terminal() {
                         return Ok(Change::Keep(false));
                     }
-                    apply(rec);
+                    apply(rec, replayed);
                     Ok(Change::Write(true))
                 })
                 .await?;
