@@ -193,7 +193,8 @@ pub struct SubTaskGroup {
     pub fan_in: Option<String>,
     /// The ids of the [`ResultChunk`]s holding the group's results, in the order they were
     /// recorded (chunk `c` is stored at `<group id>-<c>` in the `subtasks` bucket). For each
-    /// sub-task, the first listed chunk that has it holds its result.
+    /// sub-task, the first listed chunk that has it holds its result. A run of chunks may be
+    /// replaced, in place, by the chunks a merge of their results wrote.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub chunks: Vec<String>,
     /// The id of the result event that completed the group: the result whose handler runs

@@ -6,7 +6,9 @@ use std::collections::{HashMap, HashSet, VecDeque};
 use std::hash::Hash;
 use std::sync::{Arc, Mutex};
 
-use soorma_common::{ChunkResult, DelegationGroup, MemberPage, SubTaskInfo, TaskRecord};
+use soorma_common::{
+    ChunkResult, DelegationGroup, MemberPage, ResultChunk, SubTaskInfo, TaskRecord,
+};
 
 use crate::error::{EngineError, EngineErrorKind, Error, Result};
 use crate::spi::state::{self, StateKey, StateStore, Versioned};
@@ -257,6 +259,7 @@ async fn write_batch(
     marks: &[&Mark],
 ) -> Result<(Vec<bool>, Versioned<TaskRecord>)> {
     let mut written: HashMap<String, Vec<Chunk>> = HashMap::new();
+    let mut merges = Merges::new();
     for attempt in 0..state::MAX_ATTEMPTS {
         let Some(mut current) = state::load::<TaskRecord>(&**store, "task", key).await? else {
             return Err(Error::TaskNotFound(key.key.clone()));
@@ -322,6 +325,19 @@ async fn write_batch(
                 group.chunks.push(chunk.id.clone());
             }
         }
+        // Keep the lists that grew short: a group whose results come one batch at a time
+        // would otherwise list a chunk per result.
+        let grown: HashMap<&str, &StateKey> = marks
+            .iter()
+            .zip(&fresh)
+            .filter(|(_, fresh)| **fresh)
+            .map(|(m, _)| (m.group_id(), &m.group))
+            .collect();
+        for (group_id, group_key) in grown {
+            if let Some(group) = rec.groups.get_mut(group_id) {
+                compact(store, group_key, &mut group.chunks, &mut merges).await;
+            }
+        }
         rec.updated_at = Some(now_rfc3339());
         let bytes = state::encode("task", rec)?;
         match store.update(key, bytes, current.revision).await {
@@ -350,37 +366,15 @@ async fn write_chunks(
     }
     let mut chunks = Vec::new();
     for (group, results) in by_group {
-        // Each result encoded once; a chunk's record is `{"results":[..]}` around them.
+        // Each result encoded once.
         let mut parts: Vec<(u32, Vec<u8>)> = Vec::with_capacity(results.len());
         for r in results {
             parts.push((r.seq, state::encode("sub-task result", r)?));
         }
-        let mut start = 0;
-        while start < parts.len() {
-            let mut end = start + 1;
-            let mut bytes = parts[start].1.len();
-            while end < parts.len() && bytes + parts[end].1.len() < CHUNK_BYTES {
-                bytes += parts[end].1.len() + 1;
-                end += 1;
-            }
-            let mut record = Vec::with_capacity(bytes + 16);
-            record.extend_from_slice(br#"{"results":["#);
-            for (i, (_, part)) in parts[start..end].iter().enumerate() {
-                if i > 0 {
-                    record.push(b',');
-                }
-                record.extend_from_slice(part);
-            }
-            record.extend_from_slice(b"]}");
-            let id = format!("r{:016x}", uuid::Uuid::new_v4().as_u64_pair().0);
-            let chunk_key = StateKey::new(
-                group.bucket,
-                group.tenant.clone(),
-                format!("{}-{id}", group.key),
-            );
-            let seqs = parts[start..end].iter().map(|(seq, _)| *seq).collect();
-            chunks.push((group.key.clone(), Chunk { id, seqs }, chunk_key, record));
-            start = end;
+        for (seqs, record) in pack(&parts) {
+            let id = new_chunk_id("r");
+            let key = chunk_key(group, &id);
+            chunks.push((group.key.clone(), Chunk { id, seqs }, key, record));
         }
     }
     let store = store.clone();
@@ -401,6 +395,178 @@ async fn write_chunks(
 
 /// How many chunk writes of one batch are in flight at once.
 const CHUNK_WRITES_IN_FLIGHT: usize = 16;
+
+/// Encoded results packed, in order, into chunk records (`{"results":[..]}`) of about
+/// [`CHUNK_BYTES`] each: each record's sequence numbers and bytes.
+fn pack(parts: &[(u32, Vec<u8>)]) -> Vec<(HashSet<u32>, Vec<u8>)> {
+    let mut records = Vec::new();
+    let mut start = 0;
+    while start < parts.len() {
+        let mut end = start + 1;
+        let mut bytes = parts[start].1.len();
+        while end < parts.len() && bytes + parts[end].1.len() < CHUNK_BYTES {
+            bytes += parts[end].1.len() + 1;
+            end += 1;
+        }
+        let mut record = Vec::with_capacity(bytes + 16);
+        record.extend_from_slice(br#"{"results":["#);
+        for (i, (_, part)) in parts[start..end].iter().enumerate() {
+            if i > 0 {
+                record.push(b',');
+            }
+            record.extend_from_slice(part);
+        }
+        record.extend_from_slice(b"]}");
+        records.push((
+            parts[start..end].iter().map(|(seq, _)| *seq).collect(),
+            record,
+        ));
+        start = end;
+    }
+    records
+}
+
+/// A new chunk id: `prefix` (which says what the chunk may be merged with, see
+/// [`chunk_level`]) and 16 random hex digits.
+fn new_chunk_id(prefix: &str) -> String {
+    format!("{prefix}{:016x}", uuid::Uuid::new_v4().as_u64_pair().0)
+}
+
+/// Where chunk `id` of the group stored at `group` is stored.
+fn chunk_key(group: &StateKey, id: &str) -> StateKey {
+    StateKey::new(
+        group.bucket,
+        group.tenant.clone(),
+        format!("{}-{id}", group.key),
+    )
+}
+
+/// How many chunks of one level, listed last in a group, are merged into one chunk of the
+/// next level. A group's list thus holds fewer than this many chunks per level (plus the full
+/// chunks merges leave), however many batches its results came in.
+const CHUNKS_MERGED: usize = 16;
+/// The highest level: chunks of it are not merged further (16⁹ batches are never reached).
+const MAX_LEVEL: u8 = 9;
+
+/// The merge level of chunk `id`: `r…` (a batch's chunk) is level 0, `m<n>…` level `n`;
+/// `None` for a full chunk (`f…`, a merge's output of [`CHUNK_BYTES`]), which is never merged.
+fn chunk_level(id: &str) -> Option<u8> {
+    let mut chars = id.chars();
+    match chars.next()? {
+        'r' => Some(0),
+        'm' => chars
+            .next()?
+            .to_digit(10)
+            .and_then(|n| u8::try_from(n).ok()),
+        _ => None,
+    }
+}
+
+/// The chunks a merge of a run of listed chunks wrote in their place, by the run (reused when
+/// the parent update is retried).
+type Merges = HashMap<Vec<String>, Vec<String>>;
+
+/// Merges, while there is one, the run of [`CHUNKS_MERGED`] or more chunks of one level that
+/// ends `chunks` (the list of the group stored at `group`) into chunks of the next level. A
+/// merge that fails leaves the list as it is (it is tried again with the next batch): recording
+/// results never depends on it.
+async fn compact(
+    store: &Arc<dyn StateStore>,
+    group: &StateKey,
+    chunks: &mut Vec<String>,
+    merges: &mut Merges,
+) {
+    while let Some((start, level)) = mergeable_tail(chunks) {
+        let run = chunks[start..].to_vec();
+        let merged = match merges.get(&run) {
+            Some(merged) => merged.clone(),
+            None => match merge(store, group, &run, level + 1).await {
+                Ok(merged) => {
+                    merges.insert(run, merged.clone());
+                    merged
+                }
+                Err(e) => {
+                    tracing::warn!(
+                        group = %group, chunks = run.len(), error = %e,
+                        "sub-task results chunks not merged (tried again with the next results)"
+                    );
+                    return;
+                }
+            },
+        };
+        chunks.truncate(start);
+        chunks.extend(merged);
+    }
+}
+
+/// Where the run of chunks of one level that ends `chunks` starts, and its level, when it is
+/// [`CHUNKS_MERGED`] long or longer and below [`MAX_LEVEL`].
+fn mergeable_tail(chunks: &[String]) -> Option<(usize, u8)> {
+    let level = chunk_level(chunks.last()?)?;
+    let run = chunks
+        .iter()
+        .rev()
+        .take_while(|c| chunk_level(c) == Some(level))
+        .count();
+    (run >= CHUNKS_MERGED && level < MAX_LEVEL).then_some((chunks.len() - run, level))
+}
+
+/// Writes the results of the chunks `run` (in list order, the first result of each sub-task
+/// only: the one readers take) as new chunks: all but the last full (never merged again), the
+/// last of `level`. Returns their ids, in order.
+async fn merge(
+    store: &Arc<dyn StateStore>,
+    group: &StateKey,
+    run: &[String],
+    level: u8,
+) -> Result<Vec<String>> {
+    let keys: Vec<StateKey> = run.iter().map(|id| chunk_key(group, id)).collect();
+    let loaded = {
+        let store = store.clone();
+        concurrently(keys, CHUNK_WRITES_IN_FLIGHT, move |key: StateKey| {
+            let store = store.clone();
+            async move {
+                state::load::<ResultChunk>(&*store, "sub-task results", &key)
+                    .await?
+                    .map(|c| c.value)
+                    .ok_or_else(|| {
+                        Error::from(EngineError::new(
+                            EngineErrorKind::Inconsistent,
+                            format!("listed results chunk `{key}` is missing"),
+                        ))
+                    })
+            }
+        })
+        .await?
+    };
+    let mut seen = HashSet::new();
+    let mut parts = Vec::new();
+    for r in loaded.iter().flat_map(|c| &c.results) {
+        if seen.insert(r.seq) {
+            parts.push((r.seq, state::encode("sub-task result", r)?));
+        }
+    }
+    let packed = pack(&parts);
+    let last = packed.len().saturating_sub(1);
+    let mut ids = Vec::with_capacity(packed.len());
+    let mut writes = Vec::with_capacity(packed.len());
+    for (i, (_, record)) in packed.into_iter().enumerate() {
+        let id = if i == last {
+            new_chunk_id(&format!("m{level}"))
+        } else {
+            new_chunk_id("f")
+        };
+        writes.push((chunk_key(group, &id), record));
+        ids.push(id);
+    }
+    let store = store.clone();
+    concurrently(writes, CHUNK_WRITES_IN_FLIGHT, move |(key, record)| {
+        let store = store.clone();
+        async move { store.create(&key, record).await.map(drop) }
+    })
+    .await?;
+    Ok(ids)
+}
 
 #[cfg(test)]
 mod tests {
@@ -713,6 +879,139 @@ mod tests {
         );
         let results = stored_results(&*store, 8).await;
         assert!(results.iter().all(|s| s.result == Some(json!(big))));
+    }
+
+    /// The chunk list of a group whose results come one batch at a time stays short: runs of
+    /// chunks of one level are merged into one of the next, and readers find every result.
+    #[tokio::test]
+    async fn results_recorded_one_batch_at_a_time_keep_the_chunk_list_short() {
+        let store: Arc<dyn StateStore> = Arc::new(MemoryStore::default());
+        let size = 3_000;
+        task_with_group(&*store, size, 10).await;
+        let fan_in = Arc::new(FanIn::default());
+        let mut longest = 0;
+        for seq in 0..size {
+            let marked = fan_in
+                .mark(store.clone(), task_key(), mark(seq, json!(seq * 3)))
+                .await
+                .unwrap();
+            longest = longest.max(marked.task.value.groups["g"].chunks.len());
+        }
+        // 3,000 batches: fewer than 16 chunks per level, levels 0 to 2.
+        assert!(longest < 3 * CHUNKS_MERGED, "{longest} chunks listed");
+        let task: TaskRecord = state::load(&*store, "task", &task_key())
+            .await
+            .unwrap()
+            .unwrap()
+            .value;
+        let levels: Vec<Option<u8>> = task.groups["g"]
+            .chunks
+            .iter()
+            .map(|c| chunk_level(c))
+            .collect();
+        assert!(levels.contains(&Some(2)), "{levels:?}");
+        assert!(task.groups["g"].is_complete());
+        let results = stored_results(&*store, size).await;
+        assert_eq!(results.len(), size as usize);
+        for s in &results {
+            assert_eq!(s.status, SubTaskStatus::Completed, "{s:?}");
+            assert_eq!(s.result, Some(json!(s.seq * 3)), "{s:?}");
+        }
+    }
+
+    /// Stores chunk `id` of group `g` holding `results`.
+    async fn stored_chunk(store: &Arc<dyn StateStore>, id: &str, results: Vec<ChunkResult>) {
+        let key = chunk_key(&StateKey::new("subtasks", "acme", "g"), id);
+        let record = serde_json::to_vec(&ResultChunk { results }).unwrap();
+        store.create(&key, record).await.unwrap();
+    }
+
+    /// A merge keeps each sub-task's result from the first chunk of the run that has it (the
+    /// one readers take); results too large to merge into one record leave full chunks, which
+    /// are not merged again.
+    #[tokio::test]
+    async fn a_merge_keeps_the_first_listed_result_and_leaves_full_chunks() {
+        let store: Arc<dyn StateStore> = Arc::new(MemoryStore::default());
+        let group = StateKey::new("subtasks", "acme", "g");
+        let big = "z".repeat(CHUNK_BYTES / 3);
+        let mut chunks = Vec::new();
+        for i in 0..CHUNKS_MERGED as u32 {
+            let id = format!("r{i:016x}");
+            let mut results = vec![ChunkResult::completed(i, json!(big))];
+            // Every chunk after the first also holds a later outcome of sub-task 0.
+            if i > 0 {
+                results.push(ChunkResult::failed(0, format!("late {i}")));
+            }
+            stored_chunk(&store, &id, results).await;
+            chunks.push(id);
+        }
+        let mut merges = Merges::new();
+        compact(&store, &group, &mut chunks, &mut merges).await;
+        let levels: Vec<Option<u8>> = chunks.iter().map(|c| chunk_level(c)).collect();
+        // 16 results of a third of a chunk each: full chunks of 2 or 3, then one of level 1.
+        assert!(
+            chunks.len() >= 5 && chunks.len() < CHUNKS_MERGED,
+            "{chunks:?}"
+        );
+        assert_eq!(levels.last(), Some(&Some(1)), "{levels:?}");
+        assert!(
+            levels[..levels.len() - 1].iter().all(Option::is_none),
+            "{levels:?}"
+        );
+        let mut merged = Vec::new();
+        for id in &chunks {
+            let key = chunk_key(&group, id);
+            let chunk: ResultChunk = state::load(&*store, "chunk", &key)
+                .await
+                .unwrap()
+                .unwrap()
+                .value;
+            merged.extend(chunk.results);
+        }
+        let seqs: Vec<u32> = merged.iter().map(|r| r.seq).collect();
+        assert_eq!(seqs, (0..CHUNKS_MERGED as u32).collect::<Vec<_>>());
+        assert_eq!(merged[0].status, SubTaskStatus::Completed);
+        // Full chunks are never merged: another 15 level-1 chunks after them merge only
+        // among themselves.
+        let before = chunks.len();
+        for i in 0..(CHUNKS_MERGED - 1) as u32 {
+            let id = format!("m1{i:016x}");
+            stored_chunk(&store, &id, vec![ChunkResult::completed(100 + i, json!(i))]).await;
+            chunks.push(id);
+        }
+        compact(&store, &group, &mut chunks, &mut merges).await;
+        assert_eq!(chunks.len(), before, "{chunks:?}");
+        assert_eq!(chunk_level(chunks.last().unwrap()), Some(2));
+    }
+
+    /// A merge that cannot read its chunks (one listed is missing) leaves the list as it is,
+    /// and the results are still recorded.
+    #[tokio::test]
+    async fn a_failed_merge_leaves_the_list_and_records_the_result() {
+        let store: Arc<dyn StateStore> = Arc::new(MemoryStore::default());
+        let mut record = TaskRecord::new("t", "w", "e.requested");
+        let mut group = SubTaskGroup::new("g", 0, 100);
+        for i in 0..(CHUNKS_MERGED - 1) as u32 {
+            let id = format!("r{i:016x}");
+            if i > 0 {
+                stored_chunk(&store, &id, vec![ChunkResult::completed(i, json!(i))]).await;
+            }
+            group.mark_finished(i);
+            group.chunks.push(id);
+        }
+        record.groups.insert("g".into(), group);
+        store
+            .create(&task_key(), serde_json::to_vec(&record).unwrap())
+            .await
+            .unwrap();
+        let fan_in = Arc::new(FanIn::default());
+        let marked = fan_in
+            .mark(store.clone(), task_key(), mark(50, json!("kept")))
+            .await
+            .unwrap();
+        let stored = &marked.task.value.groups["g"];
+        assert_eq!(stored.chunks.len(), CHUNKS_MERGED);
+        assert!(stored.is_finished(50));
     }
 
     /// A record that is not found is not kept: a later load finds it once it is there.
