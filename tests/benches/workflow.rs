@@ -752,7 +752,8 @@ impl Counts {
             let kind = match key.bucket {
                 soorma::TASKS_BUCKET => "task record",
                 _ if last == "wf" => "workflow spec",
-                _ if last.len() == 17 && last.starts_with('r') => "results chunk",
+                _ if last.len() == 17 && last.starts_with(['r', 'f']) => "results chunk",
+                _ if last.len() == 18 && last.starts_with('m') => "results chunk",
                 _ if last.starts_with('o') && last[1..].bytes().all(|b| b.is_ascii_digit()) => {
                     "step output"
                 }

@@ -6,9 +6,7 @@ use std::collections::{HashMap, HashSet, VecDeque};
 use std::hash::Hash;
 use std::sync::{Arc, Mutex};
 
-use soorma_common::{
-    ChunkResult, DelegationGroup, MemberPage, ResultChunk, SubTaskInfo, TaskRecord,
-};
+use soorma_common::{ChunkResult, DelegationGroup, MemberPage, SubTaskInfo, TaskRecord};
 
 use crate::error::{EngineError, EngineErrorKind, Error, Result};
 use crate::spi::state::{self, StateKey, StateStore, Versioned};
@@ -372,7 +370,7 @@ async fn write_chunks(
             parts.push((r.seq, state::encode("sub-task result", r)?));
         }
         for (seqs, record) in pack(&parts) {
-            let id = new_chunk_id("r");
+            let id = new_chunk_id(&chunk_prefix(record.len(), 0));
             let key = chunk_key(group, &id);
             chunks.push((group.key.clone(), Chunk { id, seqs }, key, record));
         }
@@ -427,7 +425,7 @@ fn pack(parts: &[(u32, Vec<u8>)]) -> Vec<(HashSet<u32>, Vec<u8>)> {
 }
 
 /// A new chunk id: `prefix` (which says what the chunk may be merged with, see
-/// [`chunk_level`]) and 16 random hex digits.
+/// [`chunk_prefix`]) and 16 random hex digits.
 fn new_chunk_id(prefix: &str) -> String {
     format!("{prefix}{:016x}", uuid::Uuid::new_v4().as_u64_pair().0)
 }
@@ -442,14 +440,29 @@ fn chunk_key(group: &StateKey, id: &str) -> StateKey {
 }
 
 /// How many chunks of one level, listed last in a group, are merged into one chunk of the
-/// next level. A group's list thus holds fewer than this many chunks per level (plus the full
-/// chunks merges leave), however many batches its results came in.
+/// next level.
 const CHUNKS_MERGED: usize = 16;
+/// The most chunks one merge reads (a longer run, listed before merges existed or grown while
+/// a chunk could not be read, is merged this many at a time, oldest first).
+const MAX_MERGED: usize = 64;
+/// The most merges one update of the parent makes per group (a cascade up the levels; what is
+/// left waits for the next batch).
+const MAX_MERGES: usize = MAX_LEVEL as usize + 1;
 /// The highest level: chunks of it are not merged further (16⁹ batches are never reached).
 const MAX_LEVEL: u8 = 9;
 
-/// The merge level of chunk `id`: `r…` (a batch's chunk) is level 0, `m<n>…` level `n`;
-/// `None` for a full chunk (`f…`, a merge's output of [`CHUNK_BYTES`]), which is never merged.
+/// The prefix of a new chunk's id holding `bytes` of results, of merge level `level`: `f` (full,
+/// never merged) from half of [`CHUNK_BYTES`] on, else `r` for a batch's chunk (level 0) and
+/// `m<level>` for a merge's.
+fn chunk_prefix(bytes: usize, level: u8) -> String {
+    match level {
+        _ if bytes >= CHUNK_BYTES / 2 => "f".to_owned(),
+        0 => "r".to_owned(),
+        n => format!("m{n}"),
+    }
+}
+
+/// The merge level of chunk `id` (see [`chunk_prefix`]); `None` for a full chunk, never merged.
 fn chunk_level(id: &str) -> Option<u8> {
     let mut chars = id.chars();
     match chars.next()? {
@@ -466,54 +479,60 @@ fn chunk_level(id: &str) -> Option<u8> {
 /// the parent update is retried).
 type Merges = HashMap<Vec<String>, Vec<String>>;
 
-/// Merges, while there is one, the run of [`CHUNKS_MERGED`] or more chunks of one level that
-/// ends `chunks` (the list of the group stored at `group`) into chunks of the next level. A
-/// merge that fails leaves the list as it is (it is tried again with the next batch): recording
-/// results never depends on it.
+/// Merges runs of [`CHUNKS_MERGED`] or more chunks of one level that end `chunks` (the list of
+/// the group stored at `group`) into chunks of the next level, in place. A group's list thus
+/// holds fewer than [`CHUNKS_MERGED`] chunks per level after its last full chunk, however
+/// many batches its results came in. A merge that fails leaves the list as it is (tried again
+/// with the next batch): recording results never depends on it.
 async fn compact(
     store: &Arc<dyn StateStore>,
     group: &StateKey,
     chunks: &mut Vec<String>,
     merges: &mut Merges,
 ) {
-    while let Some((start, level)) = mergeable_tail(chunks) {
-        let run = chunks[start..].to_vec();
-        let merged = match merges.get(&run) {
+    for _ in 0..MAX_MERGES {
+        let Some((run, level)) = mergeable_tail(chunks) else {
+            return;
+        };
+        let ids = chunks[run.clone()].to_vec();
+        let merged = match merges.get(&ids) {
             Some(merged) => merged.clone(),
-            None => match merge(store, group, &run, level + 1).await {
+            None => match merge(store, group, &ids, level + 1).await {
                 Ok(merged) => {
-                    merges.insert(run, merged.clone());
+                    merges.insert(ids, merged.clone());
                     merged
                 }
                 Err(e) => {
                     tracing::warn!(
-                        group = %group, chunks = run.len(), error = %e,
+                        group = %group, chunks = ids.len(), error = %e,
                         "sub-task results chunks not merged (tried again with the next results)"
                     );
                     return;
                 }
             },
         };
-        chunks.truncate(start);
-        chunks.extend(merged);
+        chunks.splice(run, merged);
     }
 }
 
-/// Where the run of chunks of one level that ends `chunks` starts, and its level, when it is
-/// [`CHUNKS_MERGED`] long or longer and below [`MAX_LEVEL`].
-fn mergeable_tail(chunks: &[String]) -> Option<(usize, u8)> {
+/// The chunks to merge next: the first [`MAX_MERGED`] of the run of chunks of one level that
+/// ends `chunks`, when that run is [`CHUNKS_MERGED`] long or longer and below [`MAX_LEVEL`];
+/// and their level.
+fn mergeable_tail(chunks: &[String]) -> Option<(std::ops::Range<usize>, u8)> {
     let level = chunk_level(chunks.last()?)?;
     let run = chunks
         .iter()
         .rev()
         .take_while(|c| chunk_level(c) == Some(level))
         .count();
-    (run >= CHUNKS_MERGED && level < MAX_LEVEL).then_some((chunks.len() - run, level))
+    let start = chunks.len() - run;
+    (run >= CHUNKS_MERGED && level < MAX_LEVEL)
+        .then_some((start..start + run.min(MAX_MERGED), level))
 }
 
 /// Writes the results of the chunks `run` (in list order, the first result of each sub-task
-/// only: the one readers take) as new chunks: all but the last full (never merged again), the
-/// last of `level`. Returns their ids, in order.
+/// only: the one readers take; each copied as stored) as new chunks of `level` (or full).
+/// Returns their ids, in order.
 async fn merge(
     store: &Arc<dyn StateStore>,
     group: &StateKey,
@@ -526,36 +545,49 @@ async fn merge(
         concurrently(keys, CHUNK_WRITES_IN_FLIGHT, move |key: StateKey| {
             let store = store.clone();
             async move {
-                state::load::<ResultChunk>(&*store, "sub-task results", &key)
-                    .await?
-                    .map(|c| c.value)
-                    .ok_or_else(|| {
-                        Error::from(EngineError::new(
-                            EngineErrorKind::Inconsistent,
-                            format!("listed results chunk `{key}` is missing"),
-                        ))
-                    })
+                let Some(stored) = store.get(&key).await? else {
+                    return Err(EngineError::new(
+                        EngineErrorKind::Inconsistent,
+                        format!("listed results chunk `{key}` is missing"),
+                    )
+                    .into());
+                };
+                Ok((key, stored.value))
             }
         })
         .await?
     };
+    /// A stored chunk, its results left as they are.
+    #[derive(serde::Deserialize)]
+    struct RawChunk<'a> {
+        #[serde(borrow)]
+        results: Vec<&'a serde_json::value::RawValue>,
+    }
+    /// The one field of a result a merge reads.
+    #[derive(serde::Deserialize)]
+    struct Seq {
+        seq: u32,
+    }
     let mut seen = HashSet::new();
     let mut parts = Vec::new();
-    for r in loaded.iter().flat_map(|c| &c.results) {
-        if seen.insert(r.seq) {
-            parts.push((r.seq, state::encode("sub-task result", r)?));
+    for (key, bytes) in &loaded {
+        let corrupt = |source| Error::CorruptState {
+            what: "sub-task results",
+            key: key.to_string(),
+            source,
+        };
+        let chunk: RawChunk<'_> = serde_json::from_slice(bytes).map_err(corrupt)?;
+        for raw in chunk.results {
+            let Seq { seq } = serde_json::from_str(raw.get()).map_err(corrupt)?;
+            if seen.insert(seq) {
+                parts.push((seq, raw.get().as_bytes().to_vec()));
+            }
         }
     }
-    let packed = pack(&parts);
-    let last = packed.len().saturating_sub(1);
-    let mut ids = Vec::with_capacity(packed.len());
-    let mut writes = Vec::with_capacity(packed.len());
-    for (i, (_, record)) in packed.into_iter().enumerate() {
-        let id = if i == last {
-            new_chunk_id(&format!("m{level}"))
-        } else {
-            new_chunk_id("f")
-        };
+    let mut ids = Vec::new();
+    let mut writes = Vec::new();
+    for (_, record) in pack(&parts) {
+        let id = new_chunk_id(&chunk_prefix(record.len(), level));
         writes.push((chunk_key(group, &id), record));
         ids.push(id);
     }
@@ -926,62 +958,186 @@ mod tests {
         store.create(&key, record).await.unwrap();
     }
 
+    /// The ids and results of the chunks `chunks` of group `g`, in order.
+    async fn listed_results(
+        store: &Arc<dyn StateStore>,
+        chunks: &[String],
+    ) -> Vec<(String, Vec<ChunkResult>)> {
+        let mut out = Vec::new();
+        for id in chunks {
+            let key = chunk_key(&StateKey::new("subtasks", "acme", "g"), id);
+            let chunk: ResultChunk = state::load(&**store, "chunk", &key)
+                .await
+                .unwrap()
+                .unwrap()
+                .value;
+            out.push((id.clone(), chunk.results));
+        }
+        out
+    }
+
     /// A merge keeps each sub-task's result from the first chunk of the run that has it (the
-    /// one readers take); results too large to merge into one record leave full chunks, which
-    /// are not merged again.
+    /// one readers take), copied as stored; only the chunks ending the list, from the first of
+    /// a run of 16 of one level, are merged.
     #[tokio::test]
-    async fn a_merge_keeps_the_first_listed_result_and_leaves_full_chunks() {
+    async fn a_merge_keeps_the_first_listed_result_in_place_of_its_run() {
         let store: Arc<dyn StateStore> = Arc::new(MemoryStore::default());
         let group = StateKey::new("subtasks", "acme", "g");
-        let big = "z".repeat(CHUNK_BYTES / 3);
-        let mut chunks = Vec::new();
+        // A level-1 chunk before the run holds sub-task 0 first: merging the run keeps its
+        // own copy of sub-task 0 but readers still take the earlier one.
+        stored_chunk(
+            &store,
+            "m1000",
+            vec![ChunkResult::completed(0, json!("before"))],
+        )
+        .await;
+        let mut chunks = vec!["m1000".to_owned()];
         for i in 0..CHUNKS_MERGED as u32 {
             let id = format!("r{i:016x}");
-            let mut results = vec![ChunkResult::completed(i, json!(big))];
-            // Every chunk after the first also holds a later outcome of sub-task 0.
+            // A float that a round trip through a number could change in its last digit.
+            let mut results = vec![ChunkResult::completed(i, json!(0.1 + f64::from(i) / 3.0))];
             if i > 0 {
                 results.push(ChunkResult::failed(0, format!("late {i}")));
             }
             stored_chunk(&store, &id, results).await;
             chunks.push(id);
         }
-        let mut merges = Merges::new();
-        compact(&store, &group, &mut chunks, &mut merges).await;
-        let levels: Vec<Option<u8>> = chunks.iter().map(|c| chunk_level(c)).collect();
-        // 16 results of a third of a chunk each: full chunks of 2 or 3, then one of level 1.
-        assert!(
-            chunks.len() >= 5 && chunks.len() < CHUNKS_MERGED,
-            "{chunks:?}"
+        let run: Vec<String> = chunks[1..].to_vec();
+        let before = listed_results(&store, &run).await;
+        compact(&store, &group, &mut chunks, &mut Merges::new()).await;
+        assert_eq!(chunks.len(), 2, "{chunks:?}");
+        assert_eq!(chunks[0], "m1000");
+        assert_eq!(chunk_level(&chunks[1]), Some(1), "{chunks:?}");
+        let after = listed_results(&store, &chunks[1..]).await;
+        let merged = &after[0].1;
+        let first: Vec<&ChunkResult> = before.iter().map(|(_, r)| &r[0]).collect();
+        assert_eq!(
+            merged.iter().collect::<Vec<_>>(),
+            first,
+            "first of each, in order"
         );
-        assert_eq!(levels.last(), Some(&Some(1)), "{levels:?}");
-        assert!(
-            levels[..levels.len() - 1].iter().all(Option::is_none),
-            "{levels:?}"
-        );
-        let mut merged = Vec::new();
-        for id in &chunks {
-            let key = chunk_key(&group, id);
-            let chunk: ResultChunk = state::load(&*store, "chunk", &key)
-                .await
-                .unwrap()
-                .unwrap()
-                .value;
-            merged.extend(chunk.results);
-        }
-        let seqs: Vec<u32> = merged.iter().map(|r| r.seq).collect();
-        assert_eq!(seqs, (0..CHUNKS_MERGED as u32).collect::<Vec<_>>());
         assert_eq!(merged[0].status, SubTaskStatus::Completed);
-        // Full chunks are never merged: another 15 level-1 chunks after them merge only
-        // among themselves.
-        let before = chunks.len();
-        for i in 0..(CHUNKS_MERGED - 1) as u32 {
-            let id = format!("m1{i:016x}");
-            stored_chunk(&store, &id, vec![ChunkResult::completed(100 + i, json!(i))]).await;
+        // Readers take the result of the chunk listed before the merged one.
+        let mut progress = SubTaskGroup::new("g", 0, CHUNKS_MERGED as u32);
+        for seq in 0..CHUNKS_MERGED as u32 {
+            progress.mark_finished(seq);
+        }
+        let listed: Vec<ResultChunk> = listed_results(&store, &chunks)
+            .await
+            .into_iter()
+            .map(|(_, results)| ResultChunk { results })
+            .collect();
+        let (g, _) = DelegationGroup::paged("g", "t", 0, (0..16).map(|_| ("e", "r")), 64 * 1024);
+        let subs = g.sub_tasks(&progress, &[g.first_page()], &listed);
+        assert_eq!(subs[0].result, Some(json!("before")));
+        assert_eq!(subs[5].result, Some(json!(0.1 + 5.0 / 3.0)));
+    }
+
+    /// Chunks of half a record or more are full: never merged, neither when a batch writes
+    /// them nor when a merge does; a run of smaller chunks merges past them.
+    #[tokio::test]
+    async fn full_chunks_are_never_merged() {
+        let store: Arc<dyn StateStore> = Arc::new(MemoryStore::default());
+        task_with_group(&*store, 40, 10).await;
+        let fan_in = Arc::new(FanIn::default());
+        let big = "y".repeat(CHUNK_BYTES / 2);
+        for seq in 0..20 {
+            fan_in
+                .mark(store.clone(), task_key(), mark(seq, json!(big)))
+                .await
+                .unwrap();
+        }
+        let task: TaskRecord = state::load(&*store, "task", &task_key())
+            .await
+            .unwrap()
+            .unwrap()
+            .value;
+        let listed = &task.groups["g"].chunks;
+        assert_eq!(listed.len(), 20, "{listed:?}");
+        assert!(listed.iter().all(|c| c.starts_with('f')), "{listed:?}");
+        // 16 chunks of a third of a record each merge into full chunks only.
+        let group = StateKey::new("subtasks", "acme", "g");
+        let third = "z".repeat(CHUNK_BYTES / 3);
+        let mut chunks = listed.clone();
+        for i in 0..CHUNKS_MERGED as u32 {
+            let id = format!("r{i:016x}");
+            stored_chunk(
+                &store,
+                &id,
+                vec![ChunkResult::completed(20 + i, json!(third))],
+            )
+            .await;
             chunks.push(id);
         }
-        compact(&store, &group, &mut chunks, &mut merges).await;
-        assert_eq!(chunks.len(), before, "{chunks:?}");
-        assert_eq!(chunk_level(chunks.last().unwrap()), Some(2));
+        compact(&store, &group, &mut chunks, &mut Merges::new()).await;
+        assert_eq!(chunks.len(), 20 + CHUNKS_MERGED / 2, "{chunks:?}");
+        assert!(
+            chunks.iter().all(|c| chunk_level(c).is_none()),
+            "{chunks:?}"
+        );
+    }
+
+    /// A run longer than one merge reads (a list from before merges) is merged 64 at a time,
+    /// oldest first, a few merges per update.
+    #[tokio::test]
+    async fn a_long_run_is_merged_a_bounded_piece_at_a_time() {
+        let store: Arc<dyn StateStore> = Arc::new(MemoryStore::default());
+        let group = StateKey::new("subtasks", "acme", "g");
+        let mut chunks = Vec::new();
+        for i in 0..2_000u32 {
+            let id = format!("r{i:016x}");
+            stored_chunk(&store, &id, vec![ChunkResult::completed(i, json!(i))]).await;
+            chunks.push(id);
+        }
+        compact(&store, &group, &mut chunks, &mut Merges::new()).await;
+        // MAX_MERGES merges of 64 each, the first ones in front.
+        assert_eq!(
+            chunks.len(),
+            2_000 - MAX_MERGES * (MAX_MERGED - 1),
+            "{}",
+            chunks.len()
+        );
+        assert!(
+            chunks[..MAX_MERGES]
+                .iter()
+                .all(|c| chunk_level(c) == Some(1))
+        );
+        let results = listed_results(&store, &chunks).await;
+        let seqs: Vec<u32> = results
+            .iter()
+            .flat_map(|(_, r)| r.iter().map(|r| r.seq))
+            .collect();
+        assert_eq!(seqs, (0..2_000).collect::<Vec<_>>());
+    }
+
+    /// A parent update that loses a race after merging reuses the merge's chunks (no second
+    /// merge of the same run).
+    #[tokio::test]
+    async fn a_retried_parent_update_reuses_its_merge() {
+        let counting = Arc::new(Counting::default());
+        let store: Arc<dyn StateStore> = counting.clone();
+        task_with_group(&*store, 40, 10).await;
+        let fan_in = Arc::new(FanIn::default());
+        for seq in 0..(CHUNKS_MERGED - 1) as u32 {
+            fan_in
+                .mark(store.clone(), task_key(), mark(seq, json!(seq)))
+                .await
+                .unwrap();
+        }
+        let before = counting.writes();
+        counting.conflicts.store(2, Ordering::SeqCst);
+        let marked = fan_in
+            .mark(store.clone(), task_key(), mark(30, json!(30)))
+            .await
+            .unwrap();
+        let (creates, updates, _) = counting.writes();
+        // One batch chunk and one merged chunk; three updates (two lost).
+        assert_eq!((creates - before.0, updates - before.1), (2, 3));
+        let listed = &marked.task.value.groups["g"].chunks;
+        assert_eq!(listed.len(), 1, "{listed:?}");
+        let results = stored_results(&*store, 40).await;
+        assert_eq!(results[30].result, Some(json!(30)));
+        assert_eq!(results[3].result, Some(json!(3)));
     }
 
     /// A merge that cannot read its chunks (one listed is missing) leaves the list as it is,

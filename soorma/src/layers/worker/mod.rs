@@ -56,7 +56,8 @@ pub const TASKS_BUCKET: &str = "tasks";
 /// State bucket holding what tasks delegated: a record per delegation group (key: the group
 /// id; the sub-task ids, the correlation ids of the requests, are `<group id>-<index>`), pages
 /// of very large groups (`<group id>-p<n>`) and the chunks of results the fan-in recorded
-/// (`<group id>-r<id>`, listed in the parent task). See
+/// (`<group id>-r<id>`, and the merges of them, `-m<level><id>` and `-f<id>`; listed in the
+/// parent task). See
 /// [`DelegationGroup`](crate::DelegationGroup) and [`ResultChunk`](crate::ResultChunk).
 ///
 /// ```
