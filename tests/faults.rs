@@ -440,7 +440,8 @@ async fn a_human_input_timeout_fires_after_the_planner_that_asked_was_killed() {
         client
             .invoke::<serde_json::Value>(
                 "post.goal",
-                serde_json::json!({"topic": "timers", "timeout_ms": 3000}),
+                // Long enough that a loaded machine kills the asker before its timer is due.
+                serde_json::json!({"topic": "timers", "timeout_ms": 8000}),
                 "post.done",
             )
             .await

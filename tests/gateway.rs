@@ -931,7 +931,7 @@ async fn shutdown_ends_open_streams_at_once() {
     gateway.shutdown().await;
     // Not the stop timeout (10 s): the stream ends when the gateway stops.
     assert!(
-        started.elapsed() < Duration::from_secs(2),
+        started.elapsed() < Duration::from_secs(6),
         "{:?}",
         started.elapsed()
     );
@@ -1134,12 +1134,12 @@ async fn a_call_waiting_for_its_agent_holds_none_of_the_body_budget() {
             )
         }
     };
-    // A 40 KB blocking SendMessage to a tool that takes 3 s.
+    // A 40 KB blocking SendMessage to a tool that takes 10 s.
     let pad = "x".repeat(40_000);
     let waiting = tokio::spawn(rpc(
         "SendMessage",
         json!({"message": {"messageId": "m", "role": "ROLE_USER", "metadata": {"pad": pad},
-               "parts": [{"data": {"nap_ms": 3000}}]}}),
+               "parts": [{"data": {"nap_ms": 10_000}}]}}),
     ));
     let started = std::time::Instant::now();
     loop {
@@ -1157,10 +1157,7 @@ async fn a_call_waiting_for_its_agent_holds_none_of_the_body_budget() {
     // went back once parsed.
     let (status, body) = rpc("GetTask", json!({"id": pad})).await;
     assert_eq!(status, 200, "{body}");
-    assert!(
-        started.elapsed() < Duration::from_secs(3),
-        "answered while the first waits"
-    );
+    assert!(!waiting.is_finished(), "answered while the first waits");
     let (status, done) = waiting.await.unwrap();
     assert_eq!(status, 200);
     assert_eq!(
@@ -1235,7 +1232,8 @@ async fn forged_replies_are_ignored(platform: Platform) {
         .await
         .unwrap();
     for tenant in [Some("acme"), None] {
-        let task = s.start_slow(&[], tenant, 1500).await;
+        // Long enough that a loaded machine forges both replies while the task still runs.
+        let task = s.start_slow(&[], tenant, 6000).await;
         let request = loop {
             let d = tokio::time::timeout(Duration::from_secs(10), requests.next())
                 .await
@@ -1842,7 +1840,7 @@ async fn cancel_task_stops_the_agents_handler(platform: Platform) {
         "{canceled}"
     );
     slept
-        .wait_dropped(1, Duration::from_secs(1), "CancelTask")
+        .wait_dropped(1, Duration::from_secs(10), "CancelTask")
         .await;
     assert_eq!(slept.finished(), 0);
     tokio::time::timeout(Duration::from_secs(5), s.shutdown())

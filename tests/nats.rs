@@ -478,12 +478,24 @@ static SLOW_CALLS: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsi
 
 async fn slow(_req: Invocation<serde_json::Value>) -> Result<String, ToolError> {
     SLOW_CALLS.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
-    tokio::time::sleep(Duration::from_millis(3500)).await;
+    tokio::time::sleep(KEPT_ALIVE_FOR).await;
     Ok("done".into())
 }
 
+/// How long the keep-alive tests' handler, or their reply's publish, takes: 2.3 ack-wait
+/// periods of [`with_ack_wait_of_3s`].
+const KEPT_ALIVE_FOR: Duration = Duration::from_secs(7);
+
+/// A NATS platform whose deliveries must be acknowledged within 3 s (kept alive every 1 s: 2 s
+/// of slack for a loaded machine's pauses).
+async fn with_ack_wait_of_3s(server: &NatsServer) -> Platform {
+    soorma::nats::connect(NatsConfig::new(server.url()).with_ack_wait(Duration::from_secs(3)))
+        .await
+        .unwrap()
+}
+
 /// Calls `request` (replied with `reply`) once, served by a tool with `handler` started on
-/// `serving`, then waits 1.5 s (1.5 ack-wait periods of the tests using it) so that a
+/// `serving`, then waits 4.5 s (1.5 ack-wait periods of the tests using it) so that a
 /// redelivery would have run the handler again; checks that the server sent no copy of the
 /// request (one instance skips its own copies, so the handler's count alone would not tell:
 /// with a second instance, a copy would run the tool twice); returns the answer.
@@ -502,11 +514,11 @@ async fn answer_then_wait_for_redeliveries(
         .unwrap();
     let answer: String = calling
         .client("test")
-        .with_timeout(WAIT)
+        .with_timeout(WAIT + KEPT_ALIVE_FOR)
         .invoke(request, json!({}), reply)
         .await
         .unwrap();
-    tokio::time::sleep(Duration::from_millis(1500)).await;
+    tokio::time::sleep(Duration::from_millis(4500)).await;
     let js = soorma::nats::async_nats::jetstream::new(calling.nats_client().unwrap().clone());
     let info = js
         .get_stream("SOORMA_ACTION_REQUESTS")
@@ -533,7 +545,7 @@ async fn with_ack_wait_of_1s(server: &NatsServer) -> Platform {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_handler_slower_than_ack_wait_is_not_redelivered_while_it_works() {
     let server = NatsServer::start();
-    let platform = with_ack_wait_of_1s(&server).await;
+    let platform = with_ack_wait_of_3s(&server).await;
     let handler = Handler::on_invoke("slow.requested", slow);
     let answer = answer_then_wait_for_redeliveries(
         &platform,
@@ -544,7 +556,7 @@ async fn a_handler_slower_than_ack_wait_is_not_redelivered_while_it_works() {
     )
     .await;
     assert_eq!(answer, "done");
-    // 3.5 ack-wait periods passed while the handler worked; it still ran exactly once.
+    // 2.3 ack-wait periods passed while the handler worked; it still ran exactly once.
     assert_eq!(SLOW_CALLS.load(std::sync::atomic::Ordering::SeqCst), 1);
 }
 
@@ -555,19 +567,19 @@ async fn quick(_req: Invocation<serde_json::Value>) -> Result<String, ToolError>
     Ok("done".into())
 }
 
-/// Publishing a handler's reply is kept alive like the handler: a reply that takes 3.5 s to
+/// Publishing a handler's reply is kept alive like the handler: a reply that takes 7 s to
 /// store (> `ack_wait`) does not make the request redelivered, and the tool runs once.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_reply_slower_to_publish_than_ack_wait_does_not_run_the_tool_twice() {
     let server = NatsServer::start();
-    let platform = with_ack_wait_of_1s(&server).await;
-    // Its `quick.done` replies take 3.5 s to publish (as a reply retried through a cluster's
+    let platform = with_ack_wait_of_3s(&server).await;
+    // Its `quick.done` replies take 7 s to publish (as a reply retried through a cluster's
     // failover does).
     let slow_replies = soorma_tests::slow_bus::SlowPublish::platform(
         &platform,
         "quick.done",
         soorma_tests::slow_bus::Wait::Before,
-        Duration::from_millis(3500),
+        KEPT_ALIVE_FOR,
     );
     let handler = Handler::on_invoke("quick.requested", quick);
     let answer = answer_then_wait_for_redeliveries(
@@ -1151,13 +1163,14 @@ async fn a_closed_subscription_hands_back_a_batch_it_did_not_hand_out() {
 async fn registry_entries_expire_when_heartbeats_stop() {
     let server = NatsServer::start();
     let config = NatsConfig::new(server.url())
-        .with_registry_ttl(Duration::from_secs(2), Duration::from_millis(400));
+        // Heartbeats every 500 ms: 5.5 s of slack for a loaded machine's pauses.
+        .with_registry_ttl(Duration::from_secs(6), Duration::from_millis(500));
     let observer = soorma::nats::connect(config.clone()).await.unwrap();
     {
         let doomed = soorma::nats::connect(config.clone()).await.unwrap();
         let def = soorma::AgentDefinition::new("ghost-1", "ghost", soorma::AgentKind::Tool);
         doomed.registry().register(def).await.unwrap();
-        tokio::time::sleep(Duration::from_secs(3)).await;
+        tokio::time::sleep(Duration::from_secs(8)).await;
         assert_eq!(
             observer.discovery().all().await.unwrap().len(),
             1,
@@ -1986,9 +1999,14 @@ async fn thousands_of_tasks_on_one_reused_connection_are_all_handled() {
     parker.shutdown().await.unwrap();
 }
 
+/// How long `echo_or_linger` takes for a negative number.
+const LINGER: Duration = Duration::from_secs(8);
+/// How many rounds of 201 concurrent calls (one slow) the test makes.
+const ROUNDS: i64 = 3;
+
 async fn echo_or_linger(req: Invocation<i64>) -> Result<i64, ToolError> {
     if req.data < 0 {
-        tokio::time::sleep(Duration::from_secs(3)).await;
+        tokio::time::sleep(LINGER).await;
     }
     Ok(req.data)
 }
@@ -2023,26 +2041,30 @@ async fn concurrent_requests_share_stored_messages_but_not_their_replies_wait() 
             started.elapsed()
         })
     };
-    for round in 0..5 {
+    for round in 0..ROUNDS {
         // The slow one among the fast ones: it goes in a batch with some of them.
         let mut fast: Vec<_> = (0..100).map(|n| call(round * 1000 + n)).collect();
         let slow = call(-1 - round);
         fast.extend((100..200).map(|n| call(round * 1000 + n)));
         for f in fast {
             let took = f.await.unwrap();
-            assert!(took < Duration::from_secs(2), "a fast call took {took:?}");
+            // Far below the slow one's time, with room for a loaded machine's pauses.
+            assert!(took < LINGER / 2, "a fast call took {took:?}");
         }
-        assert!(slow.await.unwrap() >= Duration::from_secs(3));
+        assert!(slow.await.unwrap() >= LINGER);
     }
     let js = jetstream::new(platform.nats_client().unwrap().clone());
     let mut stream = js.get_stream("SOORMA_ACTION_REQUESTS").await.unwrap();
     let stored = stream.info().await.unwrap().state.messages;
     assert!(
-        stored < 5 * 201,
+        stored < ROUNDS as u64 * 201,
         "{stored} messages stored for {} requests",
-        5 * 201
+        ROUNDS as u64 * 201
     );
-    eprintln!("{stored} messages stored for {} requests", 5 * 201);
+    eprintln!(
+        "{stored} messages stored for {} requests",
+        ROUNDS as u64 * 201
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -34,8 +34,12 @@ pub async fn human_input_timeouts_fire_after_a_restart_for_every_tenant_exactly_
 {
     // The callers' platform stays up throughout.
     let t = TestPlatform::with_platform(platform().await).await.unwrap();
-    let client = t.client().with_tenant("acme").with_timeout(wait * 2);
-    let timeout_ms = 2_000;
+    // Long enough that a loaded machine stops the first process before the timers are due.
+    let timeout_ms = 6_000;
+    let client = t
+        .client()
+        .with_tenant("acme")
+        .with_timeout(wait * 2 + Duration::from_millis(timeout_ms));
 
     // The first process: a worker and a planner each ask a person, with a timeout.
     let first = platform().await;
@@ -98,7 +102,7 @@ pub async fn human_input_timeouts_fire_after_a_restart_for_every_tenant_exactly_
     let err = task.await.unwrap().unwrap_err();
     assert!(
         err.to_string()
-            .contains("no answer to \"Publish this post?\" within 2 s"),
+            .contains("no answer to \"Publish this post?\" within 6 s"),
         "{err}"
     );
     let err = goal.await.unwrap().unwrap_err();

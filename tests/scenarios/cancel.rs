@@ -39,9 +39,7 @@ async fn a_canceled_request_drops_its_handler_at_once_and_gets_no_reply(
     assert_eq!(slept.dropped(), 0, "another tenant canceled acme's request");
 
     acme.cancel(&id).await.unwrap();
-    slept
-        .wait_dropped(1, Duration::from_secs(1), "canceled")
-        .await;
+    slept.wait_dropped(1, wait, "canceled").await;
     assert_eq!(slept.finished(), 0);
     // Acknowledged without a reply; the agent stops at once (nothing is running).
     tokio::time::sleep(wait / 10).await;
@@ -191,7 +189,7 @@ async fn a_request_can_be_canceled_while_its_agent_shuts_down(mut t: TestPlatfor
     // ...which can still be canceled meanwhile.
     acme.cancel(&id).await.unwrap();
     slept
-        .wait_dropped(1, Duration::from_secs(1), "canceled during shutdown")
+        .wait_dropped(1, wait, "canceled during shutdown")
         .await;
     tokio::time::timeout(Duration::from_secs(5), stopping)
         .await

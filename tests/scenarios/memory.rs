@@ -483,7 +483,7 @@ async fn visit(req: Invocation<Visit>, memory: TenantMemory) -> Result<u64, Tool
 scenario!(handlers_read_and_write_working_memory_of_their_session);
 async fn handlers_read_and_write_working_memory_of_their_session(
     mut t: TestPlatform,
-    _wait: Duration,
+    wait: Duration,
 ) {
     let memory = memory(&t).await;
     t.start(
@@ -542,16 +542,27 @@ async fn handlers_read_and_write_working_memory_of_their_session(
         .unwrap();
     assert_eq!(episodes.recent(100).await.unwrap().len(), 10);
     // A value with a time to live is gone after it.
-    session
-        .set_with_ttl("otp", &"1234", Duration::from_millis(200))
-        .await
-        .unwrap();
+    // (Long enough that a loaded machine reads it back before it is due.)
+    let ttl = Duration::from_secs(3);
+    let set = std::time::Instant::now();
+    session.set_with_ttl("otp", &"1234", ttl).await.unwrap();
     assert_eq!(
         session.get::<String>("otp").await.unwrap().as_deref(),
         Some("1234")
     );
-    tokio::time::sleep(Duration::from_millis(300)).await;
-    assert_eq!(session.get::<String>("otp").await.unwrap(), None);
+    while session.get::<String>("otp").await.unwrap().is_some() {
+        assert!(
+            set.elapsed() < ttl + wait,
+            "still there after {:?}",
+            set.elapsed()
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    assert!(
+        set.elapsed() + Duration::from_millis(100) >= ttl,
+        "gone after {:?}",
+        set.elapsed()
+    );
     // Without a session the handler fails with the reason, it does not guess one.
     let err = t
         .client()
