@@ -29,7 +29,8 @@ mod workflow;
 pub use envelope::{EventEnvelope, SPEC_VERSION};
 pub use records::{
     ChunkResult, DelegationGroup, MemberPage, MemberRun, PlanRecord, PlanStatus, PlanStep,
-    ResultChunk, SessionRecord, SubTaskGroup, SubTaskInfo, SubTaskStatus, TaskRecord, TaskStatus,
+    PublishedAction, ResultChunk, SessionRecord, SubTaskGroup, SubTaskInfo, SubTaskStatus,
+    TaskRecord, TaskStatus,
 };
 pub use registry::{AgentCapability, AgentDefinition, AgentKind, EventDefinition};
 pub use reply::{ActionReply, TaskProgress};

@@ -916,6 +916,13 @@ pub struct PlanRecord {
     /// the current action instead of transitioning twice).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub last_trigger: Option<String>,
+    /// The pending action as it was published, kept when the step that published it applied
+    /// events kept during a pause: those events are not delivered again, so a redelivery of
+    /// the event handled then (the answer, its timer, or the event whose handler resumed the
+    /// plan) publishes this copy again, while the plan is still at that action. Otherwise a
+    /// redelivery of [`last_trigger`](Self::last_trigger) renders the action again.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub published_action: Option<PublishedAction>,
     /// States entered, in order, with the event that caused each.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub history: Vec<PlanStep>,
@@ -928,6 +935,61 @@ pub struct PlanRecord {
     /// Last update time (RFC 3339).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub updated_at: Option<String>,
+}
+
+/// An action request a plan published, as published ([`PlanRecord::published_action`]).
+///
+/// ```
+/// use soorma_common::PublishedAction;
+/// let a = PublishedAction::new("answer-1", 3, "plan-a2", "sum.requested", "sum.done", serde_json::json!({}));
+/// assert_eq!(a.id, "plan-a2");
+/// ```
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[non_exhaustive]
+pub struct PublishedAction {
+    /// The id of the handled event whose handling published it.
+    pub handled_by: String,
+    /// How many steps the plan's [`history`](PlanRecord::history) held then (the plan is still
+    /// where publishing it left it while that is unchanged).
+    pub at_step: u32,
+    /// The request's id (`<plan id>-a<n>`).
+    pub id: String,
+    /// The request's event type.
+    pub event_type: String,
+    /// The event type of its reply.
+    pub response_event: String,
+    /// The request's data.
+    #[serde(default)]
+    pub data: Value,
+}
+
+impl PublishedAction {
+    /// The action `id` (`event_type`, replied with `response_event`, carrying `data`)
+    /// published while handling the event `handled_by`, the plan's history then `at_step`
+    /// steps long.
+    ///
+    /// ```
+    /// # use soorma_common::PublishedAction;
+    /// let a = PublishedAction::new("e", 2, "p-a1", "x.requested", "x.done", 1.into());
+    /// assert_eq!((a.handled_by.as_str(), a.at_step), ("e", 2));
+    /// ```
+    pub fn new(
+        handled_by: impl Into<String>,
+        at_step: u32,
+        id: impl Into<String>,
+        event_type: impl Into<String>,
+        response_event: impl Into<String>,
+        data: Value,
+    ) -> Self {
+        Self {
+            handled_by: handled_by.into(),
+            at_step,
+            id: id.into(),
+            event_type: event_type.into(),
+            response_event: response_event.into(),
+            data,
+        }
+    }
 }
 
 /// One state a plan entered.
@@ -1000,6 +1062,7 @@ impl PlanRecord {
             ended_by: None,
             actions: 0,
             last_trigger: None,
+            published_action: None,
             history: Vec::new(),
             deferred: Vec::new(),
             created_at: None,

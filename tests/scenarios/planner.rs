@@ -937,3 +937,124 @@ async fn a_goals_caller_does_not_take_an_actions_reply_of_the_same_event_for_the
     assert_eq!(out, json!({"echoed": "HI"}));
     t.shutdown().await.unwrap();
 }
+
+/// `searching` asks `kept.search.requested` (the test plays its tool) and the goal handler asks
+/// a person; `go.ahead` moves the plan to `waiting`, where the search's reply (kept while the
+/// plan waited for the person) moves it to `summing`, whose action carries the search's count.
+fn kept_reply_plan() -> Plan {
+    use soorma::common::{PlanDefinition, StateAction, StateConfig, StateTransition};
+    Plan::new(
+        PlanDefinition::new("kept", "a reply kept during a question moves the plan on")
+            .with_initial_state("searching")
+            .with_state(
+                StateConfig::new("searching", "")
+                    .with_action(StateAction::new(
+                        "kept.search.requested",
+                        "kept.search.completed",
+                    ))
+                    .with_transition(StateTransition::new("go.ahead", "waiting")),
+            )
+            .with_state(
+                StateConfig::new("waiting", "")
+                    .with_transition(StateTransition::new("kept.search.completed", "summing")),
+            )
+            .with_state(
+                StateConfig::new("summing", "")
+                    .with_action(
+                        StateAction::new("kept.sum.requested", "kept.sum.completed")
+                            .with_data(json!({"found": "{{event.data.result.count}}"})),
+                    )
+                    .with_transition(StateTransition::new("kept.sum.completed", "done")),
+            )
+            .with_state(
+                StateConfig::new("done", "")
+                    .terminal()
+                    .with_result(json!("{{results.summing}}")),
+            ),
+    )
+    .expect("a valid plan")
+}
+
+async fn kept_reply_goal(goal: GoalContext, plan: State<Arc<Plan>>) -> soorma::Result<()> {
+    let mut plan = goal.start(&plan).await?;
+    plan.request_human_input("Go ahead?", "go.ahead").await
+}
+
+async fn kept_reply_transition(mut plan: PlanContext) -> soorma::Result<()> {
+    plan.execute_next().await
+}
+
+async fn sum(req: Invocation<Value>) -> Result<Value, ToolError> {
+    Ok(req.data)
+}
+
+scenario!(an_action_that_kept_events_led_to_is_published_when_the_answer_comes_again);
+async fn an_action_that_kept_events_led_to_is_published_when_the_answer_comes_again(
+    mut t: TestPlatform,
+    wait: Duration,
+) {
+    // The planner's first publish of `kept.sum.requested` fails (after the answer's handler
+    // stored the plan in `summing`): the handler fails, retryably, and the answer comes again.
+    let failing =
+        soorma_tests::slow_bus::FailingPublish::platform(t.platform(), "kept.sum.requested", 1);
+    let planner = Planner::new("keeper")
+        .use_registered_handlers(false)
+        .with_state(Arc::new(kept_reply_plan()))
+        .handler(Handler::on_goal("kept.goal", kept_reply_goal))
+        .handler(Handler::on_transition(kept_reply_transition))
+        .start(&failing)
+        .await
+        .unwrap();
+    t.start(
+        Tool::new("summer")
+            .use_registered_handlers(false)
+            .handler(Handler::on_invoke("kept.sum.requested", sum)),
+    )
+    .await
+    .unwrap();
+    let client = t.client().with_timeout(wait * 2);
+    let goal = tokio::spawn({
+        let client = client.clone();
+        async move {
+            client
+                .invoke::<Value>("kept.goal", json!({}), "kept.done")
+                .await
+        }
+    });
+    t.expect_event("notification.human_input", wait)
+        .await
+        .unwrap();
+    let search = t.expect_event("kept.search.requested", wait).await.unwrap();
+    let plan_id = search.correlation_id.clone().unwrap();
+    // The search's reply comes while the plan waits for the person: kept.
+    let reply = soorma::ActionReply::success(&search.id, json!({"count": 3}));
+    client
+        .bus()
+        .publish(Topic::ActionResults, "kept.search.completed", reply)
+        .correlation_id(plan_id.as_str())
+        .await
+        .unwrap();
+    let key = soorma::state::StateKey::new(soorma::planner::PLANS_BUCKET, "default", &plan_id);
+    let started = std::time::Instant::now();
+    loop {
+        let stored = t.platform().state().get(&key).await.unwrap().unwrap();
+        let record: soorma::common::PlanRecord = serde_json::from_slice(&stored.value).unwrap();
+        if record.deferred.len() == 1 {
+            break;
+        }
+        assert!(started.elapsed() < wait, "the reply was not kept");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    client
+        .bus()
+        .publish(Topic::ActionResults, "go.ahead", json!({"yes": true}))
+        .correlation_id(plan_id.as_str())
+        .await
+        .unwrap();
+    // Rendered with the kept reply (not the answer), published once the answer came again.
+    assert_eq!(goal.await.unwrap().unwrap(), json!({"found": 3}));
+    let sums = t.events_of_type("kept.sum.requested");
+    assert_eq!(sums.len(), 1, "{sums:?}");
+    planner.shutdown().await.unwrap();
+    t.shutdown().await.unwrap();
+}

@@ -4,7 +4,9 @@ use std::sync::Arc;
 
 use serde::Serialize;
 use serde_json::Value;
-use soorma_common::{ActionReply, AgentCapability, EventEnvelope, PlanRecord, PlanStatus, Topic};
+use soorma_common::{
+    ActionReply, AgentCapability, EventEnvelope, PlanRecord, PlanStatus, PublishedAction, Topic,
+};
 
 use super::definition::Plan;
 use super::machine::{self, Effects};
@@ -624,6 +626,7 @@ impl PlanContext {
         self.update_record(|record| {
             let was_ended = ended(record);
             let mut fx = step(&plan, record)?;
+            keep_published_action(&plan, record, &mut fx, &handled);
             if ended(record) {
                 if !was_ended {
                     // This write ends the plan: this handler is the one that replies.
@@ -846,7 +849,231 @@ pub(crate) async fn cancel_plan(input: &HandlerInput, plan_id: &str) -> Result<(
     Ok(())
 }
 
+/// A published action's data over this many bytes (as JSON) is not kept in the plan record
+/// (which holds the plan's results too, within one stored value).
+const MAX_KEPT_ACTION_BYTES: usize = 64 * 1024;
+
+/// Keeps the pending action a step published after applying events kept during a pause (its
+/// event's redelivery cannot render it again: the kept events are not delivered again) and
+/// drops a kept one the plan has moved past. When the event whose handling published it is
+/// handled again, [`machine`]'s step publishes it again; a step without an event (`resume`)
+/// that changes nothing does so here.
+fn keep_published_action(plan: &Plan, record: &mut PlanRecord, fx: &mut Effects, handled: &str) {
+    let latest = machine::action_id(&record.plan_id, record.actions);
+    // The current state's own action (not one a kept event then moved the plan away from).
+    let its_own = plan
+        .definition()
+        .states
+        .get(&record.current_state)
+        .and_then(|s| s.action.as_ref())
+        .zip(fx.actions.last())
+        .filter(|(own, published)| published.id == latest && own.event_type == published.event_type)
+        .map(|(_, published)| published);
+    if fx.applied_kept
+        && record.status == PlanStatus::Running
+        && let Some(action) = its_own
+    {
+        let bytes = serde_json::to_vec(&action.data).map_or(usize::MAX, |b| b.len());
+        if bytes <= MAX_KEPT_ACTION_BYTES {
+            record.published_action = Some(PublishedAction::new(
+                handled,
+                u32::try_from(record.history.len()).unwrap_or(u32::MAX),
+                &action.id,
+                &action.event_type,
+                &action.response_event,
+                action.data.clone(),
+            ));
+        } else {
+            tracing::warn!(plan_id = %record.plan_id, action = %action.id, bytes, "an action published after applying kept events is too large to keep: a redelivery of the event that published it cannot publish it again");
+            record.published_action = None;
+        }
+        fx.changed = true;
+        return;
+    }
+    if record.published_action.is_some() && machine::published_action(record).is_none() {
+        if fx.changed {
+            // Moved past it: dropped with this step's write.
+            record.published_action = None;
+        }
+        return;
+    }
+    if let Some(kept) = machine::published_action(record)
+        && kept.handled_by == handled
+        && !fx.changed
+        && fx.actions.is_empty()
+        && fx.reply.is_none()
+    {
+        tracing::debug!(plan_id = %record.plan_id, action = %kept.id, "the event that published the pending action came again; publishing it again");
+        fx.actions.push(kept.into());
+    }
+}
+
 /// Whether the plan has ended (its reply is due or sent).
 fn ended(record: &PlanRecord) -> bool {
     matches!(record.status, PlanStatus::Completed | PlanStatus::Failed)
+}
+
+#[cfg(test)]
+mod tests {
+    use serde_json::json;
+    use soorma_common::{PlanDefinition, PlanStep, StateAction, StateConfig, StateTransition};
+
+    use super::*;
+    use crate::layers::planner::machine::ActionIntent;
+
+    /// `summing` asks `sum.requested`; its reply moves the plan to `checking` (no action), and
+    /// `check.done` from there ends it.
+    fn plan() -> Plan {
+        Plan::new(
+            PlanDefinition::new("sums", "")
+                .with_initial_state("summing")
+                .with_state(
+                    StateConfig::new("summing", "")
+                        .with_action(StateAction::new("sum.requested", "sum.done"))
+                        .with_transition(StateTransition::new("sum.done", "checking")),
+                )
+                .with_state(
+                    StateConfig::new("checking", "")
+                        .with_transition(StateTransition::new("check.done", "done")),
+                )
+                .with_state(StateConfig::new("done", "").terminal()),
+        )
+        .unwrap()
+    }
+
+    fn running(actions: u32) -> PlanRecord {
+        let mut record = PlanRecord::new("P", "sums", "summing");
+        record.status = PlanStatus::Running;
+        record.actions = actions;
+        record.history = vec![PlanStep::new("summing", None, "t")];
+        record
+    }
+
+    fn action(n: u32) -> ActionIntent {
+        ActionIntent {
+            id: machine::action_id("P", n),
+            event_type: "sum.requested".into(),
+            response_event: "sum.done".into(),
+            data: json!({"found": n}),
+        }
+    }
+
+    fn after_kept_events(actions: Vec<ActionIntent>) -> Effects {
+        Effects {
+            actions,
+            changed: true,
+            applied_kept: true,
+            ..Effects::default()
+        }
+    }
+
+    /// The action a step published after applying kept events is kept, published again when
+    /// its event is handled again and changes nothing (also through a pause), and dropped once
+    /// the plan enters another state.
+    #[test]
+    fn an_action_published_after_kept_events_is_kept_until_the_plan_moves_past_it() {
+        let plan = plan();
+        let mut record = running(2);
+        let mut fx = after_kept_events(vec![action(1), action(2)]);
+        keep_published_action(&plan, &mut record, &mut fx, "answer");
+        let kept = record.published_action.clone().expect("kept");
+        assert_eq!(
+            (kept.id.as_str(), kept.handled_by.as_str(), kept.at_step),
+            ("P-a2", "answer", 1)
+        );
+        assert_eq!(kept.data, json!({"found": 2}));
+
+        // The answer again, changing nothing: the same action, as it was published.
+        let mut again = Effects::default();
+        keep_published_action(&plan, &mut record, &mut again, "answer");
+        assert_eq!(again.actions, vec![action(2)]);
+        // Another event changing nothing: nothing.
+        let mut other = Effects::default();
+        keep_published_action(&plan, &mut record, &mut other, "another");
+        assert!(other.actions.is_empty());
+        // A pause keeps it (the action is out); the answer again still publishes it.
+        record.status = PlanStatus::Paused;
+        let mut paused = Effects {
+            changed: true,
+            ..Effects::default()
+        };
+        keep_published_action(&plan, &mut record, &mut paused, "another");
+        assert!(record.published_action.is_some());
+        let mut again = Effects::default();
+        keep_published_action(&plan, &mut record, &mut again, "answer");
+        assert_eq!(again.actions, vec![action(2)]);
+        record.status = PlanStatus::Running;
+
+        // The action's reply moves the plan to `checking`, which has no action: dropped with
+        // that write, and the answer again publishes nothing.
+        record.current_state = "checking".into();
+        record.history.push(PlanStep::new("checking", None, "t"));
+        let mut moved = Effects {
+            changed: true,
+            ..Effects::default()
+        };
+        keep_published_action(&plan, &mut record, &mut moved, "reply");
+        assert!(record.published_action.is_none());
+        let mut again = Effects::default();
+        keep_published_action(&plan, &mut record, &mut again, "answer");
+        assert!(again.actions.is_empty());
+    }
+
+    /// Without kept events applied nothing is kept (a redelivery of `last_trigger` renders the
+    /// action again); nor when a kept event moved the plan away from the action published; an
+    /// ended plan drops what it kept.
+    #[test]
+    fn only_the_current_states_action_after_kept_events_is_kept() {
+        let plan = plan();
+        let mut record = running(1);
+        let mut fx = Effects {
+            actions: vec![action(1)],
+            changed: true,
+            ..Effects::default()
+        };
+        keep_published_action(&plan, &mut record, &mut fx, "reply");
+        assert!(record.published_action.is_none());
+
+        let mut moved_on = running(1);
+        moved_on.current_state = "checking".into();
+        keep_published_action(
+            &plan,
+            &mut moved_on,
+            &mut after_kept_events(vec![action(1)]),
+            "answer",
+        );
+        assert!(moved_on.published_action.is_none());
+
+        keep_published_action(
+            &plan,
+            &mut record,
+            &mut after_kept_events(vec![action(1)]),
+            "answer",
+        );
+        assert!(record.published_action.is_some());
+        record.status = PlanStatus::Completed;
+        let mut ended = Effects {
+            changed: true,
+            reply: Some(Ok(json!(1))),
+            ..Effects::default()
+        };
+        keep_published_action(&plan, &mut record, &mut ended, "reply");
+        assert!(record.published_action.is_none());
+    }
+
+    /// An action too large to keep is not kept (the record holds the plan's results too).
+    #[test]
+    fn a_large_action_is_not_kept() {
+        let plan = plan();
+        let mut record = running(1);
+        let mut big = action(1);
+        big.data = json!("x".repeat(MAX_KEPT_ACTION_BYTES));
+        keep_published_action(
+            &plan,
+            &mut record,
+            &mut after_kept_events(vec![big]),
+            "answer",
+        );
+        assert!(record.published_action.is_none());
+    }
 }

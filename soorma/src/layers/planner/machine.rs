@@ -2,7 +2,9 @@
 //! Persisting the record and publishing the effects is the caller's job, in that order.
 
 use serde_json::{Map, Value, json};
-use soorma_common::{ActionReply, EventEnvelope, PlanRecord, PlanStatus, PlanStep};
+use soorma_common::{
+    ActionReply, EventEnvelope, PlanRecord, PlanStatus, PlanStep, PublishedAction,
+};
 
 use super::definition::Plan;
 use crate::error::{Error, Result};
@@ -38,6 +40,10 @@ pub(crate) struct Effects {
     pub reply: Option<std::result::Result<Value, String>>,
     /// Whether the record changed (and must be stored).
     pub changed: bool,
+    /// Whether the step applied events kept while the plan was paused (then the pending action
+    /// it published cannot be rendered again from a redelivery: see
+    /// [`PlanRecord::published_action`]).
+    pub applied_kept: bool,
 }
 
 fn now() -> String {
@@ -106,6 +112,7 @@ pub(crate) fn on_event(
 fn apply_deferred(plan: &Plan, record: &mut PlanRecord, fx: &mut Effects) -> Result<()> {
     for event in std::mem::take(&mut record.deferred) {
         fx.changed = true;
+        fx.applied_kept = true;
         let more = on_event(plan, record, &event)?;
         fx.actions.extend(more.actions);
         fx.tracker.extend(more.tracker);
@@ -140,6 +147,15 @@ fn step(plan: &Plan, record: &mut PlanRecord, trigger: &EventEnvelope) -> Result
             return start(plan, record);
         }
         _ => {}
+    }
+    if let Some(kept) = published_action(record)
+        && kept.handled_by == trigger.id
+    {
+        // A redelivery of the event whose handling published the pending action after
+        // applying events kept during a pause (paused again since, or not): that copy again,
+        // and the event is not applied twice.
+        fx.actions.push(ActionIntent::from(kept));
+        return Ok(fx);
     }
     if record.last_trigger.as_deref() == Some(trigger.id.as_str()) {
         // A redelivery of the event that caused the current state: publish its action again
@@ -478,6 +494,28 @@ pub(crate) fn action_id(plan_id: &str, n: u32) -> String {
     format!("{plan_id}-a{n}")
 }
 
+/// The plan's kept copy of its pending action ([`PlanRecord::published_action`]) while the
+/// plan is still where publishing it left it: at that action, no state entered since, not
+/// ended.
+pub(crate) fn published_action(record: &PlanRecord) -> Option<&PublishedAction> {
+    let kept = record.published_action.as_ref()?;
+    let here = kept.id == action_id(&record.plan_id, record.actions)
+        && usize::try_from(kept.at_step).is_ok_and(|n| n == record.history.len())
+        && !matches!(record.status, PlanStatus::Completed | PlanStatus::Failed);
+    here.then_some(kept)
+}
+
+impl From<&PublishedAction> for ActionIntent {
+    fn from(kept: &PublishedAction) -> Self {
+        Self {
+            id: kept.id.clone(),
+            event_type: kept.event_type.clone(),
+            response_event: kept.response_event.clone(),
+            data: kept.data.clone(),
+        }
+    }
+}
+
 /// Republishes what the plan's current position implies: the pending action, or the reply.
 fn resend(plan: &Plan, record: &PlanRecord, trigger: Option<&EventEnvelope>, fx: &mut Effects) {
     match record.status {
@@ -722,6 +760,46 @@ mod tests {
             );
             assert_eq!(record.current_state, "done");
             assert!(matches!(fx.reply, Some(Ok(_))), "{fx:?}");
+        }
+    }
+
+    /// The redelivery of the event whose handling published the kept action publishes that
+    /// copy again and is not applied twice, also when the plan was paused again since (where
+    /// it would otherwise be kept as an event for the resume).
+    #[test]
+    fn the_event_that_published_a_kept_action_is_not_applied_again() {
+        let plan = retry_loop();
+        let mut record = started(&plan);
+        let mut fx = on_event(
+            &plan,
+            &mut record,
+            &reply("E1", "search.completed", "P-a1", json!(1)),
+        )
+        .unwrap();
+        let published = fx.actions.pop().unwrap();
+        record.published_action = Some(PublishedAction::new(
+            "H1",
+            u32::try_from(record.history.len()).unwrap(),
+            &published.id,
+            &published.event_type,
+            &published.response_event,
+            published.data.clone(),
+        ));
+        let answer = EventEnvelope::new("H1", "person", Topic::ActionResults, "judge.completed")
+            .with_data(json!({"result": "retry"}));
+        for paused in [false, true] {
+            if paused {
+                pause(
+                    &mut record,
+                    "again",
+                    Some(("other.answer", "P-ask-2", "Again?")),
+                );
+            }
+            let fx = on_event(&plan, &mut record, &answer).unwrap();
+            assert_eq!(fx.actions, vec![published.clone()], "paused: {paused}");
+            assert!(!fx.changed, "paused: {paused}");
+            assert_eq!(record.current_state, "evaluating");
+            assert!(record.deferred.is_empty());
         }
     }
 
