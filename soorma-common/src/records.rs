@@ -738,9 +738,14 @@ pub struct TaskRecord {
     /// Handler-owned state.
     #[serde(default)]
     pub state: Map<String, Value>,
-    /// The final result, once completed.
+    /// The final result, once completed (`None` when it is stored apart, see
+    /// [`result_apart`](Self::result_apart)).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub result: Option<Value>,
+    /// Where the final result is stored when it was too large to keep in this record beside the
+    /// request (over 256 KiB as JSON): its key in the `subtasks` bucket, `<task id>-out<id>`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub result_apart: Option<String>,
     /// The error, once failed.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub error: Option<String>,
@@ -804,6 +809,7 @@ impl TaskRecord {
             groups: BTreeMap::new(),
             state: Map::new(),
             result: None,
+            result_apart: None,
             error: None,
             reply_sent: false,
             ended_by: None,

@@ -662,10 +662,12 @@ async fn a_fan_out_of_20000_mixed_delegations_completes_with_every_result_in_ord
         .unwrap();
     let group = format!("{task_id}-g0");
     let pages = format!("{group}-p");
-    // Results chunks: a batch's (`-r`), and those merges write (`-m<level>`, `-f`).
+    // Results chunks: a batch's (`-r`), and those merges write (`-m<level>`, `-f`); and the
+    // task's own result (20,000 members, over 256 KiB: stored apart).
     let is_chunk = |k: &str| {
         k.strip_prefix(&format!("{group}-"))
             .is_some_and(|c| c.starts_with(['r', 'm', 'f']))
+            || k.starts_with(&format!("{task_id}-out"))
     };
     let not_results: Vec<&String> = stored.iter().filter(|k| !is_chunk(k)).collect();
     let first: Vec<&&String> = not_results.iter().take(5).collect();
@@ -999,5 +1001,75 @@ async fn a_second_worker_taking_the_same_request_does_not_touch_the_first_ones_t
     )
     .await
     .unwrap();
+    t.shutdown().await.unwrap();
+}
+
+async fn big_task(mut task: TaskContext<String>) -> soorma::Result<()> {
+    task.delegate_parallel(vec![Delegation::new(
+        "twin.requested",
+        &task.data.len(),
+        "twin.done",
+    )])
+    .await?;
+    Ok(())
+}
+
+/// Completes the task with a result as large as its request.
+async fn big_task_done(result: ResultContext<usize>) -> soorma::Result<()> {
+    let mut task = result.record_in_parent().await?;
+    task.complete("y".repeat(result.data.unwrap_or_default()))
+        .await?;
+    Ok(())
+}
+
+async fn twin(req: Invocation<usize>) -> Result<usize, ToolError> {
+    Ok(req.data)
+}
+
+scenario!(a_result_as_large_as_its_600_kb_request_is_replied_also_when_the_reply_comes_again);
+async fn a_result_as_large_as_its_600_kb_request_is_replied_also_when_the_reply_comes_again(
+    mut t: TestPlatform,
+    wait: Duration,
+) {
+    // Together they pass what one stored value holds on NATS (1 MiB): the result is stored
+    // apart. The first publish of the reply fails after the task was stored: the result's
+    // handler runs again and replies with the stored result.
+    let failing =
+        soorma_tests::slow_bus::FailingPublish::platform(t.platform(), "big.completed", 1);
+    let worker = Worker::new("big")
+        .use_registered_handlers(false)
+        .handler(Handler::on_task("big.requested", big_task))
+        .handler(Handler::on_result("twin.done", big_task_done))
+        .start(&failing)
+        .await
+        .unwrap();
+    t.start(
+        Tool::new("twin")
+            .use_registered_handlers(false)
+            .handler(Handler::on_invoke("twin.requested", twin)),
+    )
+    .await
+    .unwrap();
+    let size = 600_000;
+    let result: String = t
+        .client()
+        .with_timeout(wait * 2)
+        .invoke("big.requested", "x".repeat(size), "big.completed")
+        .await
+        .unwrap();
+    assert_eq!(result.len(), size);
+    assert!(result.bytes().all(|b| b == b'y'));
+    let task_id = t.events_of_type("big.requested")[0].id.clone();
+    let key = soorma::state::StateKey::new(soorma::TASKS_BUCKET, "default", &task_id);
+    let stored = t.platform().state().get(&key).await.unwrap().unwrap();
+    let task: soorma::TaskRecord = serde_json::from_slice(&stored.value).unwrap();
+    assert_eq!(task.status, TaskStatus::Completed);
+    assert!(
+        task.result.is_none() && task.result_apart.is_some(),
+        "{:?}",
+        task.result_apart
+    );
+    assert!(stored.value.len() < 700_000, "{} bytes", stored.value.len());
+    worker.shutdown().await.unwrap();
     t.shutdown().await.unwrap();
 }

@@ -57,7 +57,8 @@ pub const TASKS_BUCKET: &str = "tasks";
 /// id; the sub-task ids, the correlation ids of the requests, are `<group id>-<index>`), pages
 /// of very large groups (`<group id>-p<n>`) and the chunks of results the fan-in recorded
 /// (`<group id>-r<id>`, and the merges of them, `-m<level><id>` and `-f<id>`; listed in the
-/// parent task). See
+/// parent task), and a task's result too large to keep in its record (`<task id>-out<id>`,
+/// [`TaskRecord::result_apart`](crate::TaskRecord::result_apart)). See
 /// [`DelegationGroup`](crate::DelegationGroup) and [`ResultChunk`](crate::ResultChunk).
 ///
 /// ```

@@ -14,7 +14,8 @@ use soorma_common::{
 
 use super::delegation::Delegation;
 use super::{
-    STATE_CONCURRENCY, TASK_TIMEOUT_EVENT, WorkerWiring, group, sub_task_id, task_key, update_task,
+    STATE_CONCURRENCY, TASK_TIMEOUT_EVENT, WorkerWiring, group, sub_task_id, subtask_key, task_key,
+    update_task,
 };
 use crate::error::{Error, Result};
 use crate::platform::timers;
@@ -25,6 +26,10 @@ use crate::runtime::context::context_accessors;
 use crate::runtime::extract::{AgentRuntime, HandlerInput};
 use crate::spi::state::{self, Change, Revision, StateKey};
 use crate::util::{concurrently, now_rfc3339, rfc3339_after};
+
+/// A task's result over this many bytes (as JSON) is stored in a record of its own
+/// ([`TaskRecord::result_apart`]), not in the task's record beside the request.
+const RESULT_KEPT_APART_BYTES: usize = 256 * 1024;
 
 /// A worker's task, for `#[on_task]` handlers: persisted state, delegation and completion.
 ///
@@ -1087,12 +1092,20 @@ impl<T, S: TaskState> TaskContext<T, S> {
         let now = now_rfc3339();
         let state = self.state_to_store()?;
         let event = self.envelope.id.clone();
+        let apart = match &outcome {
+            Ok(v) if !self.record.status.is_terminal() => self.store_result_apart(v).await?,
+            _ => None,
+        };
         let apply = |rec: &mut TaskRecord, replayed: bool| {
             write_state(rec, state.as_ref(), &event, replayed);
             match &outcome {
                 Ok(v) => {
                     rec.status = TaskStatus::Completed;
-                    rec.result = Some(v.clone());
+                    if apart.is_some() {
+                        rec.result_apart.clone_from(&apart);
+                    } else {
+                        rec.result = Some(v.clone());
+                    }
                 }
                 Err(e) => {
                     rec.status = TaskStatus::Failed;
@@ -1188,16 +1201,52 @@ impl<T, S: TaskState> TaskContext<T, S> {
         Ok(true)
     }
 
+    /// Stores a result over [`RESULT_KEPT_APART_BYTES`] in a record of its own (the task's
+    /// record also holds the request, and one stored value is bounded: 1 MiB on NATS by
+    /// default); returns its key, or `None` for a result kept in the task's record.
+    async fn store_result_apart(&self, result: &Value) -> Result<Option<String>> {
+        let bytes = state::encode("task result", result)?;
+        if bytes.len() <= RESULT_KEPT_APART_BYTES {
+            return Ok(None);
+        }
+        // A key of its own per write: only the write that ends the task lists its result.
+        let apart = format!(
+            "{}-out{:016x}",
+            self.record.task_id,
+            uuid::Uuid::new_v4().as_u64_pair().0
+        );
+        let key = subtask_key(&self.tenant_owned(), &apart);
+        self.store().create(&key, bytes).await?;
+        Ok(Some(apart))
+    }
+
     /// Publishes the ended task's reply, then marks it sent. The reply's id is derived from the
     /// task, so a republish after a crash is dropped by the bus's duplicate window.
     async fn send_final_reply(&mut self) -> Result<()> {
+        let stored_apart = match &self.record.result_apart {
+            Some(apart) if self.record.status == TaskStatus::Completed => {
+                let key = subtask_key(&self.tenant_owned(), apart);
+                let result = state::load::<Value>(self.store(), "task result", &key).await?;
+                Some(result.map(|r| r.value).ok_or_else(|| {
+                    crate::error::EngineError::new(
+                        crate::error::EngineErrorKind::Inconsistent,
+                        format!(
+                            "the result of task `{}` (`{key}`) is missing",
+                            self.record.task_id
+                        ),
+                    )
+                })?)
+            }
+            _ => None,
+        };
         let reply = match (self.record.status, &self.record.result, &self.record.error) {
             (TaskStatus::Failed, _, error) => {
                 ActionReply::failure(&self.record.task_id, error.clone().unwrap_or_default())
             }
-            (_, result, _) => {
-                ActionReply::success(&self.record.task_id, result.clone().unwrap_or_default())
-            }
+            (_, result, _) => ActionReply::success(
+                &self.record.task_id,
+                stored_apart.or_else(|| result.clone()).unwrap_or_default(),
+            ),
         };
         self.reply(reply).await?;
         self.mark_reply_sent().await
