@@ -743,10 +743,11 @@ pub struct TaskRecord {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub result: Option<Value>,
     /// Where the final result is stored when it was too large to keep in this record beside the
-    /// request (over 256 KiB as JSON): its key in the `subtasks` bucket, `<task id>-out<id>`.
+    /// request (over 256 KiB as JSON, or taking this record past 768 KiB): its key in the
+    /// `subtasks` bucket, `<task id>-out<id>`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub result_apart: Option<String>,
-    /// The error, once failed.
+    /// The error, once failed (its first KiB, as the reply carries it).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub error: Option<String>,
     /// Whether the completion / failure reply has been published.

@@ -1026,6 +1026,26 @@ async fn twin(req: Invocation<usize>) -> Result<usize, ToolError> {
     Ok(req.data)
 }
 
+/// Completes at once with a result as large as its request.
+async fn big_direct(mut task: TaskContext<String>) -> soorma::Result<()> {
+    let size = task.data.len();
+    task.complete("z".repeat(size)).await?;
+    Ok(())
+}
+
+/// The keys of the results stored apart for task `task_id`.
+async fn results_apart(t: &TestPlatform, task_id: &str) -> Vec<String> {
+    let keys = t
+        .platform()
+        .state()
+        .keys(soorma::SUBTASKS_BUCKET, "default")
+        .await
+        .unwrap();
+    keys.into_iter()
+        .filter(|k| k.starts_with(&format!("{task_id}-out")))
+        .collect()
+}
+
 scenario!(a_result_as_large_as_its_600_kb_request_is_replied_also_when_the_reply_comes_again);
 async fn a_result_as_large_as_its_600_kb_request_is_replied_also_when_the_reply_comes_again(
     mut t: TestPlatform,
@@ -1036,10 +1056,12 @@ async fn a_result_as_large_as_its_600_kb_request_is_replied_also_when_the_reply_
     // handler runs again and replies with the stored result.
     let failing =
         soorma_tests::slow_bus::FailingPublish::platform(t.platform(), "big.completed", 1);
+    let failing = soorma_tests::slow_bus::FailingPublish::platform(&failing, "direct.done", 1);
     let worker = Worker::new("big")
         .use_registered_handlers(false)
         .handler(Handler::on_task("big.requested", big_task))
         .handler(Handler::on_result("twin.done", big_task_done))
+        .handler(Handler::on_task("direct.requested", big_direct))
         .start(&failing)
         .await
         .unwrap();
@@ -1070,6 +1092,18 @@ async fn a_result_as_large_as_its_600_kb_request_is_replied_also_when_the_reply_
         task.result_apart
     );
     assert!(stored.value.len() < 700_000, "{} bytes", stored.value.len());
+    assert_eq!(results_apart(&t, &task_id).await.len(), 1);
+    // A task completed by its request's handler: the request comes again (its reply's publish
+    // failed) and is handled again, storing no second result.
+    let result: String = t
+        .client()
+        .with_timeout(wait * 2)
+        .invoke("direct.requested", "x".repeat(size), "direct.done")
+        .await
+        .unwrap();
+    assert_eq!(result.len(), size);
+    let task_id = t.events_of_type("direct.requested")[0].id.clone();
+    assert_eq!(results_apart(&t, &task_id).await.len(), 1);
     worker.shutdown().await.unwrap();
     t.shutdown().await.unwrap();
 }

@@ -584,8 +584,17 @@ impl PlanContext {
     pub async fn resume(&mut self, input: impl Serialize) -> Result<()> {
         let input = serde_json::to_value(input).map_err(|e| Error::serialize("resume input", e))?;
         let asked = self.awaiting_id();
-        self.transact(move |plan, record| machine::resume(plan, record, input.clone()))
-            .await?;
+        let handled = self.envelope.id.clone();
+        self.transact(move |plan, record| {
+            if machine::published_action(record).is_some_and(|kept| kept.handled_by == handled) {
+                // This event's handling resumed the plan already (and left it at the kept
+                // action, which `transact` publishes again): a pause since is not resumed
+                // with this input.
+                return Ok(Effects::default());
+            }
+            machine::resume(plan, record, input.clone())
+        })
+        .await?;
         self.forget_timer(asked).await;
         Ok(())
     }

@@ -30,6 +30,9 @@ use crate::util::{concurrently, now_rfc3339, rfc3339_after};
 /// A task's result over this many bytes (as JSON) is stored in a record of its own
 /// ([`TaskRecord::result_apart`]), not in the task's record beside the request.
 const RESULT_KEPT_APART_BYTES: usize = 256 * 1024;
+/// A task's record with its result kept in it stays under this many bytes (as JSON); a
+/// result that would take it past is stored apart.
+const TASK_RECORD_BUDGET_BYTES: usize = 768 * 1024;
 
 /// A worker's task, for `#[on_task]` handlers: persisted state, delegation and completion.
 ///
@@ -1109,7 +1112,8 @@ impl<T, S: TaskState> TaskContext<T, S> {
                 }
                 Err(e) => {
                     rec.status = TaskStatus::Failed;
-                    rec.error = Some(e.clone());
+                    // As the reply carries it: an error may quote a large (or hostile) input.
+                    rec.error = Some(crate::util::bounded(e, crate::util::MAX_REASON_BYTES));
                 }
             }
             rec.updated_at = Some(now.clone());
@@ -1156,6 +1160,9 @@ impl<T, S: TaskState> TaskContext<T, S> {
                 won
             }
         };
+        if !won {
+            self.drop_unused_result(apart.as_deref()).await;
+        }
         if won && self.record.deadline_at.is_some() {
             let timer = deadline_timer_id(&self.record.task_id);
             let tenant = self.tenant_owned();
@@ -1201,23 +1208,42 @@ impl<T, S: TaskState> TaskContext<T, S> {
         Ok(true)
     }
 
-    /// Stores a result over [`RESULT_KEPT_APART_BYTES`] in a record of its own (the task's
+    /// Stores a result in a record of its own when it is over [`RESULT_KEPT_APART_BYTES`], or
+    /// when the task's record with it would pass [`TASK_RECORD_BUDGET_BYTES`] (the task's
     /// record also holds the request, and one stored value is bounded: 1 MiB on NATS by
-    /// default); returns its key, or `None` for a result kept in the task's record.
+    /// default); returns its key, or `None` for a result kept in the task's record. The key is
+    /// derived from the handled event: its redeliveries reuse the record the first handling
+    /// stored (a result of the same event) instead of storing another.
     async fn store_result_apart(&self, result: &Value) -> Result<Option<String>> {
         let bytes = state::encode("task result", result)?;
-        if bytes.len() <= RESULT_KEPT_APART_BYTES {
+        let record = state::encode("task", &self.record)?.len();
+        if bytes.len() <= RESULT_KEPT_APART_BYTES
+            && record.saturating_add(bytes.len()) <= TASK_RECORD_BUDGET_BYTES
+        {
             return Ok(None);
         }
-        // A key of its own per write: only the write that ends the task lists its result.
-        let apart = format!(
-            "{}-out{:016x}",
-            self.record.task_id,
-            uuid::Uuid::new_v4().as_u64_pair().0
-        );
+        let handled = crate::util::digest(&[self.envelope.id.as_bytes()]);
+        let apart = format!("{}-out{}", self.record.task_id, &handled[..16]);
         let key = subtask_key(&self.tenant_owned(), &apart);
-        self.store().create(&key, bytes).await?;
-        Ok(Some(apart))
+        match self.store().create(&key, bytes).await {
+            Ok(_) | Err(Error::Conflict { .. }) => Ok(Some(apart)),
+            Err(e) => Err(e),
+        }
+    }
+
+    /// Deletes the result this handler stored apart when the task ended with another one
+    /// (another handler ended it first); best effort.
+    async fn drop_unused_result(&self, apart: Option<&str>) {
+        let Some(apart) = apart else {
+            return;
+        };
+        if self.record.result_apart.as_deref() == Some(apart) {
+            return;
+        }
+        let key = subtask_key(&self.tenant_owned(), apart);
+        if let Err(e) = self.store().delete(&key).await {
+            tracing::debug!(%key, error = %e, "could not delete a task result stored for nothing");
+        }
     }
 
     /// Publishes the ended task's reply, then marks it sent. The reply's id is derived from the
