@@ -157,6 +157,7 @@ impl<T> GoalContext<T> {
             runtime: self.runtime.clone(),
             trigger: None,
             asked: 0,
+            redelivered: false,
         };
         if ctx.revision.is_none() {
             ctx.reload().await?;
@@ -192,6 +193,9 @@ pub struct PlanContext {
     trigger: Option<Arc<EventEnvelope>>,
     /// Questions asked so far by this handler run (see [`ask_id`]).
     asked: u32,
+    /// Whether the plan, as loaded, keeps an action published by an earlier handling of this
+    /// event (this run is a redelivery: see [`resume`](Self::resume)).
+    redelivered: bool,
 }
 
 impl std::fmt::Debug for PlanContext {
@@ -246,6 +250,8 @@ impl PlanContext {
                 "plan `{plan_id}` has no stored definition"
             )));
         };
+        let redelivered = machine::published_action(&stored.value)
+            .is_some_and(|kept| kept.handled_by == input.envelope.id);
         Ok(Some(Self {
             record: stored.value,
             revision: Some(stored.revision),
@@ -254,6 +260,7 @@ impl PlanContext {
             runtime: input.runtime.clone(),
             trigger,
             asked: 0,
+            redelivered,
         }))
     }
 
@@ -585,11 +592,14 @@ impl PlanContext {
         let input = serde_json::to_value(input).map_err(|e| Error::serialize("resume input", e))?;
         let asked = self.awaiting_id();
         let handled = self.envelope.id.clone();
+        let redelivered = self.redelivered;
         self.transact(move |plan, record| {
-            if machine::published_action(record).is_some_and(|kept| kept.handled_by == handled) {
-                // This event's handling resumed the plan already (and left it at the kept
-                // action, which `transact` publishes again): a pause since is not resumed
-                // with this input.
+            if redelivered
+                && machine::published_action(record).is_some_and(|kept| kept.handled_by == handled)
+            {
+                // An earlier handling of this event resumed the plan already (and left it at
+                // the kept action, which `transact` publishes again): a pause since is not
+                // resumed with this input. (A pause and resume later in one run are.)
                 return Ok(Effects::default());
             }
             machine::resume(plan, record, input.clone())

@@ -1212,8 +1212,8 @@ impl<T, S: TaskState> TaskContext<T, S> {
     /// when the task's record with it would pass [`TASK_RECORD_BUDGET_BYTES`] (the task's
     /// record also holds the request, and one stored value is bounded: 1 MiB on NATS by
     /// default); returns its key, or `None` for a result kept in the task's record. The key is
-    /// derived from the handled event: its redeliveries reuse the record the first handling
-    /// stored (a result of the same event) instead of storing another.
+    /// derived from the handled event and the result: a redelivery with the same result reuses
+    /// the record the first handling stored instead of storing another.
     async fn store_result_apart(&self, result: &Value) -> Result<Option<String>> {
         let bytes = state::encode("task result", result)?;
         let record = state::encode("task", &self.record)?.len();
@@ -1222,7 +1222,9 @@ impl<T, S: TaskState> TaskContext<T, S> {
         {
             return Ok(None);
         }
-        let handled = crate::util::digest(&[self.envelope.id.as_bytes()]);
+        // The same event's redelivery with the same result reuses the record; another result
+        // (a handler that is not deterministic) gets one of its own.
+        let handled = crate::util::digest(&[self.envelope.id.as_bytes(), &bytes]);
         let apart = format!("{}-out{}", self.record.task_id, &handled[..16]);
         let key = subtask_key(&self.tenant_owned(), &apart);
         match self.store().create(&key, bytes).await {
