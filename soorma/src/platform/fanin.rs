@@ -375,16 +375,11 @@ async fn write_chunks(
             chunks.push((group.key.clone(), Chunk { id, seqs }, key, record));
         }
     }
-    let store = store.clone();
     let writes: Vec<(StateKey, Vec<u8>)> = chunks
         .iter_mut()
         .map(|(_, _, key, record)| (key.clone(), std::mem::take(record)))
         .collect();
-    concurrently(writes, CHUNK_WRITES_IN_FLIGHT, move |(key, record)| {
-        let store = store.clone();
-        async move { store.create(&key, record).await.map(drop) }
-    })
-    .await?;
+    create_chunks(store, writes).await?;
     Ok(chunks
         .into_iter()
         .map(|(group, chunk, _, _)| (group, chunk))
@@ -393,6 +388,20 @@ async fn write_chunks(
 
 /// How many chunk writes of one batch are in flight at once.
 const CHUNK_WRITES_IN_FLIGHT: usize = 16;
+
+/// Creates the chunk records `writes` (key, encoded record), [`CHUNK_WRITES_IN_FLIGHT`] at once.
+async fn create_chunks(
+    store: &Arc<dyn StateStore>,
+    writes: Vec<(StateKey, Vec<u8>)>,
+) -> Result<()> {
+    let store = store.clone();
+    concurrently(writes, CHUNK_WRITES_IN_FLIGHT, move |(key, record)| {
+        let store = store.clone();
+        async move { store.create(&key, record).await.map(drop) }
+    })
+    .await
+    .map(drop)
+}
 
 /// Encoded results packed, in order, into chunk records (`{"results":[..]}`) of about
 /// [`CHUNK_BYTES`] each: each record's sequence numbers and bytes.
@@ -591,12 +600,7 @@ async fn merge(
         writes.push((chunk_key(group, &id), record));
         ids.push(id);
     }
-    let store = store.clone();
-    concurrently(writes, CHUNK_WRITES_IN_FLIGHT, move |(key, record)| {
-        let store = store.clone();
-        async move { store.create(&key, record).await.map(drop) }
-    })
-    .await?;
+    create_chunks(store, writes).await?;
     Ok(ids)
 }
 

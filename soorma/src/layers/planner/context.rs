@@ -909,21 +909,19 @@ fn keep_published_action(plan: &Plan, record: &mut PlanRecord, fx: &mut Effects,
         fx.changed = true;
         return;
     }
-    if record.published_action.is_some() && machine::published_action(record).is_none() {
-        if fx.changed {
-            // Moved past it: dropped with this step's write.
-            record.published_action = None;
+    match machine::published_action(record) {
+        Some(kept)
+            if kept.handled_by == handled
+                && !fx.changed
+                && fx.actions.is_empty()
+                && fx.reply.is_none() =>
+        {
+            tracing::debug!(plan_id = %record.plan_id, action = %kept.id, "the event that published the pending action came again; publishing it again");
+            fx.actions.push(kept.into());
         }
-        return;
-    }
-    if let Some(kept) = machine::published_action(record)
-        && kept.handled_by == handled
-        && !fx.changed
-        && fx.actions.is_empty()
-        && fx.reply.is_none()
-    {
-        tracing::debug!(plan_id = %record.plan_id, action = %kept.id, "the event that published the pending action came again; publishing it again");
-        fx.actions.push(kept.into());
+        // Moved past it (or none kept): dropped with this step's write.
+        None if fx.changed => record.published_action = None,
+        _ => {}
     }
 }
 

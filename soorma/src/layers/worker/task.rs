@@ -1216,9 +1216,12 @@ impl<T, S: TaskState> TaskContext<T, S> {
     /// the record the first handling stored instead of storing another.
     async fn store_result_apart(&self, result: &Value) -> Result<Option<String>> {
         let bytes = state::encode("task result", result)?;
-        let record = state::encode("task", &self.record)?.len();
+        // The record is encoded only when the result alone does not decide.
         if bytes.len() <= RESULT_KEPT_APART_BYTES
-            && record.saturating_add(bytes.len()) <= TASK_RECORD_BUDGET_BYTES
+            && state::encode("task", &self.record)?
+                .len()
+                .saturating_add(bytes.len())
+                <= TASK_RECORD_BUDGET_BYTES
         {
             return Ok(None);
         }
