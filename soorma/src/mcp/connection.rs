@@ -99,6 +99,9 @@ impl Connection {
                         return Err(fail(format!("`{command}` has no stdin or stdout")));
                     };
                     let stderr = process.stderr().take();
+                    // Closed at once when there is no stderr to read.
+                    let (stderr_read, stderr_closed) =
+                        tokio::sync::watch::channel(stderr.is_none());
                     let child = ChildState {
                         process: Arc::new(tokio::sync::Mutex::new(ChildGuard {
                             process: Some(process),
@@ -106,6 +109,7 @@ impl Connection {
                             exited: false,
                         })),
                         last_stderr: Arc::default(),
+                        stderr_closed,
                         oversized: Arc::default(),
                     };
                     let _ = started.set(child.clone());
@@ -114,6 +118,7 @@ impl Connection {
                             config.id.clone(),
                             stderr,
                             child.last_stderr.clone(),
+                            stderr_read,
                         ));
                     }
                     let stdout = BoundedLines {
@@ -288,12 +293,16 @@ fn oversized() -> String {
 struct ChildState {
     process: Arc<tokio::sync::Mutex<ChildGuard>>,
     last_stderr: Arc<Mutex<String>>,
+    /// Whether its stderr was read to the end (its last line is in `last_stderr`).
+    stderr_closed: tokio::sync::watch::Receiver<bool>,
     oversized: Arc<AtomicBool>,
 }
 
 impl ChildState {
     /// Why the connection ended, when the server's side says: a message over the limit, or
-    /// the process's exit (waited for up to 500 ms, as its stdout may close first).
+    /// the process's exit (waited for up to 500 ms, as its stdout may close first) with its
+    /// last stderr line (read to the end first, for up to 500 ms: the exit can be seen before
+    /// the last line is read).
     async fn why_closed(&self) -> Option<String> {
         if self.oversized.load(Ordering::Acquire) {
             return Some(oversized());
@@ -304,6 +313,9 @@ impl ChildState {
             .await
             .exit_status(Duration::from_millis(500))
             .await?;
+        let mut closed = self.stderr_closed.clone();
+        // (A child of the server may hold the pipe open: the wait is bounded.)
+        let _ = tokio::time::timeout(Duration::from_millis(500), closed.wait_for(|c| *c)).await;
         let last = self
             .last_stderr
             .lock()
@@ -473,11 +485,13 @@ impl StderrLines {
 }
 
 /// Logs a stdio server's stderr line by line until it closes, so the pipe never fills up; reads
-/// in fixed chunks and keeps at most [`STDERR_LINE`] bytes of a line.
+/// in fixed chunks and keeps at most [`STDERR_LINE`] bytes of a line. Says when it is done
+/// through `closed`.
 async fn drain_stderr(
     server: String,
     mut stderr: tokio::process::ChildStderr,
     last: Arc<Mutex<String>>,
+    closed: tokio::sync::watch::Sender<bool>,
 ) {
     let mut lines = StderrLines::default();
     let mut chunk = vec![0u8; 8192];
@@ -506,6 +520,7 @@ async fn drain_stderr(
         }
     }
     lines.flush(&mut { log });
+    closed.send_replace(true);
 }
 
 #[cfg(test)]
